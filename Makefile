@@ -1,0 +1,87 @@
+# Everything a user or CI runs goes through these targets. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      := .venv
+VENV_RASA := .venv-rasa
+PY        := $(VENV)/bin/python
+RASA      := $(VENV_RASA)/bin/rasa
+RASA_VERSION := 3.6.21
+
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench clean
+
+help:
+	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
+	@echo "make test     everything CI runs: lint, types, pytest, rasa data validate, rasa test, the live proof"
+	@echo "make up       start CRM, MCP server, action server and Rasa server in the background"
+	@echo "make down     stop what make up started"
+	@echo "make actions  run only the action server, configured from the environment, as deployed"
+	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
+	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
+
+setup: $(VENV)/.installed $(VENV_RASA)/.installed
+
+$(VENV)/.installed: constraints/venv.txt pyproject.toml
+	@PY310=$$(scripts/find-python310.sh) || exit 1; \
+	if [ ! -x $(PY) ]; then echo "==> creating $(VENV) (Python 3.10: rasa-sdk, mcp, the project, dev tools)"; "$$PY310" -m venv $(VENV); fi
+	@echo "==> installing pinned packages into $(VENV) (constraints/venv.txt)"
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints/venv.txt -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(PY) -m pip check >/dev/null || { $(PY) -m pip check; exit 1; }
+	@touch $@
+
+$(VENV_RASA)/.installed: constraints/venv-rasa.txt
+	@PY310=$$(scripts/find-python310.sh) || exit 1; \
+	if [ ! -x $(VENV_RASA)/bin/python ]; then echo "==> creating $(VENV_RASA) (Python 3.10: rasa $(RASA_VERSION))"; "$$PY310" -m venv $(VENV_RASA); fi
+	@echo "==> installing rasa $(RASA_VERSION) into $(VENV_RASA); the first time this takes a few minutes (TensorFlow)"
+	@$(VENV_RASA)/bin/python -m pip install -q --disable-pip-version-check -c constraints/venv-rasa.txt rasa==$(RASA_VERSION) 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(VENV_RASA)/bin/python -c "import rasa" || { echo "error: rasa did not install into $(VENV_RASA)"; exit 1; }
+	@touch $@
+
+# Trains only when domain, config or training data changed; the model is named after their digest.
+train: setup
+	@scripts/train.sh
+
+lint: $(VENV)/.installed
+	@echo "==> ruff"
+	@$(VENV)/bin/ruff check crm mcp_bridge actions tests scripts
+	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
+
+typecheck: $(VENV)/.installed
+	@echo "==> mypy crm mcp_bridge"
+	@$(VENV)/bin/mypy
+
+pytest: setup train
+	@echo "==> pytest"
+	@$(VENV)/bin/pytest -q
+
+validate: $(VENV_RASA)/.installed
+	@echo "==> rasa data validate"
+	@$(RASA) data validate --fail-on-warnings --quiet
+
+rasa-test: train
+	@echo "==> rasa test (test stories in tests/)"
+	@scripts/rasa-test.sh
+
+test: lint typecheck validate rasa-test pytest
+
+chat: setup train
+	@scripts/chat.sh
+
+up: setup train
+	@$(PY) scripts/stack.py up
+
+down:
+	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else echo "nothing to stop"; fi
+
+actions: $(VENV)/.installed
+	@$(PY) -m actions.server
+
+proof: setup train
+	@$(PY) -m tests.proof
+
+bench: setup train
+	@$(PY) -m tests.bench
+
+clean:
+	rm -rf var models results bench-results
