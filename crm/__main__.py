@@ -1,0 +1,129 @@
+"""Command line: `python -m crm seed | rest | mcp`. Configuration comes from the environment
+(see crm.config); the flags only choose where a server listens."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+from aiohttp import web
+
+from crm import config, mcp_server, rest, tools
+from crm.store import CRMStore
+
+log = logging.getLogger("crm")
+
+# Long enough for in-flight tool calls to finish, short enough that an open MCP stream
+# (a client's standing GET) cannot hold up a SIGTERM.
+_GRACEFUL_SHUTDOWN_SECONDS = 3
+
+
+def _seed() -> int:
+    path = config.db_path()
+    added = CRMStore(path).seed()
+    if added:
+        print(f"Seeded {path}: added {len(added)} demo contact(s).")
+        for contact in added:
+            print(f"  {contact.contact_id}: {contact.name} <{contact.email}>, {contact.company}")
+    else:
+        print(f"Seeded {path}: the demo contacts were already there; nothing added.")
+    return 0
+
+
+async def _serve_rest(host: str, port: int) -> None:
+    path = config.db_path().resolve()
+    runner = web.AppRunner(rest.create_app(CRMStore(path)), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        log.info("CRM REST API listening on http://%s:%d (database %s)", host, port, path)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("CRM REST API stopping")
+    finally:
+        await runner.cleanup()
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn.Server that logs one line once its socket is really bound."""
+
+    def __init__(self, config: uvicorn.Config, message: str) -> None:
+        super().__init__(config)
+        self._message = message
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            log.info("%s", self._message)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn's own version re-raises the signal after its graceful shutdown, so the process
+        # dies of SIGTERM (exit -15) before our cleanup runs. A graceful stop is a normal exit.
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
+async def _serve_mcp(host: str, port: int) -> None:
+    token = config.mcp_token()
+    uvicorn_config = uvicorn.Config(
+        mcp_server.create_app(token, host=host),
+        host=host,
+        port=port,
+        ws="none",  # rasa-sdk pins websockets 10, which uvicorn's auto-detection cannot import
+        lifespan="on",  # the MCP session manager runs inside the app's lifespan
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_SECONDS,
+    )
+    message = (
+        f"CRM MCP server listening on http://{host}:{port}{mcp_server.MCP_PATH} "
+        f"(tools reach the CRM at {config.crm_url()}; bearer token {'required' if token else 'not required'})"
+    )
+    try:
+        await _AnnouncingServer(uvicorn_config, message).serve()  # uvicorn handles SIGTERM and SIGINT
+    finally:
+        await tools.close_client()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m crm", description="The reference CRM and its MCP server")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("seed", help="add the demo contacts to the database at CRM_DB (idempotent)")
+    rest_cmd = commands.add_parser("rest", help="serve the REST API over the database at CRM_DB")
+    rest_cmd.add_argument("--host", default="127.0.0.1", help="default: %(default)s")
+    rest_cmd.add_argument("--port", type=int, default=config.DEFAULT_REST_PORT, help="default: %(default)s")
+    mcp_cmd = commands.add_parser("mcp", help="serve the CRM tools over MCP; they call CRM_URL")
+    mcp_cmd.add_argument("--host", default="127.0.0.1", help="default: %(default)s")
+    mcp_cmd.add_argument("--port", type=int, default=config.DEFAULT_MCP_PORT, help="default: %(default)s")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The SDK logs every session and refused argument at INFO; only its warnings matter here.
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+
+    if args.command == "seed":
+        return _seed()
+    if args.command == "rest":
+        asyncio.run(_serve_rest(args.host, args.port))
+    else:
+        asyncio.run(_serve_mcp(args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

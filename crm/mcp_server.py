@@ -1,0 +1,158 @@
+"""The CRM tools served over MCP (streamable HTTP at /mcp), from the same code as the local tools.
+
+`create_app` wraps the SDK's app in `GuardedMCPApp`, a pure-ASGI layer that checks the bearer
+token and counts the MCP sessions the server opens (`GET /stats`), which is how tests prove
+that a client reuses its session instead of opening one per call.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from crm import tools
+from crm.tools import ContactIdArg, IdempotencyKeyArg, NoteResult, NoteTextArg
+
+SERVER_NAME = "crm"
+MCP_PATH = "/mcp"
+STATS_PATH = "/stats"
+IDEMPOTENCY_META_KEY = "idempotency_key"
+_SESSION_HEADER = b"mcp-session-id"
+
+
+async def add_timeline_note(
+    contact_id: ContactIdArg, text: NoteTextArg, ctx: Context, idempotency_key: IdempotencyKeyArg = None
+) -> NoteResult:
+    # A thin wrapper only because MCP lets a client send the key in the request's `_meta`
+    # instead of the arguments; the schema and the result are those of tools.add_timeline_note.
+    # An explicit argument wins over `_meta`.
+    if idempotency_key is None:
+        meta = ctx.request_context.meta or {}
+        from_meta = meta.get(IDEMPOTENCY_META_KEY)
+        idempotency_key = from_meta if isinstance(from_meta, str) else None
+    return await tools.add_timeline_note(contact_id, text, idempotency_key)
+
+
+add_timeline_note.__doc__ = tools.add_timeline_note.__doc__
+
+
+async def _errors_carry_structured_content(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> HandlerResult:
+    """Give a failed tool call (bad arguments, unknown tool) the same `ok`/`error` keys as a result.
+
+    The SDK answers those with `isError` and a text block only; clients branch on `ok` and `error`,
+    so they get them on every tools/call result. `{ok, error}` satisfies every tool's output schema.
+    """
+    result = await call_next(ctx)
+    if ctx.method == "tools/call" and isinstance(result, dict) and result.get("isError"):
+        if result.get("structuredContent") is None:
+            texts = [
+                block.get("text", "") for block in result.get("content", []) if block.get("type") == "text"
+            ]
+            message = "\n".join(texts) or "The tool call failed."
+            result = {**result, "structuredContent": {"ok": False, "error": message}}
+    return result
+
+
+def build_server() -> MCPServer:
+    server: MCPServer = MCPServer(SERVER_NAME, middleware=[_errors_carry_structured_content])
+    server.add_tool(
+        tools.find_contact_by_email,
+        annotations=ToolAnnotations(title="Find a contact by email", read_only_hint=True),
+    )
+    server.add_tool(
+        tools.list_timeline_notes,
+        annotations=ToolAnnotations(title="List timeline notes", read_only_hint=True),
+    )
+    server.add_tool(
+        add_timeline_note,
+        annotations=ToolAnnotations(
+            title="Add a timeline note",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+        ),
+    )
+    return server
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]
+) -> None:
+    payload = json.dumps(body).encode()
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers + headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class GuardedMCPApp:
+    """Pure ASGI (so lifespan and streaming pass through untouched): bearer token check,
+    `GET /stats`, and a count of the sessions the wrapped MCP app opened."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = token.encode() if token else None
+        self.sessions_opened = 0
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self._token is None:
+            return True
+        for name, value in scope["headers"]:
+            if name.lower() == b"authorization":
+                scheme, _, presented = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(presented.strip(), self._token)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self._authorized(scope):
+            await _send_json(
+                send, 401, {"error": "A valid bearer token is required."}, [(b"www-authenticate", b"Bearer")]
+            )
+            return
+        if scope["path"] == STATS_PATH:
+            if scope["method"] != "GET":
+                await _send_json(send, 405, {"error": "Use GET for /stats."}, [(b"allow", b"GET")])
+                return
+            await _send_json(send, 200, {"sessions_opened": self.sessions_opened}, [])
+            return
+        # A request that carries a session id belongs to a session counted already.
+        may_open_session = not any(name.lower() == _SESSION_HEADER for name, _ in scope["headers"])
+        started = completed = False
+
+        async def observing_send(message: Message) -> None:
+            nonlocal started, completed
+            if message["type"] == "http.response.start":
+                started = True
+                if may_open_session and any(
+                    name.lower() == _SESSION_HEADER for name, _ in message["headers"]
+                ):
+                    self.sessions_opened += 1
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                completed = True
+            await send(message)
+
+        await self.app(scope, receive, observing_send)
+        if started and not completed:
+            # On shutdown the SDK abandons a client's open event stream mid-response; ending it
+            # here closes the stream properly instead of uvicorn logging an ASGI error for it.
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def create_app(token: str | None, *, host: str = "127.0.0.1") -> GuardedMCPApp:
+    """The ASGI app: MCP over streamable HTTP at /mcp, plus /stats; `token` None means open.
+
+    `host` is where the server binds; on loopback the SDK refuses requests whose Host header
+    names anything else (DNS-rebinding protection).
+    """
+    inner = build_server().streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    return GuardedMCPApp(inner, token)

@@ -1,0 +1,131 @@
+"""The CRM's REST API (aiohttp) over a CRMStore.
+
+Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing. The store is
+called synchronously from the handlers: SQLite answers in well under a millisecond here, and
+since handlers then never yield mid-operation, the event loop itself serialises requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from crm.errors import NotFoundError, ValidationError
+from crm.store import CRMStore
+from crm.validation import NOTES_LIMIT_DEFAULT, validate_limit
+
+log = logging.getLogger(__name__)
+
+STORE_KEY = web.AppKey("store", CRMStore)
+_NOTE_FIELDS = frozenset({"text", "idempotency_key"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn aiohttp's own refusals (unknown route, wrong method, body too large) into JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+    except ValidationError as exc:
+        return _error(400, str(exc))
+    except NotFoundError as exc:
+        return _error(404, str(exc))
+    except Exception:
+        # A bug, not a caller's mistake: log it here and keep internals out of the response.
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return _error(500, "The CRM failed unexpectedly.")
+
+
+_SQLITE_MAX_INT = 2**63 - 1
+
+
+def _contact_id(request: web.Request) -> int:
+    # The route pattern only admits digits, so int() cannot fail; SQLite can still overflow.
+    contact_id = int(request.match_info["contact_id"])
+    if contact_id > _SQLITE_MAX_INT:
+        raise NotFoundError(f"There is no contact with id {contact_id}.")
+    return contact_id
+
+
+def _store(request: web.Request) -> CRMStore:
+    return request.app[STORE_KEY]
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def find_contact(request: web.Request) -> web.Response:
+    email = request.query.get("email")
+    if email is None:
+        raise ValidationError("Give the email address to look up as ?email=...")
+    contact = _store(request).find_contact_by_email(email)
+    if contact is None:
+        return _error(404, f"No contact has the email address {email.strip()!r}.")
+    return web.json_response(contact.as_dict())
+
+
+async def get_contact(request: web.Request) -> web.Response:
+    contact = _store(request).get_contact(_contact_id(request))
+    if contact is None:
+        raise NotFoundError(f"There is no contact with id {_contact_id(request)}.")
+    return web.json_response(contact.as_dict())
+
+
+async def list_notes(request: web.Request) -> web.Response:
+    contact_id = _contact_id(request)
+    raw_limit = request.query.get("limit")
+    limit: Any = NOTES_LIMIT_DEFAULT
+    if raw_limit is not None:
+        try:
+            limit = int(raw_limit)
+        except ValueError:
+            limit = raw_limit  # validate_limit refuses it with the usual message
+    limit = validate_limit(limit)
+    store = _store(request)
+    if store.get_contact(contact_id) is None:
+        raise NotFoundError(f"There is no contact with id {contact_id}.")
+    notes = store.list_notes(contact_id, limit)
+    return web.json_response({"contact_id": contact_id, "notes": [note.as_dict() for note in notes]})
+
+
+async def add_note(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValidationError("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ValidationError('The request body must be a JSON object such as {"text": "..."}.')
+    unknown = sorted(set(body) - _NOTE_FIELDS)
+    if unknown:
+        # Refused rather than ignored: a misspelt "idempotency_key" would silently lose the
+        # protection against writing twice.
+        raise ValidationError(f"Unknown field(s): {', '.join(unknown)}. Expected text and idempotency_key.")
+    if "text" not in body:
+        raise ValidationError("The note text is missing.")
+    note, created = _store(request).add_note(_contact_id(request), body["text"], body.get("idempotency_key"))
+    return web.json_response(note.as_dict(), status=201 if created else 200)
+
+
+def create_app(store: CRMStore) -> web.Application:
+    app = web.Application(middlewares=[_errors_as_json])
+    app[STORE_KEY] = store
+    app.router.add_get("/health", health)
+    app.router.add_get("/contacts", find_contact)
+    app.router.add_get(r"/contacts/{contact_id:\d+}", get_contact)
+    app.router.add_get(r"/contacts/{contact_id:\d+}/notes", list_notes)
+    app.router.add_post(r"/contacts/{contact_id:\d+}/notes", add_note)
+    return app

@@ -1,0 +1,199 @@
+"""The system of record: contacts and their timeline notes in SQLite.
+
+Each operation opens its own short-lived connection. That makes a `CRMStore` safe to share
+between threads and lets several processes (the REST server, `python -m crm seed`, a test
+reading the file) use one database; WAL mode lets readers run while a write is in progress.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from crm.errors import NotFoundError
+from crm.validation import (
+    NOTES_LIMIT_DEFAULT,
+    validate_email,
+    validate_idempotency_key,
+    validate_limit,
+    validate_note_text,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS contacts (
+    id INTEGER PRIMARY KEY,
+    email TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    name TEXT NOT NULL,
+    company TEXT
+);
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY,
+    contact_id INTEGER NOT NULL REFERENCES contacts(id),
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
+"""
+
+DEMO_CONTACTS: tuple[tuple[str, str, str], ...] = (
+    ("dana@example.com", "Dana Whitfield", "Whitfield Logistics"),
+    ("priya@example.com", "Priya Raman", "Raman Analytics"),
+    ("tom@example.org", "Tom Okafor", "Okafor & Sons"),
+    ("lena.fischer@example.net", "Lena Fischer", "Fischer GmbH"),
+)
+
+
+@dataclass(frozen=True)
+class Contact:
+    contact_id: int
+    email: str
+    name: str
+    company: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "contact_id": self.contact_id,
+            "email": self.email,
+            "name": self.name,
+            "company": self.company,
+        }
+
+
+@dataclass(frozen=True)
+class Note:
+    note_id: int
+    contact_id: int
+    text: str
+    created_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "note_id": self.note_id,
+            "contact_id": self.contact_id,
+            "text": self.text,
+            "created_at": self.created_at,
+        }
+
+
+def _utc_now() -> str:
+    # "+00:00" rather than "Z": datetime.fromisoformat on Python 3.10 cannot parse "Z".
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _contact(row: sqlite3.Row) -> Contact:
+    return Contact(contact_id=row["id"], email=row["email"], name=row["name"], company=row["company"])
+
+
+def _note(row: sqlite3.Row) -> Note:
+    return Note(
+        note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
+    )
+
+
+class CRMStore:
+    """Contacts and timeline notes in one SQLite file; the schema is created on first use."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # isolation_level=None: no implicit transactions; writes open BEGIN IMMEDIATE themselves,
+        # which takes the write lock up front so check-then-insert cannot race another writer.
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys=ON")
+            yield conn
+        finally:
+            conn.close()
+
+    def find_contact_by_email(self, email: str) -> Contact | None:
+        """The contact with this address (case-insensitive), or None. Raises ValidationError."""
+        address = validate_email(email)
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM contacts WHERE email = ?", (address,)).fetchone()
+        return None if row is None else _contact(row)
+
+    def get_contact(self, contact_id: int) -> Contact | None:
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM contacts WHERE id = ?", (contact_id,)).fetchone()
+        return None if row is None else _contact(row)
+
+    def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
+        """The contact's notes, newest first. Raises ValidationError for a bad limit."""
+        count = validate_limit(limit)
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM notes WHERE contact_id = ? ORDER BY id DESC LIMIT ?", (contact_id, count)
+            ).fetchall()
+        return [_note(row) for row in rows]
+
+    def add_note(self, contact_id: int, text: str, idempotency_key: str | None = None) -> tuple[Note, bool]:
+        """Add a note to the contact's timeline; returns (note, created).
+
+        A key seen before returns the note first stored under it and created=False, whatever the
+        other arguments say: a retried request must never write twice. Raises ValidationError or
+        NotFoundError, in which case nothing is written.
+        """
+        body = validate_note_text(text)
+        key = validate_idempotency_key(idempotency_key)
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if key is not None:
+                    row = conn.execute("SELECT * FROM notes WHERE idempotency_key = ?", (key,)).fetchone()
+                    if row is not None:
+                        conn.execute("ROLLBACK")
+                        return _note(row), False
+                if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
+                    raise NotFoundError(f"There is no contact with id {contact_id}.")
+                cursor = conn.execute(
+                    "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES (?, ?, ?, ?)",
+                    (contact_id, body, _utc_now(), key),
+                )
+                row = conn.execute("SELECT * FROM notes WHERE id = ?", (cursor.lastrowid,)).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return _note(row), True
+
+    def count_notes(self, contact_id: int | None = None) -> int:
+        with self._connect() as conn:
+            if contact_id is None:
+                row = conn.execute("SELECT COUNT(*) FROM notes").fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM notes WHERE contact_id = ?", (contact_id,)
+                ).fetchone()
+        return int(row[0])
+
+    def seed(self) -> list[Contact]:
+        """Add the demo contacts that are missing; returns those added (none on a second run)."""
+        added: list[Contact] = []
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for email, name, company in DEMO_CONTACTS:
+                    cursor = conn.execute(
+                        "INSERT OR IGNORE INTO contacts (email, name, company) VALUES (?, ?, ?)",
+                        (email, name, company),
+                    )
+                    if cursor.rowcount == 1:
+                        added.append(Contact(int(cursor.lastrowid or 0), email, name, company))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return added

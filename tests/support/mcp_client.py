@@ -1,0 +1,34 @@
+"""A raw mcp SDK client for tests: one initialized session over streamable HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@asynccontextmanager
+async def mcp_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized ClientSession to the MCP endpoint `url` (…/mcp), closed on exit."""
+    async with (
+        httpx2.AsyncClient(headers=auth_headers(token), timeout=httpx2.Timeout(10.0, read=30.0)) as http,
+        streamable_http_client(url, http_client=http) as (read_stream, write_stream),
+        ClientSession(read_stream, write_stream) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def sessions_opened(base_url: str, token: str | None = None) -> int:
+    """How many MCP sessions the server at `base_url` has opened (its GET /stats)."""
+    async with httpx2.AsyncClient(headers=auth_headers(token), timeout=10.0) as http:
+        response = await http.get(f"{base_url}/stats")
+        response.raise_for_status()
+        return int(response.json()["sessions_opened"])

@@ -1,0 +1,218 @@
+"""The CRM REST API, against a real `python -m crm rest`, checking the SQLite file directly."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import crm_db as sqlite_check
+from tests.support import procs
+from tests.support.http import request_json
+
+DANA = {"email": "dana@example.com", "name": "Dana Whitfield", "company": "Whitfield Logistics"}
+
+
+def assert_error(status: int, body: Any, expected_status: int) -> None:
+    assert status == expected_status, body
+    assert isinstance(body, dict) and set(body) == {"error"}, body
+    assert isinstance(body["error"], str) and body["error"].strip(), body
+
+
+def test_health(crm_rest: str) -> None:
+    assert request_json("GET", f"{crm_rest}/health") == (200, {"ok": True})
+
+
+def test_lookup_found(crm_rest: str, crm_db: Path) -> None:
+    status, body = request_json("GET", f"{crm_rest}/contacts?email=dana@example.com")
+    assert status == 200
+    assert body == {"contact_id": sqlite_check.contact_id(crm_db, "dana@example.com"), **DANA}
+
+
+@pytest.mark.parametrize("email", ["DANA@Example.COM", "Dana@example.com", "%20dana@example.com%20"])
+def test_lookup_ignores_case_and_surrounding_space(crm_rest: str, email: str) -> None:
+    status, body = request_json("GET", f"{crm_rest}/contacts?email={email}")
+    assert status == 200, body
+    assert body["email"] == "dana@example.com"
+
+
+def test_lookup_absent_is_404_json(crm_rest: str) -> None:
+    status, body = request_json("GET", f"{crm_rest}/contacts?email=nobody@example.com")
+    assert_error(status, body, 404)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "email=not-an-email",
+        "email=dana@",
+        "email=@example.com",
+        "email=dana@example",
+        "email=dana@@example.com",
+        "email=dana@-example.com",
+        "email=",
+        "email=" + "a" * 64 + "@" + ".".join(["b" * 63, "c" * 63, "d" * 63]) + ".com",  # 259 characters
+        "",
+    ],
+)
+def test_lookup_invalid_email_is_400_and_writes_nothing(crm_rest: str, crm_db: Path, query: str) -> None:
+    before = sqlite_check.count_notes(crm_db)
+    status, body = request_json("GET", f"{crm_rest}/contacts?{query}")
+    assert_error(status, body, 400)
+    assert sqlite_check.count_notes(crm_db) == before
+
+
+def test_get_contact_by_id(crm_rest: str, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "dana@example.com")
+    assert request_json("GET", f"{crm_rest}/contacts/{contact_id}") == (
+        200,
+        {"contact_id": contact_id, **DANA},
+    )
+
+
+@pytest.mark.parametrize("path", ["/contacts/999999", "/contacts/99999999999999999999999", "/contacts/abc"])
+def test_unknown_contact_is_404_json(crm_rest: str, path: str) -> None:
+    status, body = request_json("GET", f"{crm_rest}{path}")
+    assert_error(status, body, 404)
+
+
+def test_add_note_then_list_shows_it_verbatim_and_newest_first(crm_rest: str, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "priya@example.com")
+    before = sqlite_check.count_notes(crm_db, contact_id)
+    first_text = f"first {uuid.uuid4()}"
+    # Stored verbatim: surrounding whitespace, newlines and markup-like text are not touched.
+    second_text = f"  Dana called about the VAT rate on invoice 4471\n<b>{{{{slot}}}}</b> {uuid.uuid4()}  "
+
+    status, first = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": first_text})
+    assert status == 201, first
+    status, second = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": second_text})
+    assert status == 201, second
+
+    assert set(second) == {"note_id", "contact_id", "text", "created_at"}
+    assert second["contact_id"] == contact_id and second["text"] == second_text
+    created_at = datetime.fromisoformat(second["created_at"])
+    assert created_at.utcoffset() == timedelta(0)
+    assert abs(datetime.now(timezone.utc) - created_at) < timedelta(minutes=1)
+    assert sqlite_check.count_notes(crm_db, contact_id) == before + 2
+    assert sqlite_check.note_text(crm_db, second["note_id"]) == second_text
+
+    status, listing = request_json("GET", f"{crm_rest}/contacts/{contact_id}/notes")
+    assert status == 200
+    assert listing["contact_id"] == contact_id
+    assert listing["notes"][:2] == [second, first]
+
+
+def test_list_notes_limit(fresh_crm_db: Path, services: procs.Services) -> None:
+    # A database of its own, so the notes listed are exactly the ones this test added.
+    rest = services.start(procs.crm_rest(fresh_crm_db)).url
+    contact_id = sqlite_check.contact_id(fresh_crm_db, "tom@example.org")
+    texts = [f"note {i}" for i in range(7)]
+    for text in texts:
+        assert request_json("POST", f"{rest}/contacts/{contact_id}/notes", {"text": text})[0] == 201
+
+    status, default = request_json("GET", f"{rest}/contacts/{contact_id}/notes")
+    assert status == 200
+    assert [note["text"] for note in default["notes"]] == texts[::-1][:5]
+    status, two = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=2")
+    assert [note["text"] for note in two["notes"]] == ["note 6", "note 5"]
+    status, all_notes = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=100")
+    assert len(all_notes["notes"]) == 7
+
+    for bad in ("0", "101", "-1", "abc", "2.5", ""):
+        status, body = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit={bad}")
+        assert_error(status, body, 400)
+
+
+def test_list_notes_of_unknown_contact_is_404(crm_rest: str) -> None:
+    status, body = request_json("GET", f"{crm_rest}/contacts/999999/notes")
+    assert_error(status, body, 404)
+
+
+BAD_NOTE_REQUESTS = [
+    pytest.param(404, {"text": "hello"}, None, "unknown-contact", id="unknown contact"),
+    pytest.param(400, {"text": ""}, None, None, id="empty note"),
+    pytest.param(400, {"text": "  \n\t "}, None, None, id="whitespace note"),
+    pytest.param(400, {"text": "x" * 4001}, None, None, id="4001 characters"),
+    pytest.param(400, {"text": " " + "x" * 4000}, None, None, id="4001 with the space"),
+    pytest.param(400, None, b'{"text": "unterminated', None, id="malformed JSON"),
+    pytest.param(400, None, b"", None, id="empty body"),
+    pytest.param(400, None, b"\xff\xfe", None, id="not UTF-8"),
+    pytest.param(400, ["hello"], None, None, id="body not an object"),
+    pytest.param(400, {}, None, None, id="text missing"),
+    pytest.param(400, {"text": 123}, None, None, id="text a number"),
+    pytest.param(400, {"text": None}, None, None, id="text null"),
+    pytest.param(400, {"text": ["a"]}, None, None, id="text a list"),
+    pytest.param(400, {"text": "ok", "idempotency_key": 5}, None, None, id="key not a string"),
+    pytest.param(400, {"text": "ok", "idempotency_key": ""}, None, None, id="key empty"),
+    pytest.param(400, {"text": "ok", "idempotencyKey": "k"}, None, None, id="misspelt field"),
+]
+
+
+@pytest.mark.parametrize(("expected_status", "body", "raw", "target"), BAD_NOTE_REQUESTS)
+def test_bad_note_is_refused_with_json_and_writes_nothing(
+    crm_rest: str, crm_db: Path, expected_status: int, body: Any, raw: bytes | None, target: str | None
+) -> None:
+    contact_id = (
+        999999 if target == "unknown-contact" else sqlite_check.contact_id(crm_db, "dana@example.com")
+    )
+    before = sqlite_check.count_notes(crm_db)
+    url = f"{crm_rest}/contacts/{contact_id}/notes"
+    status, reply = request_json("POST", url, body, raw=raw)
+    assert_error(status, reply, expected_status)
+    assert sqlite_check.count_notes(crm_db) == before
+
+
+def test_note_on_non_numeric_contact_is_404_json(crm_rest: str, crm_db: Path) -> None:
+    before = sqlite_check.count_notes(crm_db)
+    status, body = request_json("POST", f"{crm_rest}/contacts/dana/notes", {"text": "hello"})
+    assert_error(status, body, 404)
+    assert sqlite_check.count_notes(crm_db) == before
+
+
+def test_note_of_exactly_4000_characters_is_accepted(crm_rest: str, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "lena.fischer@example.net")
+    status, note = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": "y" * 4000})
+    assert status == 201, note
+    assert sqlite_check.note_text(crm_db, note["note_id"]) == "y" * 4000
+
+
+def test_idempotency_key_twice_stores_one_note(crm_rest: str, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "dana@example.com")
+    key = f"retry-{uuid.uuid4()}"
+    before = sqlite_check.count_notes(crm_db)
+    url = f"{crm_rest}/contacts/{contact_id}/notes"
+
+    first_status, first = request_json("POST", url, {"text": "Dana called", "idempotency_key": key})
+    # The retry may differ in text: the key alone identifies the write.
+    again_status, again = request_json("POST", url, {"text": "Dana called (retry)", "idempotency_key": key})
+
+    assert (first_status, again_status) == (201, 200)
+    assert again == first
+    assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+    assert sqlite_check.count_notes(crm_db) == before + 1
+
+
+def test_concurrent_requests_with_one_key_store_one_note(crm_rest: str, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "dana@example.com")
+    key = f"race-{uuid.uuid4()}"
+    url = f"{crm_rest}/contacts/{contact_id}/notes"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        replies = list(
+            pool.map(
+                lambda i: request_json("POST", url, {"text": f"try {i}", "idempotency_key": key}), range(16)
+            )
+        )
+    assert sorted(status for status, _ in replies) == [200] * 15 + [201]
+    assert len({reply["note_id"] for _, reply in replies}) == 1
+    assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+
+
+def test_unknown_route_and_method_answer_json(crm_rest: str) -> None:
+    status, body = request_json("GET", f"{crm_rest}/nope")
+    assert_error(status, body, 404)
+    status, body = request_json("DELETE", f"{crm_rest}/contacts/1")
+    assert_error(status, body, 405)
