@@ -1,0 +1,31 @@
+"""``${VAR}`` and ``${VAR:-default}`` in configuration values, read from the environment.
+
+Rasa expands unquoted ``${VAR}`` in endpoints.yml itself and leaves quoted values alone, so the
+bridge's keys are written quoted and expanded here, where an unset variable can be reported with
+the file and the server it belongs to.
+"""
+
+import re
+from collections.abc import Mapping
+
+_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class UnsetVariableError(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def expand(value: str, env: Mapping[str, str]) -> str:
+    """Replace every ``${VAR}`` in ``value``; raise :class:`UnsetVariableError` for an unset one."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise UnsetVariableError(name)
+
+    return _PATTERN.sub(replace, value)

@@ -1,0 +1,44 @@
+"""Typed failures. Callers decide what to tell the person from the type, never from a message."""
+
+
+class BridgeError(Exception):
+    """Base class for everything this package raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """A configuration file is invalid. The message names the file, the place and the reason."""
+
+
+class ToolNotFoundError(BridgeError):
+    """A tool name resolves to nothing the skill may call. Nothing was sent anywhere."""
+
+
+class ToolArgumentsError(BridgeError):
+    """The arguments do not satisfy the tool's input schema. Nothing was sent."""
+
+
+class ToolCallError(BridgeError):
+    """A call did not produce a result.
+
+    ``may_have_run`` tells whether the request might have reached the tool: callers must never
+    repeat such a call blindly, and must not tell the person that nothing happened without saying
+    that it is uncertain.
+    """
+
+    may_have_run: bool = False
+
+
+class ServerUnavailableError(ToolCallError):
+    """The MCP server could not be reached. The request was never delivered."""
+
+
+class ToolTimeoutError(ToolCallError):
+    """No answer within the timeout. The tool may still have run."""
+
+    may_have_run = True
+
+
+class OutcomeUnknownError(ToolCallError):
+    """The connection broke after the request was sent. The tool may have run."""
+
+    may_have_run = True

@@ -1,0 +1,371 @@
+"""MCPRuntime: long-lived MCP sessions, a tool catalogue per server, and guarded invocation.
+
+One session per server, opened on first use and reused for every call: opening a session costs
+about fifteen times a warm call. Each session is owned by a background task, so a transport that
+dies ends that session and never cancels the caller's task.
+
+Retry rule: a call is repeated at most once, and only when it provably never reached the server
+(the TCP connection was refused, or the server answered that it does not know the session, as
+after a restart). A call that may have reached the server is never repeated here.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import jsonschema
+from exceptiongroup import BaseExceptionGroup
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, PaginatedRequestParams, Tool, ToolListChangedNotification
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+
+from mcp_bridge import results
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.errors import (
+    OutcomeUnknownError,
+    ServerUnavailableError,
+    ToolArgumentsError,
+    ToolCallError,
+    ToolNotFoundError,
+    ToolTimeoutError,
+)
+from mcp_bridge.results import ToolResult
+
+log = logging.getLogger(__name__)
+
+# Which tools each skill imports from which server: {skill_id: {tool_name: server_name}}.
+SkillImports = Mapping[str, Mapping[str, str]]
+
+
+@dataclass
+class _Delivery:
+    """Whether one call's HTTP request may have left this process."""
+
+    maybe_sent: bool = False
+
+
+# The SDK runs each POST in a task that carries the caller's context, so the transport below can
+# tell, per call, whether the request got past the TCP connect.
+_delivery: ContextVar[_Delivery | None] = ContextVar("mcp_bridge_delivery", default=None)
+
+
+class _DeliveryTrackingTransport(httpx2.AsyncHTTPTransport):
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await super().handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+            raise  # refused before a byte was written: the request never left
+        except BaseException:
+            self._mark_sent(request)
+            raise
+        self._mark_sent(request)
+        return response
+
+    @staticmethod
+    def _mark_sent(request: httpx2.Request) -> None:
+        delivery = _delivery.get()
+        if delivery is not None and request.method == "POST":
+            delivery.maybe_sent = True
+
+
+class _Connection:
+    """One initialised MCP session with one server, kept open by a background task."""
+
+    def __init__(self, config: MCPServerConfig, on_tools_changed: "asyncio.Event") -> None:
+        self.config = config
+        self._tools_changed = on_tools_changed
+        self._session: ClientSession | None = None
+        self._ready = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and not self._closed.is_set()
+
+    async def open(self, timeout: float) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self.config.name}")
+        ready = asyncio.create_task(self._ready.wait())
+        try:
+            await asyncio.wait({ready}, timeout=timeout)
+        finally:
+            ready.cancel()
+        if not self.alive:
+            await self.close()
+            reason = _describe(self._failure) if self._failure else f"no answer within {timeout:g} s"
+            raise ServerUnavailableError(f"MCP server {self.config.name!r} is not reachable: {reason}")
+
+    async def _run(self) -> None:
+        try:
+            async with (
+                httpx2.AsyncClient(
+                    headers=self.config.headers(),
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    transport=_DeliveryTrackingTransport(),
+                ) as http,
+                streamable_http_client(self.config.url, http_client=http) as (read, write),
+                ClientSession(read, write, message_handler=self._on_message) as session,
+            ):
+                await session.initialize()
+                self._session = session
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:  # the session's end, whatever ended it, is recorded, not raised
+            self._failure = exc
+            if not isinstance(exc, asyncio.CancelledError):
+                log.info("MCP session with %r ended: %s", self.config.name, _describe(exc))
+        finally:
+            self._closed.set()
+            self._ready.set()
+
+    async def _on_message(self, message: object) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            self._tools_changed.set()
+
+    async def list_tools(self) -> list[Tool]:
+        session = self._require_session()
+        tools: list[Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], timeout: float, meta: dict[str, Any] | None
+    ) -> tuple[CallToolResult | None, BaseException | None, _Delivery]:
+        """Call and return (result, failure, delivery); a dying connection ends the wait at once."""
+        session = self._require_session()
+        delivery = _Delivery()
+        token = _delivery.set(delivery)
+        try:
+            call = asyncio.create_task(
+                session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta)  # type: ignore[arg-type]
+            )
+        finally:
+            _delivery.reset(token)
+        closed = asyncio.create_task(self._closed.wait())
+        try:
+            done, _ = await asyncio.wait({call, closed}, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
+        finally:
+            closed.cancel()
+        if call in done:
+            if call.cancelled():
+                return None, self._failure or asyncio.CancelledError(), delivery
+            failure = call.exception()
+            if failure is None:
+                return call.result(), None, delivery
+            return None, failure, delivery
+        call.cancel()
+        if not done:
+            return None, TimeoutError(f"no answer within {timeout:g} s"), delivery
+        return None, self._failure or ConnectionError("MCP session closed"), delivery
+
+    def _require_session(self) -> ClientSession:
+        if self._session is None or self._closed.is_set():
+            raise ServerUnavailableError(f"MCP session with {self.config.name!r} is closed")
+        return self._session
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
+            if not self._task.done():
+                self._task.cancel()
+
+
+class MCPRuntime:
+    """Sessions, catalogues and invocation for the MCP servers in endpoints.yml.
+
+    Use it from one event loop (the action server's). ``skill_imports`` says which skill may call
+    which tool on which server; a tool a skill does not import is never called for that skill.
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, MCPServerConfig],
+        skill_imports: SkillImports | None = None,
+        *,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self._servers = dict(servers)
+        self._imports: dict[str, dict[str, str]] = {}
+        self._connections: dict[str, _Connection] = {}
+        self._catalogues: dict[str, dict[str, Tool]] = {}
+        self._stale: dict[str, asyncio.Event] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._connect_timeout = connect_timeout
+        self.sessions_opened = 0
+        for skill_id, tools in (skill_imports or {}).items():
+            self.import_tools(skill_id, tools)
+
+    @property
+    def servers(self) -> Mapping[str, MCPServerConfig]:
+        return self._servers
+
+    def import_tools(self, skill_id: str, tools: Mapping[str, str]) -> None:
+        """Declare that ``skill_id`` uses ``{tool_name: server_name}``."""
+        for tool_name, server in tools.items():
+            if server not in self._servers:
+                known = ", ".join(sorted(self._servers)) or "none configured"
+                raise ToolNotFoundError(
+                    f"skill {skill_id!r} imports {tool_name!r} from MCP server {server!r}, "
+                    f"which endpoints.yml does not define (servers: {known})"
+                )
+        self._imports.setdefault(skill_id, {}).update(tools)
+
+    def has_mcp_tool(self, skill_id: str, tool_name: str) -> bool:
+        """True only when ``skill_id`` imports ``tool_name`` from a configured server."""
+        server = self._imports.get(skill_id, {}).get(tool_name)
+        return server is not None and server in self._servers
+
+    def server_for(self, skill_id: str, tool_name: str) -> str:
+        server = self._imports.get(skill_id, {}).get(tool_name)
+        if server is None or server not in self._servers:
+            raise ToolNotFoundError(f"skill {skill_id!r} imports no MCP tool named {tool_name!r}")
+        return server
+
+    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, Tool]:
+        """The server's tool catalogue (schemas and annotations), cached until it changes."""
+        connection = await self._connection(server)
+        stale = self._stale[server]
+        if refresh or stale.is_set() or server not in self._catalogues:
+            stale.clear()
+            listed = await connection.list_tools()
+            self._catalogues[server] = {tool.name: tool for tool in listed}
+        return self._catalogues[server]
+
+    async def get_tool(self, skill_id: str, tool_name: str) -> Tool:
+        server = self.server_for(skill_id, tool_name)
+        catalogue = await self.tools(server)
+        if tool_name not in catalogue:
+            catalogue = await self.tools(server, refresh=True)
+        if tool_name not in catalogue:
+            raise ToolNotFoundError(f"MCP server {server!r} does not serve a tool named {tool_name!r}")
+        return catalogue[tool_name]
+
+    async def invoke(
+        self,
+        skill_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        timeout: float | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
+        """Validate, call once (see the retry rule above) and normalise the result."""
+        server = self.server_for(skill_id, tool_name)
+        config = self._servers[server]
+        timeout = config.timeout if timeout is None else timeout
+        args = dict(arguments)
+        tool = await self.get_tool(skill_id, tool_name)
+        validate_arguments(tool, args)
+        for attempt in (1, 2):
+            connection = await self._connection(server)
+            result, failure, delivery = await connection.call_tool(
+                tool_name, args, timeout, dict(meta) if meta else None
+            )
+            if result is not None:
+                return results.from_mcp(tool_name, server, result)
+            assert failure is not None
+            never_arrived = _never_arrived(failure, delivery)
+            if never_arrived and attempt == 1:
+                log.info("MCP call %s.%s never reached the server; reconnecting once", server, tool_name)
+                await self._drop(server, connection)
+                continue
+            raise _call_error(server, tool_name, failure, never_arrived, timeout)
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        for server, connection in list(self._connections.items()):
+            await self._drop(server, connection)
+
+    async def _connection(self, server: str) -> _Connection:
+        if server not in self._servers:
+            raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
+        connection = self._connections.get(server)
+        if connection is not None and connection.alive:
+            return connection
+        lock = self._locks.setdefault(server, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(server)
+            if connection is not None and connection.alive:
+                return connection
+            if connection is not None:
+                await connection.close()
+            stale = self._stale.setdefault(server, asyncio.Event())
+            connection = _Connection(self._servers[server], stale)
+            await connection.open(self._connect_timeout)
+            self.sessions_opened += 1
+            # A new session may face a new server build: read its catalogue afresh.
+            stale.set()
+            self._connections[server] = connection
+            return connection
+
+    async def _drop(self, server: str, connection: _Connection) -> None:
+        if self._connections.get(server) is connection:
+            del self._connections[server]
+        await connection.close()
+
+
+def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
+    """Refuse arguments the tool's input schema rejects, before anything is sent."""
+    validator = jsonschema.Draft202012Validator(tool.input_schema)
+    problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
+    if problems:
+        details = "; ".join(
+            f"{'.'.join(map(str, problem.absolute_path)) or 'arguments'}: {problem.message}"
+            for problem in problems
+        )
+        raise ToolArgumentsError(f"arguments for tool {tool.name!r} do not match its input schema: {details}")
+
+
+def _never_arrived(failure: BaseException, delivery: _Delivery) -> bool:
+    if (
+        isinstance(failure, MCPError)
+        and failure.code == INVALID_REQUEST
+        and "session" in failure.message.lower()
+    ):
+        return True  # the server does not know our session: it restarted and ran nothing
+    if isinstance(failure, MCPError) and failure.code == REQUEST_TIMEOUT:
+        return False
+    return not delivery.maybe_sent and not isinstance(failure, TimeoutError)
+
+
+def _call_error(
+    server: str, tool: str, failure: BaseException, never_arrived: bool, timeout: float
+) -> ToolCallError:
+    where = f"MCP tool {tool!r} on server {server!r}"
+    if never_arrived:
+        return ServerUnavailableError(f"{where} could not be reached: {_describe(failure)}")
+    timed_out = isinstance(failure, TimeoutError) or (
+        isinstance(failure, MCPError) and failure.code == REQUEST_TIMEOUT
+    )
+    if timed_out:
+        return ToolTimeoutError(f"{where} gave no answer within {timeout:g} s; it may still have run")
+    if isinstance(failure, MCPError) and failure.code != CONNECTION_CLOSED:
+        return OutcomeUnknownError(f"{where} failed: {failure.message}")
+    return OutcomeUnknownError(
+        f"{where}: the connection broke after the call was sent ({_describe(failure)})"
+    )
+
+
+def _describe(exc: BaseException | None) -> str:
+    """The innermost useful message, without exception-group noise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if exc is None:
+        return "unknown error"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

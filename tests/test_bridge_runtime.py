@@ -1,0 +1,201 @@
+"""MCPRuntime against real MCP servers: sessions, catalogue, results, errors, reconnection."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mcp_bridge import (
+    MCPRuntime,
+    MCPServerConfig,
+    ServerUnavailableError,
+    ToolArgumentsError,
+    ToolNotFoundError,
+)
+from tests.support import procs
+from tests.support.mcp_client import sessions_opened
+
+SKILL = "log_interaction"
+CRM_TOOLS = {"find_contact_by_email": "crm", "add_timeline_note": "crm", "list_timeline_notes": "crm"}
+
+
+def runtime_for(url: str, *, token: str | None = None, timeout: float = 10.0) -> MCPRuntime:
+    server = MCPServerConfig(name="crm", url=url, api_key=token, timeout=timeout)
+    return MCPRuntime({"crm": server}, {SKILL: CRM_TOOLS}, connect_timeout=5.0)
+
+
+def note_count(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM notes").fetchone()[0])
+
+
+async def test_every_crm_tool_is_structured_through_the_runtime(crm_mcp: str) -> None:
+    runtime = runtime_for(crm_mcp)
+    try:
+        catalogue = await runtime.tools("crm")
+        assert set(CRM_TOOLS) <= set(catalogue)
+        for name in CRM_TOOLS:
+            assert catalogue[name].output_schema is not None, name
+        found = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        assert found.structured and found.source == "mcp:crm"
+        assert found.ok and found.data["found"] is True
+        assert found.data["name"] == "Dana Whitfield"
+        notes = await runtime.invoke(
+            SKILL, "list_timeline_notes", {"contact_id": found.data["contact_id"], "limit": 3}
+        )
+        assert notes.structured and notes.ok and isinstance(notes.data["notes"], list)
+    finally:
+        await runtime.aclose()
+
+
+async def test_absent_contact_is_ok_not_found(crm_mcp: str) -> None:
+    runtime = runtime_for(crm_mcp)
+    try:
+        result = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "nobody@example.com"})
+        assert result.ok is True
+        assert result.error is None
+        assert result.data["found"] is False
+    finally:
+        await runtime.aclose()
+
+
+async def test_local_and_mcp_tools_return_the_same_data(crm_mcp: str, crm_tools: object) -> None:
+    from crm import tools
+
+    runtime = runtime_for(crm_mcp)
+    try:
+        for email in ("dana@example.com", "PRIYA@example.com", "nobody@example.com", "not-an-email"):
+            local = (await tools.find_contact_by_email(email)).model_dump(mode="json")
+            remote = await runtime.invoke(SKILL, "find_contact_by_email", {"email": email})
+            assert remote.data == local, email
+    finally:
+        await runtime.aclose()
+
+
+async def test_hundred_calls_use_one_session(crm_mcp: str) -> None:
+    base = procs.base_url(crm_mcp)
+    before = await sessions_opened(base)
+    runtime = runtime_for(crm_mcp)
+    try:
+        for _ in range(100):
+            result = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+            assert result.ok
+    finally:
+        await runtime.aclose()
+    assert await sessions_opened(base) - before == 1
+    assert runtime.sessions_opened == 1
+
+
+async def test_tool_returning_plain_dict_is_marked_unstructured_with_a_warning(
+    services: procs.Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = services.start(procs.plain_dict_mcp())
+    runtime = MCPRuntime(
+        {"plain": MCPServerConfig(name="plain", url=server.url)}, {"notes": {"echo_note": "plain"}}
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="mcp_bridge"):
+            result = await runtime.invoke("notes", "echo_note", {"text": "hello"})
+    finally:
+        await runtime.aclose()
+    assert result.structured is False
+    assert result.ok is True  # recovered from the JSON text block
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("echo_note" in w and "no output schema" in w and "pydantic model" in w for w in warnings)
+
+
+async def test_arguments_are_validated_before_sending(crm_mcp: str) -> None:
+    runtime = runtime_for(crm_mcp)
+    try:
+        with pytest.raises(ToolArgumentsError, match="contact_id"):
+            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": "one", "text": "x"})
+        with pytest.raises(ToolArgumentsError, match="text"):
+            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 1})
+    finally:
+        await runtime.aclose()
+
+
+async def test_tool_error_becomes_ok_false(crm_mcp: str) -> None:
+    runtime = runtime_for(crm_mcp)
+    try:
+        result = await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 999999, "text": "hello"})
+        assert result.ok is False
+        assert result.error and "contact" in result.error.lower()
+    finally:
+        await runtime.aclose()
+
+
+async def test_has_mcp_tool_only_for_imported_tools(crm_mcp: str) -> None:
+    runtime = runtime_for(crm_mcp)
+    assert runtime.has_mcp_tool(SKILL, "add_timeline_note")
+    assert not runtime.has_mcp_tool("other_skill", "add_timeline_note")
+    assert not runtime.has_mcp_tool(SKILL, "delete_everything")
+    with pytest.raises(ToolNotFoundError):
+        await runtime.invoke("other_skill", "add_timeline_note", {"contact_id": 1, "text": "x"})
+    with pytest.raises(ToolNotFoundError, match="unknown"):
+        MCPRuntime({}, {SKILL: {"add_timeline_note": "unknown"}})
+
+
+async def test_unreachable_server_raises_typed_error_and_writes_nothing(fresh_crm_db: Path) -> None:
+    runtime = runtime_for(f"http://127.0.0.1:{procs.free_port()}/mcp")
+    before = note_count(fresh_crm_db)
+    try:
+        with pytest.raises(ServerUnavailableError) as caught:
+            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 1, "text": "x"})
+        assert caught.value.may_have_run is False
+    finally:
+        await runtime.aclose()
+    assert note_count(fresh_crm_db) == before
+
+
+async def test_next_call_after_server_restart_succeeds_on_a_new_session(
+    crm_rest: str, services: procs.Services
+) -> None:
+    port = procs.free_port()
+    server = services.start(procs.crm_mcp(crm_rest, port=port))
+    runtime = runtime_for(server.url)
+    try:
+        first = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        assert first.ok
+        server.stop()
+        services.start(procs.crm_mcp(crm_rest, port=port))
+        again = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        assert again.ok and again.data["found"] is True
+        assert runtime.sessions_opened == 2
+        assert await sessions_opened(procs.base_url(server.url)) == 1
+    finally:
+        await runtime.aclose()
+
+
+async def test_server_down_then_back_without_restarting_the_runtime(
+    crm_rest: str, services: procs.Services
+) -> None:
+    port = procs.free_port()
+    server = services.start(procs.crm_mcp(crm_rest, port=port))
+    runtime = runtime_for(server.url)
+    try:
+        assert (await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})).ok
+        server.stop()
+        with pytest.raises(ServerUnavailableError):
+            await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        services.start(procs.crm_mcp(crm_rest, port=port))
+        assert (await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})).ok
+    finally:
+        await runtime.aclose()
+
+
+async def test_token_is_required_when_configured(crm_rest: str, services: procs.Services) -> None:
+    server = services.start(procs.crm_mcp(crm_rest, token="s3cret-token"))
+    without = runtime_for(server.url)
+    with_token = runtime_for(server.url, token="s3cret-token")
+    try:
+        with pytest.raises(ServerUnavailableError):
+            await without.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        result = await with_token.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        assert result.ok and result.data["found"] is True
+    finally:
+        await without.aclose()
+        await with_token.aclose()
