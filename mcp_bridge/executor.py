@@ -1,0 +1,481 @@
+"""The confirmation-aware executor: runs a skill's steps and holds every constrained write for a "yes".
+
+Plain data in (a :class:`Turn`: slots and what the person just said), a :class:`Decision` out
+(responses to say, slots to set). The pending confirmation travels in a slot, so the action
+server keeps no state between turns and any replica can serve the "yes".
+
+Rules, in order of importance:
+
+* A step whose tool has ``requires_confirmation`` never runs in the turn that reaches it: it is
+  recorded as a :class:`PendingConfirmation` (skill, tool, source, exact arguments, digest, id) and
+  the person is asked. The constraint is looked up by the tool's *name*, before the name is resolved,
+  so it holds for local and MCP tools alike.
+* A "yes" runs exactly the stored arguments, once, and only if it answers the question directly: a
+  "yes" after another message, after the confirmation expired, or that the NLU was unsure of, asks
+  again instead. Arguments that changed since the question cancel the write.
+* The tool's name is resolved at dispatch time: this skill's local function, else an MCP tool the
+  skill imports. A name that resolves to neither is a loud error and nothing runs.
+* A "no" calls nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.results import ToolResult, from_local
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.skills import Skill, Step, ToolFunction, resolve_arguments
+
+log = logging.getLogger(__name__)
+
+PENDING_SLOT = "pending_confirmation"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the executor needs to know about the conversation at this turn."""
+
+    conversation_id: str
+    slots: Mapping[str, Any]
+    # How many messages the person has sent so far; binds a "yes" to the question just before it.
+    user_turn: int
+    intent: str | None = None
+    intent_confidence: float = 1.0
+    intent_ranking: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Say:
+    response: str
+    variables: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Decision:
+    outcome: str
+    say: list[Say] = field(default_factory=list)
+    # slot name -> new value (None clears it)
+    slots: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfirmationPolicy:
+    # A "yes" later than this asks again instead of writing.
+    ttl_seconds: float = 300.0
+    # A "yes" counts only at or above this NLU confidence ...
+    min_confidence: float = 0.6
+    # ... and only when "no" is not within this margin of it.
+    deny_margin: float = 0.25
+    affirm_intent: str = "affirm"
+    deny_intent: str = "deny"
+
+
+@dataclass(frozen=True)
+class Responses:
+    """Responses the executor itself says; the domain must define them."""
+
+    nothing_pending: str = "utter_nothing_pending"
+    confirm_again: str = "utter_confirm_again"
+    confirmation_invalid: str = "utter_confirmation_invalid"
+    tool_failed: str = "utter_tool_failed"
+    tool_unavailable: str = "utter_tool_unavailable"
+    tool_outcome_unknown: str = "utter_tool_outcome_unknown"
+    tool_not_configured: str = "utter_tool_not_configured"
+
+    def names(self) -> set[str]:
+        return set(asdict(self).values())
+
+
+@dataclass(frozen=True)
+class PendingConfirmation:
+    id: str
+    skill: str
+    tool: str
+    step: int
+    source: str
+    arguments: dict[str, Any]
+    digest: str
+    asked_at: float
+    user_turn: int
+
+    def to_slot(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_slot(cls, value: Any) -> PendingConfirmation | None:
+        """Parse the slot; anything malformed is treated as no confirmation at all."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            pending = cls(
+                id=str(value["id"]),
+                skill=str(value["skill"]),
+                tool=str(value["tool"]),
+                step=int(value["step"]),
+                source=str(value["source"]),
+                arguments=dict(value["arguments"]),
+                digest=str(value["digest"]),
+                asked_at=float(value["asked_at"]),
+                user_turn=int(value["user_turn"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return pending
+
+
+def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
+    """A digest of exactly the call a confirmation authorises."""
+    canonical = json.dumps(
+        {"skill": skill, "tool": tool, "source": source, "arguments": arguments},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class Executor:
+    def __init__(
+        self,
+        skills: Mapping[str, Skill],
+        local_tools: Mapping[str, ToolFunction],
+        runtime: MCPRuntime | None,
+        *,
+        policy: ConfirmationPolicy | None = None,
+        responses: Responses | None = None,
+        audit: AuditLog | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.skills = dict(skills)
+        self._local = dict(local_tools)
+        self._runtime = runtime
+        self.policy = policy or ConfirmationPolicy()
+        self.responses = responses or Responses()
+        self._audit = audit or AuditLog(None)
+        self._clock = clock
+        if runtime is not None:
+            for skill in self.skills.values():
+                runtime.import_tools(skill.id, skill.mcp_imports())
+
+    async def aclose(self) -> None:
+        if self._runtime is not None:
+            await self._runtime.aclose()
+
+    # -- entry points -------------------------------------------------------------------------
+
+    async def start(self, skill_id: str, turn: Turn) -> Decision:
+        """Run a skill from its first step (until it ends or waits for a confirmation)."""
+        skill = self.skills[skill_id]
+        slots = dict(turn.slots)
+        decision = Decision(outcome="done")
+        if PENDING_SLOT in slots and slots[PENDING_SLOT] is not None:
+            # Starting again replaces an unanswered question; it can never be answered later.
+            decision.slots[PENDING_SLOT] = None
+        await self._run(skill, 0, turn, slots, decision, confirmed=None)
+        return decision
+
+    async def confirm(self, turn: Turn) -> Decision:
+        """The person said "yes"."""
+        raw = turn.slots.get(PENDING_SLOT)
+        pending = PendingConfirmation.from_slot(raw)
+        if pending is None:
+            if raw is not None:
+                log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
+            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
+        skill, step = self._bound_step(pending)
+        if skill is None or step is None or not self._authentic(pending, skill):
+            log.warning(
+                "conversation %s: confirmation %s does not match any call this server would make; "
+                "nothing was run",
+                turn.conversation_id,
+                pending.id,
+            )
+            self._record(turn, pending, "rejected", "confirmation does not match a known call")
+            return Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
+        if self._must_ask_again(pending, turn):
+            return await self._ask_again(skill, pending, turn)
+        current, _ = resolve_arguments(step, turn.slots)
+        if current != pending.arguments:
+            self._record(turn, pending, "rejected", "arguments changed after the question")
+            decision = Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
+            self._finish(skill, decision)
+            return decision
+        self._record(turn, pending, "confirmed", None)
+        slots = dict(turn.slots)
+        decision = Decision(outcome="done", slots={PENDING_SLOT: None})
+        await self._run(skill, pending.step, turn, slots, decision, confirmed=pending)
+        return decision
+
+    async def deny(self, turn: Turn) -> Decision:
+        """The person said "no": nothing is called."""
+        raw = turn.slots.get(PENDING_SLOT)
+        pending = PendingConfirmation.from_slot(raw)
+        if pending is None:
+            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
+        self._record(turn, pending, "denied", None)
+        skill = self.skills.get(pending.skill)
+        rule = skill.confirmation_for(pending.tool) if skill else None
+        denial = rule.utter_on_user_denial if rule and rule.utter_on_user_denial else None
+        decision = Decision("cancelled", [], {PENDING_SLOT: None})
+        if denial:
+            decision.say.append(Say(denial, _variables(turn.slots, pending.arguments)))
+        else:
+            decision.say.append(Say(self.responses.confirmation_invalid))
+        if skill is not None:
+            self._finish(skill, decision)
+        return decision
+
+    # -- the step loop ------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        skill: Skill,
+        start: int,
+        turn: Turn,
+        slots: dict[str, Any],
+        decision: Decision,
+        confirmed: PendingConfirmation | None,
+    ) -> None:
+        for index in range(start, len(skill.steps)):
+            step = skill.steps[index]
+            if confirmed is not None and index == confirmed.step:
+                arguments, missing = dict(confirmed.arguments), list[str]()
+            else:
+                arguments, missing = resolve_arguments(step, slots)
+            if missing:
+                decision.outcome = "missing_argument"
+                decision.say.append(
+                    Say(
+                        step.on_missing_argument or self.responses.tool_failed,
+                        {"error": f"missing {', '.join(missing)}"},
+                    )
+                )
+                self._finish(skill, decision)
+                return
+            rule = skill.confirmation_for(step.execute_tool)
+            if rule is not None and not (confirmed is not None and index == confirmed.step):
+                pending = self._new_pending(skill, index, step, arguments, turn)
+                decision.outcome = "pending"
+                decision.slots[PENDING_SLOT] = pending.to_slot()
+                assert rule.utter_for_confirmation is not None
+                decision.say.append(Say(rule.utter_for_confirmation, _variables(slots, arguments)))
+                self._record(turn, pending, "asked", None)
+                return
+            key = confirmed.id if confirmed is not None and index == confirmed.step else None
+            result = await self._dispatch(skill, step, arguments, turn, decision, key)
+            if confirmed is not None and index == confirmed.step:
+                self._record(turn, confirmed, "executed", _outcome(result))
+            if result is None or not self._route(step, result, slots, arguments, decision):
+                self._finish(skill, decision)
+                return
+        decision.outcome = "done"
+        self._finish(skill, decision)
+
+    async def _dispatch(
+        self,
+        skill: Skill,
+        step: Step,
+        arguments: dict[str, Any],
+        turn: Turn,
+        decision: Decision,
+        idempotency_key: str | None,
+    ) -> ToolResult | None:
+        tool = step.execute_tool
+        try:
+            return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
+        except ToolNotFoundError as exc:
+            log.error(
+                "REFUSED: tool %r of skill %r resolves to neither a local function nor an MCP tool "
+                "(%s); nothing was run (conversation %s)",
+                tool,
+                skill.id,
+                exc,
+                turn.conversation_id,
+            )
+            decision.outcome = "not_configured"
+            decision.say.append(Say(self.responses.tool_not_configured))
+        except ToolArgumentsError as exc:
+            log.warning("tool %r of skill %r: %s", tool, skill.id, exc)
+            decision.outcome = "failed"
+            decision.say.append(Say(step.on_error or self.responses.tool_failed, {"error": str(exc)}))
+        except ToolCallError as exc:
+            log.warning("tool %r of skill %r failed: %s", tool, skill.id, exc)
+            decision.outcome = "unavailable"
+            response = (
+                self.responses.tool_outcome_unknown if exc.may_have_run else self.responses.tool_unavailable
+            )
+            decision.say.append(Say(response))
+        return None
+
+    async def call_tool(
+        self, skill: Skill, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> ToolResult:
+        """Resolve ``tool`` for ``skill`` now, at dispatch time, and call it once."""
+        source = skill.tools.get(tool)
+        local = self._local.get(tool) if source is not None and source.kind == "local" else None
+        if local is not None:
+            kwargs = dict(arguments)
+            if idempotency_key is not None and "idempotency_key" in inspect.signature(local).parameters:
+                kwargs["idempotency_key"] = idempotency_key
+            try:
+                value = await local(**kwargs)
+            except Exception as exc:  # a local tool's bug must not reach rasa_sdk
+                log.exception("local tool %r raised", tool)
+                raise _LocalToolFailed(f"local tool {tool!r} raised {type(exc).__name__}") from exc
+            return from_local(tool, value)
+        if self._runtime is not None and self._runtime.has_mcp_tool(skill.id, tool):
+            meta = {"idempotency_key": idempotency_key} if idempotency_key else None
+            return await self._runtime.invoke(skill.id, tool, arguments, meta=meta)
+        raise ToolNotFoundError(
+            f"{tool!r} is not a local tool of skill {skill.id!r} nor an MCP tool it imports"
+        )
+
+    def _route(
+        self,
+        step: Step,
+        result: ToolResult,
+        slots: dict[str, Any],
+        arguments: dict[str, Any],
+        decision: Decision,
+    ) -> bool:
+        """Say what follows the result; True when the skill goes on to its next step."""
+        if not result.ok:
+            decision.outcome = "failed"
+            error = result.error or "the tool reported a failure"
+            decision.say.append(Say(step.on_error or self.responses.tool_failed, {"error": error}))
+            return False
+        empty_list = step.not_found_when_empty and not result.data.get(step.not_found_when_empty)
+        if result.data.get("found") is False or empty_list:
+            decision.outcome = "not_found"
+            if step.on_not_found:
+                decision.say.append(Say(step.on_not_found, _variables(slots, arguments, result.data)))
+            return False
+        for slot, key in step.fills.items():
+            slots[slot] = result.data.get(key)
+            decision.slots[slot] = result.data.get(key)
+        if step.on_success:
+            decision.say.append(Say(step.on_success, _variables(slots, arguments, result.data)))
+        return True
+
+    # -- confirmation bookkeeping -------------------------------------------------------------
+
+    def _new_pending(
+        self, skill: Skill, index: int, step: Step, arguments: dict[str, Any], turn: Turn
+    ) -> PendingConfirmation:
+        source = str(skill.tools[step.execute_tool])
+        return PendingConfirmation(
+            id=uuid.uuid4().hex,
+            skill=skill.id,
+            tool=step.execute_tool,
+            step=index,
+            source=source,
+            arguments=dict(arguments),
+            digest=call_digest(skill.id, step.execute_tool, source, arguments),
+            asked_at=self._clock(),
+            user_turn=turn.user_turn,
+        )
+
+    def _bound_step(self, pending: PendingConfirmation) -> tuple[Skill | None, Step | None]:
+        skill = self.skills.get(pending.skill)
+        if skill is None or not 0 <= pending.step < len(skill.steps):
+            return skill, None
+        step = skill.steps[pending.step]
+        return skill, step if step.execute_tool == pending.tool else None
+
+    def _authentic(self, pending: PendingConfirmation, skill: Skill) -> bool:
+        source = skill.tools.get(pending.tool)
+        if source is None or str(source) != pending.source or skill.confirmation_for(pending.tool) is None:
+            return False
+        expected = call_digest(pending.skill, pending.tool, pending.source, pending.arguments)
+        return expected == pending.digest
+
+    def _must_ask_again(self, pending: PendingConfirmation, turn: Turn) -> bool:
+        if turn.user_turn != pending.user_turn + 1:
+            return True  # other messages came between the question and this "yes"
+        if self._clock() - pending.asked_at > self.policy.ttl_seconds:
+            return True
+        if turn.intent is not None and turn.intent != self.policy.affirm_intent:
+            return True
+        if turn.intent_confidence < self.policy.min_confidence:
+            return True
+        deny = turn.intent_ranking.get(self.policy.deny_intent, 0.0)
+        return turn.intent_confidence - deny < self.policy.deny_margin
+
+    async def _ask_again(self, skill: Skill, old: PendingConfirmation, turn: Turn) -> Decision:
+        self._record(turn, old, "asked_again", None)
+        decision = Decision(
+            outcome="pending", say=[Say(self.responses.confirm_again)], slots={PENDING_SLOT: None}
+        )
+        await self._run(skill, old.step, turn, dict(turn.slots), decision, confirmed=None)
+        return decision
+
+    def _finish(self, skill: Skill, decision: Decision) -> None:
+        decision.slots[PENDING_SLOT] = None
+        for slot in skill.reset_slots:
+            decision.slots[slot] = None
+
+    @staticmethod
+    def _clear_if(raw: Any) -> dict[str, Any]:
+        return {PENDING_SLOT: None} if raw is not None else {}
+
+    def _record(self, turn: Turn, pending: PendingConfirmation, decision: str, result: str | None) -> None:
+        self._audit.record(
+            conversation=turn.conversation_id,
+            skill=pending.skill,
+            tool=pending.tool,
+            source=pending.source,
+            confirmation=pending.id,
+            digest=pending.digest,
+            decision=decision,
+            result=result,
+        )
+
+
+class _LocalToolFailed(ToolCallError):
+    may_have_run = True
+
+
+def _outcome(result: ToolResult | None) -> str:
+    if result is None:
+        return "not run or unknown"
+    return "ok" if result.ok else f"error: {result.error}"
+
+
+def _variables(
+    slots: Mapping[str, Any], arguments: Mapping[str, Any], result: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Template variables for a response: slots by name, ``arg_<name>`` and ``result_<key>``.
+
+    Rasa renders a custom action's responses before it applies the action's slot events, so every
+    value a response shows is passed explicitly. The prefixes keep names like ``text`` clear of
+    the keys a bot message itself uses.
+    """
+    variables: dict[str, Any] = {}
+    for prefix, source in (("", slots), ("arg_", arguments), ("result_", result or {})):
+        for key, value in source.items():
+            if isinstance(value, list):
+                variables[prefix + key] = _lines(value)
+            elif isinstance(value, str | int | float | bool):
+                variables[prefix + key] = value
+    return variables
+
+
+def _lines(items: list[Any]) -> str:
+    lines = []
+    for item in items:
+        if isinstance(item, dict) and "text" in item:
+            when = str(item.get("created_at") or "")[:10]
+            lines.append(f"- {when + ': ' if when else ''}{item['text']}")
+        else:
+            lines.append(f"- {item}")
+    return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""Skill files: which tools a skill uses and from where, their constraints, and the ordered steps.
+
+```yaml
+skill: log_interaction
+tools:                                  # the tool-source lines: local, or mcp:<server>
+  find_contact_by_email: mcp:crm
+  add_timeline_note: mcp:crm
+tool_constraints:
+  - add_timeline_note:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm_note
+        utter_on_user_denial: utter_note_cancelled
+steps:
+  - execute_tool: find_contact_by_email
+    arguments: {email: {slot: contact_email}}
+    fills: {contact_id: contact_id, contact_name: name}
+    on_not_found: utter_contact_not_found
+    on_error: utter_tool_failed
+  - execute_tool: add_timeline_note
+    arguments: {contact_id: {slot: contact_id}, text: {slot: note_text}}
+    on_success: utter_note_saved
+    on_error: utter_tool_failed
+reset_slots: [contact_email, note_text]
+```
+
+Everything is checked when the action server starts; an invalid file is refused with the file, the
+place in it and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+
+from mcp_bridge.errors import ConfigError
+
+LOCAL = "local"
+_MCP_PREFIX = "mcp:"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RequiresConfirmation(_Strict):
+    enabled: StrictBool
+    utter_for_confirmation: str | None = None
+    utter_on_user_denial: str | None = None
+
+
+class ToolConstraint(_Strict):
+    requires_confirmation: RequiresConfirmation | None = None
+
+
+class SlotArgument(_Strict):
+    slot: str
+
+
+ArgumentSource = SlotArgument | str | int | float | bool | None
+
+
+class Step(_Strict):
+    execute_tool: str
+    arguments: dict[str, ArgumentSource] = Field(default_factory=dict)
+    # slot name <- key of the tool's result
+    fills: dict[str, str] = Field(default_factory=dict)
+    on_success: str | None = None
+    on_error: str | None = None
+    on_not_found: str | None = None
+    # A result whose list under this key is empty counts as "nothing found".
+    not_found_when_empty: str | None = None
+    # Said when a slot an argument needs is empty; the skill stops before calling anything.
+    on_missing_argument: str | None = None
+
+
+ToolSource = Annotated[str, Field(pattern=r"^(local|mcp:[A-Za-z0-9_.-]+)$")]
+
+
+class SkillFile(_Strict):
+    skill: str
+    description: str = ""
+    tools: dict[str, ToolSource]
+    tool_constraints: list[dict[str, ToolConstraint]] = Field(default_factory=list)
+    steps: list[Step] = Field(min_length=1)
+    reset_slots: list[str] = Field(default_factory=list)
+
+    @field_validator("tool_constraints")
+    @classmethod
+    def _one_tool_per_entry(cls, value: list[dict[str, ToolConstraint]]) -> list[dict[str, ToolConstraint]]:
+        for entry in value:
+            if len(entry) != 1:
+                raise ValueError(
+                    "each constraint entry names exactly one tool, like '- add_timeline_note: ...'"
+                )
+        return value
+
+
+@dataclass(frozen=True)
+class ToolSourceRef:
+    kind: Literal["local", "mcp"]
+    server: str | None = None
+
+    def __str__(self) -> str:
+        return LOCAL if self.kind == "local" else f"{_MCP_PREFIX}{self.server}"
+
+
+@dataclass(frozen=True)
+class Skill:
+    id: str
+    path: Path
+    tools: Mapping[str, ToolSourceRef]
+    constraints: Mapping[str, ToolConstraint]
+    steps: tuple[Step, ...]
+    reset_slots: tuple[str, ...]
+
+    def confirmation_for(self, tool: str) -> RequiresConfirmation | None:
+        constraint = self.constraints.get(tool)
+        rule = constraint.requires_confirmation if constraint else None
+        return rule if rule is not None and rule.enabled else None
+
+    def mcp_imports(self) -> dict[str, str]:
+        return {name: ref.server for name, ref in self.tools.items() if ref.kind == "mcp" and ref.server}
+
+
+def load_skills(
+    directory: str | Path,
+    *,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> dict[str, Skill]:
+    """Load and check every ``*.yml`` in ``directory``; raise :class:`ConfigError` on the first problem.
+
+    ``responses`` is the set of response names the domain defines (None skips that check).
+    """
+    directory = Path(directory)
+    files = sorted([*directory.glob("*.yml"), *directory.glob("*.yaml")])
+    if not files:
+        raise ConfigError(f"{directory}: no skill files (*.yml) found")
+    skills: dict[str, Skill] = {}
+    for path in files:
+        skill = load_skill(path, local_tools=local_tools, mcp_servers=mcp_servers, responses=responses)
+        if skill.id in skills:
+            raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {skills[skill.id].path}")
+        skills[skill.id] = skill
+    return skills
+
+
+def load_skill(
+    path: Path,
+    *,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> Skill:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        parsed = SkillFile.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = _location(first["loc"])
+        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+    return _check(path, parsed, local_tools, mcp_servers, responses)
+
+
+def _check(
+    path: Path,
+    parsed: SkillFile,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> Skill:
+    def fail(where: str, reason: str) -> ConfigError:
+        return ConfigError(f"{path}: {where}: {reason}")
+
+    tools: dict[str, ToolSourceRef] = {}
+    for name, source in parsed.tools.items():
+        where = f"tools.{name}"
+        if source == LOCAL:
+            if name not in local_tools:
+                known = ", ".join(sorted(local_tools)) or "none"
+                raise fail(where, f"no local tool named {name!r} is registered (local tools: {known})")
+            tools[name] = ToolSourceRef("local")
+        else:
+            server = source.removeprefix(_MCP_PREFIX)
+            if server not in mcp_servers:
+                known = ", ".join(sorted(mcp_servers)) or "none"
+                raise fail(where, f"MCP server {server!r} is not in endpoints.yml (servers: {known})")
+            tools[name] = ToolSourceRef("mcp", server)
+
+    def check_response(where: str, name: str | None) -> None:
+        if name is not None and responses is not None and name not in responses:
+            raise fail(where, f"response {name!r} is not defined in the domain")
+
+    constraints: dict[str, ToolConstraint] = {}
+    for index, entry in enumerate(parsed.tool_constraints):
+        ((tool, constraint),) = entry.items()
+        where = f"tool_constraints[{index}].{tool}"
+        if tool not in tools:
+            raise fail(where, f"constraint on {tool!r}, which is not one of this skill's tools")
+        if tool in constraints:
+            raise fail(where, f"a second constraint entry for {tool!r}")
+        rule = constraint.requires_confirmation
+        if rule is not None and rule.enabled:
+            for key in ("utter_for_confirmation", "utter_on_user_denial"):
+                if getattr(rule, key) is None:
+                    raise fail(f"{where}.requires_confirmation", f"{key!r} is required when enabled")
+                check_response(f"{where}.requires_confirmation.{key}", getattr(rule, key))
+        constraints[tool] = constraint
+
+    for index, step in enumerate(parsed.steps):
+        where = f"steps[{index}]"
+        if step.execute_tool not in tools:
+            raise fail(f"{where}.execute_tool", f"{step.execute_tool!r} is not one of this skill's tools")
+        for key in ("on_success", "on_error", "on_not_found", "on_missing_argument"):
+            check_response(f"{where}.{key}", getattr(step, key))
+
+    return Skill(
+        id=parsed.skill,
+        path=path,
+        tools=tools,
+        constraints=constraints,
+        steps=tuple(parsed.steps),
+        reset_slots=tuple(parsed.reset_slots),
+    )
+
+
+def resolve_arguments(step: Step, slots: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The step's arguments from the slots, and the names of slots that were empty."""
+    resolved: dict[str, Any] = {}
+    missing: list[str] = []
+    for name, source in step.arguments.items():
+        if isinstance(source, SlotArgument):
+            value = slots.get(source.slot)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                missing.append(source.slot)
+            resolved[name] = value
+        else:
+            resolved[name] = source
+    return resolved, missing
+
+
+def domain_responses(domain_path: str | Path) -> set[str]:
+    """Response names defined in a Rasa domain file (``responses:`` keys)."""
+    path = Path(domain_path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the domain: {exc}") from None
+    responses = document.get("responses") or {}
+    if not isinstance(responses, dict):
+        raise ConfigError(f"{path}: 'responses' must be a mapping")
+    return set(responses)
+
+
+def _location(loc: Iterable[Any]) -> str:
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif isinstance(part, str) and part[:1].isupper():
+            continue  # pydantic's names for union members are noise to a skill author
+        else:
+            parts.append(f".{part}" if parts else str(part))
+    return "".join(parts) or "top level"
+
+
+ToolFunction = Callable[..., Any]

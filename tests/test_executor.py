@@ -1,0 +1,276 @@
+"""The executor against the real CRM, with its tools local and over MCP.
+
+Every test reads the CRM's SQLite store to see what was really written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crm.tools import TOOLS
+from mcp_bridge import MCPRuntime, MCPServerConfig
+from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor, Turn
+from mcp_bridge.skills import domain_responses, load_skills
+from tests.support import procs
+
+REPO = Path(__file__).resolve().parents[1]
+DANA = "dana@example.com"
+
+
+def notes_for(db: Path, email: str) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT n.text FROM notes n JOIN contacts c ON c.id = n.contact_id"
+            " WHERE c.email = ? ORDER BY n.id",
+            (email,),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def skills_with_source(tmp_path: Path, source: str) -> Path:
+    """A copy of skills/ with every tool-source line set to `source` (local or mcp:crm)."""
+    target = tmp_path / f"skills-{source.replace(':', '-')}"
+    target.mkdir()
+    for path in (REPO / "skills").glob("*.yml"):
+        text = path.read_text()
+        if source == "local":
+            text = text.replace(": mcp:crm", ": local")
+        (target / path.name).write_text(text)
+    return target
+
+
+class Conversation:
+    """Slots carried between turns the way Rasa's tracker carries them."""
+
+    def __init__(self, executor: Executor, **slots: Any) -> None:
+        self.executor = executor
+        self.slots: dict[str, Any] = dict(slots)
+        self.user_turn = 1
+
+    def turn(self, intent: str | None = None, confidence: float = 0.98) -> Turn:
+        ranking = {intent: confidence} if intent else {}
+        return Turn("test", dict(self.slots), self.user_turn, intent, confidence, ranking)
+
+    def absorb(self, decision: Decision) -> Decision:
+        self.slots.update(decision.slots)
+        return decision
+
+    async def start(self, skill: str = "log_interaction") -> Decision:
+        return self.absorb(await self.executor.start(skill, self.turn("log_interaction")))
+
+    async def yes(self, confidence: float = 0.98) -> Decision:
+        self.user_turn += 1
+        return self.absorb(await self.executor.confirm(self.turn("affirm", confidence)))
+
+    async def no(self) -> Decision:
+        self.user_turn += 1
+        return self.absorb(await self.executor.deny(self.turn("deny")))
+
+
+@pytest.fixture(params=["local", "mcp:crm"])
+async def make_executor(
+    request: pytest.FixtureRequest, crm_mcp: str, crm_tools: object, tmp_path: Path
+) -> AsyncIterator[Callable[..., Executor]]:
+    source = request.param
+    made: list[Executor] = []
+
+    def make(policy: ConfirmationPolicy | None = None, clock: Callable[[], float] | None = None) -> Executor:
+        servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp)}
+        directory = tmp_path / f"executor-{len(made)}"
+        directory.mkdir()
+        skills = load_skills(
+            skills_with_source(directory, source),
+            local_tools=TOOLS,
+            mcp_servers=servers,
+            responses=domain_responses(REPO / "domain.yml"),
+        )
+        kwargs: dict[str, Any] = {"policy": policy}
+        if clock is not None:
+            kwargs["clock"] = clock
+        executor = Executor(skills, TOOLS, MCPRuntime(servers), **kwargs)
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        await executor.aclose()
+
+
+async def test_constrained_write_asks_first_and_writes_nothing(make_executor: Any, crm_db: Path) -> None:
+    note = "Dana called about the VAT rate on invoice 4471."
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text=note)
+    decision = await chat.start()
+    assert decision.outcome == "pending"
+    assert [s.response for s in decision.say] == ["utter_confirm_note"]
+    assert decision.say[0].variables["arg_text"] == note
+    assert decision.say[0].variables["contact_name"] == "Dana Whitfield"
+    pending = chat.slots[PENDING_SLOT]
+    assert pending["tool"] == "add_timeline_note" and pending["arguments"]["text"] == note
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_yes_writes_exactly_the_confirmed_note_once(make_executor: Any, crm_db: Path) -> None:
+    note = 'Follow-up on the Q3 renewal { braces } ${HOME} and "quotes" ✓'
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text=note)
+    await chat.start()
+    decision = await chat.yes()
+    assert decision.outcome == "done"
+    assert [s.response for s in decision.say] == ["utter_note_saved"]
+    assert notes_for(crm_db, DANA) == [*before, note]
+    assert chat.slots[PENDING_SLOT] is None
+    assert chat.slots["note_text"] is None and chat.slots["contact_email"] is None
+    again = await chat.yes()  # single use: a second "yes" finds nothing pending
+    assert again.outcome == "nothing_pending"
+    assert notes_for(crm_db, DANA) == [*before, note]
+
+
+async def test_no_writes_nothing(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="Please do not keep this.")
+    await chat.start()
+    decision = await chat.no()
+    assert decision.outcome == "cancelled"
+    assert [s.response for s in decision.say] == ["utter_note_cancelled"]
+    assert chat.slots[PENDING_SLOT] is None
+    assert (await chat.yes()).outcome == "nothing_pending"
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_absent_contact_is_answered_as_not_found(make_executor: Any, crm_db: Path) -> None:
+    chat = Conversation(make_executor(), contact_email="ghost@example.com", note_text="Hello")
+    decision = await chat.start()
+    assert decision.outcome == "not_found"
+    assert [s.response for s in decision.say] == ["utter_contact_not_found"]
+    assert PENDING_SLOT not in chat.slots or chat.slots[PENDING_SLOT] is None
+    assert notes_for(crm_db, "ghost@example.com") == []
+
+
+async def test_yes_or_no_with_nothing_pending(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="never asked")
+    assert (await chat.yes()).say[0].response == "utter_nothing_pending"
+    assert (await chat.no()).say[0].response == "utter_nothing_pending"
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_yes_after_another_message_asks_again(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="asked, then a detour")
+    first = (await chat.start()).say[0]
+    chat.user_turn += 1  # the person asked something else in between
+    decision = await chat.yes()
+    assert decision.outcome == "pending"
+    assert [s.response for s in decision.say] == ["utter_confirm_again", "utter_confirm_note"]
+    assert decision.say[1].variables["arg_text"] == first.variables["arg_text"]
+    assert notes_for(crm_db, DANA) == before
+    assert (await chat.yes()).outcome == "done"
+    assert notes_for(crm_db, DANA) == [*before, "asked, then a detour"]
+
+
+async def test_late_yes_asks_again(make_executor: Any, crm_db: Path) -> None:
+    now = [1000.0]
+    executor = make_executor(ConfirmationPolicy(ttl_seconds=60), clock=lambda: now[0])
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(executor, contact_email=DANA, note_text="too late")
+    await chat.start()
+    now[0] += 61
+    assert (await chat.yes()).outcome == "pending"
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_unsure_yes_asks_again(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="mumbled")
+    await chat.start()
+    assert (await chat.yes(confidence=0.4)).outcome == "pending"
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
+    await chat.start()
+    chat.slots["note_text"] = "something else"
+    decision = await chat.yes()
+    assert decision.outcome == "rejected"
+    assert decision.say[0].response == "utter_confirmation_invalid"
+
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
+    await chat.start()
+    forged = dict(chat.slots[PENDING_SLOT])
+    forged["arguments"] = {**forged["arguments"], "text": "forged text"}
+    chat.slots[PENDING_SLOT] = forged
+    chat.slots["note_text"] = "forged text"
+    assert (await chat.yes()).outcome == "rejected"
+    chat.slots[PENDING_SLOT] = {"tool": "add_timeline_note"}  # malformed
+    assert (await chat.yes()).outcome == "nothing_pending"
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_name_resolving_to_nothing_fails_loudly_on_yes(
+    crm_db: Path, tmp_path: Path, crm_tools: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The lookup is local; the write names an MCP server, but this executor has no MCP runtime,
+    # so at dispatch add_timeline_note resolves to neither a local function nor an MCP tool.
+    skill = (REPO / "skills" / "log_interaction.yml").read_text()
+    skill = skill.replace("find_contact_by_email: mcp:crm", "find_contact_by_email: local")
+    (tmp_path / "log_interaction.yml").write_text(skill)
+    skills = load_skills(tmp_path, local_tools=TOOLS, mcp_servers={"crm"}, responses=None)
+    executor = Executor(skills, TOOLS, None)
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(executor, contact_email=DANA, note_text="must never land")
+    # The constraint is found by the tool's name, so the question still comes first ...
+    assert (await chat.start()).outcome == "pending"
+    # ... and the "yes" is refused loudly instead of falling through to anything.
+    with caplog.at_level(logging.ERROR):
+        decision = await chat.yes()
+    assert decision.outcome == "not_configured"
+    assert [s.response for s in decision.say] == ["utter_tool_not_configured"]
+    refusals = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("add_timeline_note" in m and "log_interaction" in m and "REFUSED" in m for m in refusals)
+    assert chat.slots[PENDING_SLOT] is None
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_unreachable_mcp_server_tells_the_person_and_writes_nothing(
+    crm_db: Path, tmp_path: Path, crm_tools: object
+) -> None:
+    dead = {"crm": MCPServerConfig(name="crm", url=f"http://127.0.0.1:{procs.free_port()}/mcp")}
+    skills = load_skills(
+        skills_with_source(tmp_path, "mcp:crm"), local_tools=TOOLS, mcp_servers=dead, responses=None
+    )
+    executor = Executor(skills, TOOLS, MCPRuntime(dead, connect_timeout=2.0))
+    before = notes_for(crm_db, DANA)
+    try:
+        decision = await executor.start(
+            "log_interaction", Turn("t", {"contact_email": DANA, "note_text": "x"}, 1)
+        )
+    finally:
+        await executor.aclose()
+    assert decision.outcome == "unavailable"
+    assert [s.response for s in decision.say] == ["utter_tool_unavailable"]
+    assert notes_for(crm_db, DANA) == before
+
+
+async def test_lookup_and_notes_skills(
+    make_executor: Any, crm_db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    executor = make_executor()
+    chat = Conversation(executor, contact_email="PRIYA@example.com")
+    found = await chat.start("lookup_contact")
+    assert [s.response for s in found.say] == ["utter_contact_found"]
+    assert found.say[0].variables["contact_name"] == "Priya Raman"
+    chat = Conversation(executor, contact_email="priya@example.com")
+    with caplog.at_level(logging.INFO):
+        empty = await chat.start("show_notes")
+    assert [s.response for s in empty.say] in (["utter_no_notes"], ["utter_recent_notes"])
+    missing = await Conversation(executor).start("lookup_contact")
+    assert [s.response for s in missing.say] == ["utter_ask_email_for_lookup"]
