@@ -32,7 +32,8 @@ def main() -> int:
     logging.basicConfig(
         level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("sanic.access").setLevel(logging.WARNING)
+    for noisy in ("sanic.access", "httpx2", "httpcore2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     host = os.environ.get("ACTION_SERVER_HOST", "127.0.0.1")
     port = int(os.environ.get("ACTION_SERVER_PORT", "5055"))
     try:

@@ -246,12 +246,13 @@ class Executor:
         decision: Decision,
         confirmed: PendingConfirmation | None,
     ) -> None:
+        results: dict[str, Any] = {}
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
             if confirmed is not None and index == confirmed.step:
                 arguments, missing = dict(confirmed.arguments), list[str]()
             else:
-                arguments, missing = resolve_arguments(step, slots)
+                arguments, missing = resolve_arguments(step, slots, results)
             if missing:
                 decision.outcome = "missing_argument"
                 decision.say.append(
@@ -275,7 +276,9 @@ class Executor:
             result = await self._dispatch(skill, step, arguments, turn, decision, key)
             if confirmed is not None and index == confirmed.step:
                 self._record(turn, confirmed, "executed", _outcome(result))
-            if result is None or not self._route(step, result, slots, arguments, decision):
+            if result is not None:
+                results.update(result.data)
+            if result is None or not self._route(step, result, slots, arguments, results, decision):
                 self._finish(skill, decision)
                 return
         decision.outcome = "done"
@@ -346,6 +349,7 @@ class Executor:
         result: ToolResult,
         slots: dict[str, Any],
         arguments: dict[str, Any],
+        results: dict[str, Any],
         decision: Decision,
     ) -> bool:
         """Say what follows the result; True when the skill goes on to its next step."""
@@ -358,13 +362,13 @@ class Executor:
         if result.data.get("found") is False or empty_list:
             decision.outcome = "not_found"
             if step.on_not_found:
-                decision.say.append(Say(step.on_not_found, _variables(slots, arguments, result.data)))
+                decision.say.append(Say(step.on_not_found, _variables(slots, arguments, results)))
             return False
         for slot, key in step.fills.items():
             slots[slot] = result.data.get(key)
             decision.slots[slot] = result.data.get(key)
         if step.on_success:
-            decision.say.append(Say(step.on_success, _variables(slots, arguments, result.data)))
+            decision.say.append(Say(step.on_success, _variables(slots, arguments, results)))
         return True
 
     # -- confirmation bookkeeping -------------------------------------------------------------

@@ -62,7 +62,13 @@ class SlotArgument(_Strict):
     slot: str
 
 
-ArgumentSource = SlotArgument | str | int | float | bool | None
+class ResultArgument(_Strict):
+    """A key of an earlier step's result in the same run (e.g. the contact id a lookup found)."""
+
+    result: str
+
+
+ArgumentSource = SlotArgument | ResultArgument | str | int | float | bool | None
 
 
 class Step(_Strict):
@@ -234,15 +240,18 @@ def _check(
     )
 
 
-def resolve_arguments(step: Step, slots: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The step's arguments from the slots, and the names of slots that were empty."""
+def resolve_arguments(
+    step: Step, slots: Mapping[str, Any], results: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """The step's arguments from slots and earlier results, and the names of those that were empty."""
     resolved: dict[str, Any] = {}
     missing: list[str] = []
     for name, source in step.arguments.items():
-        if isinstance(source, SlotArgument):
-            value = slots.get(source.slot)
+        if isinstance(source, SlotArgument | ResultArgument):
+            key = source.slot if isinstance(source, SlotArgument) else source.result
+            value = slots.get(key) if isinstance(source, SlotArgument) else (results or {}).get(key)
             if value is None or (isinstance(value, str) and not value.strip()):
-                missing.append(source.slot)
+                missing.append(key)
             resolved[name] = value
         else:
             resolved[name] = source

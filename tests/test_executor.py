@@ -267,7 +267,7 @@ async def test_lookup_and_notes_skills(
     chat = Conversation(executor, contact_email="PRIYA@example.com")
     found = await chat.start("lookup_contact")
     assert [s.response for s in found.say] == ["utter_contact_found"]
-    assert found.say[0].variables["contact_name"] == "Priya Raman"
+    assert found.say[0].variables["result_name"] == "Priya Raman"
     chat = Conversation(executor, contact_email="priya@example.com")
     with caplog.at_level(logging.INFO):
         empty = await chat.start("show_notes")

@@ -61,6 +61,8 @@ class ServiceProcess:
         ready_headers: Mapping[str, str] | None = None,
         url: str,
         start_timeout: float = START_TIMEOUT,
+        log_path: Path | None = None,
+        detached: bool = False,
     ) -> None:
         self.name = name
         self.args = list(args)
@@ -71,9 +73,15 @@ class ServiceProcess:
         self.start_timeout = start_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
-        fd, log_name = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
-        os.close(fd)
-        self.log_path = Path(log_name)
+        # A detached process outlives this Python process (`make up`); its log stays where given.
+        self.detached = detached
+        self.keep_log = log_path is not None
+        if log_path is None:
+            fd, log_name = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
+            os.close(fd)
+            log_path = Path(log_name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
 
     def output(self) -> str:
         """Everything the process wrote to stdout and stderr so far."""
@@ -104,6 +112,7 @@ class ServiceProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=self.detached,
             )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -133,7 +142,8 @@ class ServiceProcess:
 
     def close(self) -> None:
         self.stop()
-        self.log_path.unlink(missing_ok=True)
+        if not self.keep_log:
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> ServiceProcess:
         try:
@@ -223,3 +233,96 @@ class Services:
     def close(self) -> None:
         while self._started:
             self._started.pop().close()
+
+
+RASA = REPO_ROOT / ".venv-rasa" / "bin" / "rasa"
+RASA_START_TIMEOUT = 240.0
+
+
+def current_model() -> Path:
+    """The trained model for the current domain, config and data (`make train` builds it)."""
+    out = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "model-path.sh")], capture_output=True, text=True, check=True
+    )
+    model = REPO_ROOT / out.stdout.strip()
+    if not model.exists():
+        raise RuntimeError(f"{model} does not exist: run `make train` first")
+    return model
+
+
+def write_endpoints(path: Path, action_url: str) -> Path:
+    """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`."""
+    import yaml
+
+    document = yaml.safe_load((REPO_ROOT / "endpoints.yml").read_text())
+    document["action_endpoint"] = {"url": action_url}
+    # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    return path
+
+
+def action_server(
+    *,
+    endpoints: Path,
+    crm_url: str,
+    mcp_url: str,
+    mcp_token: str,
+    skills_dir: Path | None = None,
+    audit_log: Path | None = None,
+    port: int | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServiceProcess:
+    """A (not yet started) `python -m actions.server`; `.url` is its /webhook URL."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    env = child_env(
+        {
+            "ACTION_SERVER_HOST": HOST,
+            "ACTION_SERVER_PORT": str(port),
+            "ENDPOINTS": str(endpoints),
+            "SKILLS_DIR": str(skills_dir or REPO_ROOT / "skills"),
+            "CRM_URL": crm_url,
+            "CRM_MCP_URL": mcp_url,
+            "CRM_MCP_TOKEN": mcp_token,
+            "AUDIT_LOG": str(audit_log) if audit_log else None,
+            **(extra_env or {}),
+        }
+    )
+    return ServiceProcess(
+        "action-server",
+        [sys.executable, "-m", "actions.server"],
+        env=env,
+        ready_url=f"{base}/health",
+        url=f"{base}/webhook",
+        log_path=log_path,
+        detached=detached,
+        start_timeout=60.0,
+    )
+
+
+def rasa_server(
+    *,
+    model: Path,
+    endpoints: Path,
+    port: int | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) `rasa run --enable-api` with the REST channel; `.url` is its base URL."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    args = [str(RASA), "run", "--enable-api", "--model", str(model), "--endpoints", str(endpoints)]
+    args += ["--credentials", str(REPO_ROOT / "credentials.yml"), "-i", HOST, "-p", str(port)]
+    return ServiceProcess(
+        "rasa-server",
+        args,
+        env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2"}),
+        ready_url=f"{base}/status",
+        url=base,
+        log_path=log_path,
+        detached=detached,
+        start_timeout=RASA_START_TIMEOUT,
+    )

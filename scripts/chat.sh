@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# make chat: CRM, MCP server and action server in the background, rasa shell in the foreground,
+# and everything stopped again when the shell ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+state=var/run/chat.json
+.venv/bin/python scripts/stack.py up --without-rasa --state "$state"
+trap '.venv/bin/python scripts/stack.py down --state "$state" >/dev/null' EXIT
+echo "==> opening rasa shell (type /stop to end); try: log a call with dana@example.com"
+.venv-rasa/bin/rasa shell --model "$(scripts/model-path.sh)" --endpoints var/run/endpoints.yml \
+  --port "${RASA_PORT:-5005}" --quiet

@@ -1,0 +1,172 @@
+"""`make up` / `make down`: the whole stack in the background on 127.0.0.1, and stopping it again.
+
+    python scripts/stack.py up [--without-rasa] [--state var/run/stack.json]
+    python scripts/stack.py down [--state var/run/stack.json]
+
+Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005 (override with CRM_PORT,
+MCP_PORT, ACTION_SERVER_PORT, RASA_PORT). The MCP bearer token is CRM_MCP_TOKEN, or one generated
+once into var/crm_mcp_token. SKILLS_DIR picks the skill files (default skills/). Logs go to var/log/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support import procs  # noqa: E402
+
+VAR = REPO / "var"
+DEFAULT_STATE = VAR / "run" / "stack.json"
+
+
+def mcp_token() -> str:
+    token = os.environ.get("CRM_MCP_TOKEN")
+    if token:
+        return token
+    path = VAR / "crm_mcp_token"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def port(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def up(state: Path, with_rasa: bool) -> int:
+    if state.exists():
+        print(f"already running (see {state}); run `make down` first", file=sys.stderr)
+        return 1
+    token = mcp_token()
+    db = Path(os.environ.get("CRM_DB", VAR / "crm.sqlite3"))
+    logs = VAR / "log"
+    started: list[procs.ServiceProcess] = []
+
+    def start(service: procs.ServiceProcess, what: str) -> procs.ServiceProcess:
+        print(f"==> starting {what} ...", flush=True)
+        started.append(service)
+        service.start()
+        return service
+
+    try:
+        procs.seed_db(db)
+        rest = start(
+            _detached(procs.crm_rest(db, port=port("CRM_PORT", 8100)), logs / "crm-rest.log"), "CRM REST API"
+        )
+        mcp = start(
+            _detached(
+                procs.crm_mcp(rest.url, token=token, port=port("MCP_PORT", 8200)), logs / "crm-mcp.log"
+            ),
+            "CRM MCP server",
+        )
+        action_port = port("ACTION_SERVER_PORT", 5055)
+        endpoints = procs.write_endpoints(
+            VAR / "run" / "endpoints.yml", f"http://127.0.0.1:{action_port}/webhook"
+        )
+        skills = Path(os.environ.get("SKILLS_DIR", REPO / "skills"))
+        actions = start(
+            procs.action_server(
+                endpoints=endpoints,
+                crm_url=rest.url,
+                mcp_url=mcp.url,
+                mcp_token=token,
+                skills_dir=skills,
+                audit_log=VAR / "audit.jsonl",
+                port=action_port,
+                log_path=logs / "action-server.log",
+                detached=True,
+            ),
+            f"action server (skills from {skills})",
+        )
+        services = {"crm_rest": rest, "crm_mcp": mcp, "action_server": actions}
+        if with_rasa:
+            rasa = start(
+                procs.rasa_server(
+                    model=procs.current_model(),
+                    endpoints=endpoints,
+                    port=port("RASA_PORT", 5005),
+                    log_path=logs / "rasa.log",
+                    detached=True,
+                ),
+                "Rasa server (loading the model takes up to a minute)",
+            )
+            services["rasa"] = rasa
+    except Exception as exc:
+        for service in reversed(started):
+            service.stop()
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    state.parent.mkdir(parents=True, exist_ok=True)
+    assert all(s.process is not None for s in services.values())
+    state.write_text(
+        json.dumps(
+            {name: {"pid": s.process.pid, "url": s.url} for name, s in services.items() if s.process},
+            indent=2,
+        )
+    )
+    print("\nrunning:")
+    for name, service in services.items():
+        print(f"  {name:<14} {service.url}")
+    print(f"logs in {logs}; stop with `make down`")
+    return 0
+
+
+def _detached(service: procs.ServiceProcess, log_path: Path) -> procs.ServiceProcess:
+    service.detached = True
+    service.keep_log = True
+    service.log_path.unlink(missing_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    service.log_path = log_path
+    return service
+
+
+def down(state: Path) -> int:
+    if not state.exists():
+        print("nothing to stop")
+        return 0
+    services = json.loads(state.read_text())
+    for name, info in reversed(list(services.items())):
+        pid = int(info["pid"])
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        print(f"stopped {name} (pid {pid})")
+    state.unlink()
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--without-rasa", action="store_true", help="start everything but the Rasa server")
+    parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help="where the PIDs are kept")
+    args = parser.parse_args()
+    if args.command == "up":
+        return up(args.state, with_rasa=not args.without_rasa)
+    return down(args.state)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
