@@ -9,6 +9,7 @@ mcp_servers:
 ```
 """
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ def load_mcp_servers(path: str | Path, env: Mapping[str, str] | None = None) -> 
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(document, dict):
@@ -75,12 +78,14 @@ def _parse_server(entry: Any, where: str, env: Mapping[str, str]) -> MCPServerCo
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: each server must be a mapping with name, url and type")
     name = entry.get("name")
-    if not isinstance(name, str) or not name.strip():
+    if name is None:
         raise ConfigError(f"{where}: missing field 'name'")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}: 'name' must be a non-empty string")
     where = f"{where} ({name})"
     unknown = set(entry) - _KNOWN_KEYS
     if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
     for required in ("url", "type"):
         if entry.get(required) in (None, ""):
             raise ConfigError(f"{where}: missing field {required!r}")
@@ -111,7 +116,7 @@ def _parse_server(entry: Any, where: str, env: Mapping[str, str]) -> MCPServerCo
     if not isinstance(trusted, bool):
         raise ConfigError(f"{where}: 'trusted' must be true or false")
     timeout = entry.get("timeout", 10.0)
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
         raise ConfigError(f"{where}: 'timeout' must be a positive number of seconds")
     return MCPServerConfig(
         name=name, url=url, type=server_type, api_key=api_key, trusted=trusted, timeout=float(timeout)

@@ -22,10 +22,12 @@ def expand(value: str, env: Mapping[str, str]) -> str:
 
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
+        value = env.get(name)
+        # As in the shell, ${VAR:-default} also covers a variable that is set but empty.
+        if default is not None and not value:
             return default
+        if value is not None:
+            return value
         raise UnsetVariableError(name)
 
     return _PATTERN.sub(replace, value)

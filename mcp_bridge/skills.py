@@ -167,6 +167,8 @@ def load_skill(
 ) -> Skill:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     try:
@@ -276,7 +278,7 @@ def _location(loc: Iterable[Any]) -> str:
     for part in loc:
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif isinstance(part, str) and part[:1].isupper():
+        elif part in _UNION_MEMBER_NAMES:
             continue  # pydantic's names for union members are noise to a skill author
         else:
             parts.append(f".{part}" if parts else str(part))
@@ -284,3 +286,5 @@ def _location(loc: Iterable[Any]) -> str:
 
 
 ToolFunction = Callable[..., Any]
+
+_UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}
