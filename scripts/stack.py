@@ -5,7 +5,8 @@
 
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005 (override with CRM_PORT,
 MCP_PORT, ACTION_SERVER_PORT, RASA_PORT). The MCP bearer token is CRM_MCP_TOKEN, or one generated
-once into var/crm_mcp_token. SKILLS_DIR picks the skill files (default skills/). Logs go to var/log/.
+once into var/crm_mcp_token; likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa
+sends to the action server. SKILLS_DIR picks the skill files (default skills/). Logs go to var/log/.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ VAR = REPO / "var"
 DEFAULT_STATE = VAR / "run" / "stack.json"
 
 
-def mcp_token() -> str:
-    token = os.environ.get("CRM_MCP_TOKEN")
+def secret(variable: str, file_name: str) -> str:
+    """The variable's value, or a token generated once into var/<file_name>."""
+    token = os.environ.get(variable)
     if token:
         return token
-    path = VAR / "crm_mcp_token"
+    path = VAR / file_name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(24))
@@ -48,7 +50,8 @@ def up(state: Path, with_rasa: bool) -> int:
     if state.exists():
         print(f"already running (see {state}); run `make down` first", file=sys.stderr)
         return 1
-    token = mcp_token()
+    token = secret("CRM_MCP_TOKEN", "crm_mcp_token")
+    action_token = secret("ACTION_SERVER_TOKEN", "action_server_token")
     db = Path(os.environ.get("CRM_DB", VAR / "crm.sqlite3"))
     logs = VAR / "log"
     started: list[procs.ServiceProcess] = []
@@ -86,6 +89,7 @@ def up(state: Path, with_rasa: bool) -> int:
                 port=action_port,
                 log_path=logs / "action-server.log",
                 detached=True,
+                extra_env={"ACTION_SERVER_TOKEN": action_token},
             ),
             f"action server (skills from {skills})",
         )

@@ -250,12 +250,17 @@ def current_model() -> Path:
     return model
 
 
-def write_endpoints(path: Path, action_url: str) -> Path:
-    """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`."""
+def write_endpoints(path: Path, action_url: str, action_token: str | None = None) -> Path:
+    """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
+
+    With `action_token`, Rasa sends it to the action server as `?token=...`.
+    """
     import yaml
 
     document = yaml.safe_load((REPO_ROOT / "endpoints.yml").read_text())
     document["action_endpoint"] = {"url": action_url}
+    if action_token:
+        document["action_endpoint"]["token"] = action_token
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
