@@ -16,6 +16,12 @@ Rules, in order of importance:
 * The tool's name is resolved at dispatch time: this skill's local function, else an MCP tool the
   skill imports. A name that resolves to neither is a loud error and nothing runs.
 * A "no" calls nothing.
+* A tool from an MCP server that the skill gives no constraint is confirmed too, unless the server
+  is marked ``trusted`` in endpoints.yml and annotates the tool read-only. An untrusted server's
+  annotations never switch a confirmation off; a skill can, with ``enabled: false``.
+* A confirmed write carries an idempotency key (the confirmation id). When its outcome is unknown
+  (timeout, connection lost after sending) it is repeated once with the same key, which the store
+  honours, so the write lands exactly once.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from typing import Any
 
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.local_tools import validate_local_arguments
 from mcp_bridge.results import ToolResult, from_local
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import Skill, Step, ToolFunction, resolve_arguments
+from mcp_bridge.runtime import MCPRuntime, validate_arguments
+from mcp_bridge.skills import RequiresConfirmation, Skill, Step, ToolFunction, resolve_arguments
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,9 @@ class Responses:
     tool_unavailable: str = "utter_tool_unavailable"
     tool_outcome_unknown: str = "utter_tool_outcome_unknown"
     tool_not_configured: str = "utter_tool_not_configured"
+    # The question and the "no" for an MCP tool that the skill gave no constraint (see below).
+    confirm_tool_call: str = "utter_confirm_tool_call"
+    tool_call_cancelled: str = "utter_tool_call_cancelled"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -193,7 +203,7 @@ class Executor:
                 log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
         skill, step = self._bound_step(pending)
-        if skill is None or step is None or not self._authentic(pending, skill):
+        if skill is None or step is None or not await self._authentic(pending, skill):
             log.warning(
                 "conversation %s: confirmation %s does not match any call this server would make; "
                 "nothing was run",
@@ -224,11 +234,11 @@ class Executor:
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
         self._record(turn, pending, "denied", None)
         skill = self.skills.get(pending.skill)
-        rule = skill.confirmation_for(pending.tool) if skill else None
+        rule = await self._confirmation_rule(skill, pending.tool) if skill else None
         denial = rule.utter_on_user_denial if rule and rule.utter_on_user_denial else None
         decision = Decision("cancelled", [], {PENDING_SLOT: None})
         if denial:
-            decision.say.append(Say(denial, _variables(turn.slots, pending.arguments)))
+            decision.say.append(Say(denial, _variables(turn.slots, pending.arguments, tool=pending.tool)))
         else:
             decision.say.append(Say(self.responses.confirmation_invalid))
         if skill is not None:
@@ -263,15 +273,24 @@ class Executor:
                 )
                 self._finish(skill, decision)
                 return
-            rule = skill.confirmation_for(step.execute_tool)
-            if rule is not None and not (confirmed is not None and index == confirmed.step):
-                pending = self._new_pending(skill, index, step, arguments, turn)
-                decision.outcome = "pending"
-                decision.slots[PENDING_SLOT] = pending.to_slot()
-                assert rule.utter_for_confirmation is not None
-                decision.say.append(Say(rule.utter_for_confirmation, _variables(slots, arguments)))
-                self._record(turn, pending, "asked", None)
-                return
+            if not (confirmed is not None and index == confirmed.step):
+                try:
+                    rule = await self._confirmation_rule(skill, step.execute_tool)
+                    if rule is not None:
+                        await self._check_arguments(skill, step.execute_tool, arguments)
+                except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as exc:
+                    self._say_failure(skill, step, exc, turn, decision)
+                    self._finish(skill, decision)
+                    return
+                if rule is not None:
+                    pending = self._new_pending(skill, index, step, arguments, turn)
+                    decision.outcome = "pending"
+                    decision.slots[PENDING_SLOT] = pending.to_slot()
+                    assert rule.utter_for_confirmation is not None
+                    variables = _variables(slots, arguments, tool=step.execute_tool)
+                    decision.say.append(Say(rule.utter_for_confirmation, variables))
+                    self._record(turn, pending, "asked", None)
+                    return
             key = confirmed.id if confirmed is not None and index == confirmed.step else None
             result = await self._dispatch(skill, step, arguments, turn, decision, key)
             if confirmed is not None and index == confirmed.step:
@@ -295,8 +314,26 @@ class Executor:
     ) -> ToolResult | None:
         tool = step.execute_tool
         try:
-            return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
-        except ToolNotFoundError as exc:
+            try:
+                return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
+            except ToolCallError as exc:
+                if not (exc.may_have_run and idempotency_key):
+                    raise
+                # Safe only because the key makes the store keep the first write if it landed.
+                log.warning(
+                    "outcome of %s.%s unknown (%s); repeating once with the same idempotency key",
+                    skill.id,
+                    tool,
+                    exc,
+                )
+                return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
+        except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as exc:
+            self._say_failure(skill, step, exc, turn, decision)
+        return None
+
+    def _say_failure(self, skill: Skill, step: Step, exc: Exception, turn: Turn, decision: Decision) -> None:
+        tool = step.execute_tool
+        if isinstance(exc, ToolNotFoundError):
             log.error(
                 "REFUSED: tool %r of skill %r resolves to neither a local function nor an MCP tool "
                 "(%s); nothing was run (conversation %s)",
@@ -307,18 +344,50 @@ class Executor:
             )
             decision.outcome = "not_configured"
             decision.say.append(Say(self.responses.tool_not_configured))
-        except ToolArgumentsError as exc:
+        elif isinstance(exc, ToolArgumentsError):
             log.warning("tool %r of skill %r: %s", tool, skill.id, exc)
             decision.outcome = "failed"
             decision.say.append(Say(step.on_error or self.responses.tool_failed, {"error": str(exc)}))
-        except ToolCallError as exc:
+        else:
             log.warning("tool %r of skill %r failed: %s", tool, skill.id, exc)
             decision.outcome = "unavailable"
-            response = (
-                self.responses.tool_outcome_unknown if exc.may_have_run else self.responses.tool_unavailable
+            unknown = isinstance(exc, ToolCallError) and exc.may_have_run
+            decision.say.append(
+                Say(self.responses.tool_outcome_unknown if unknown else self.responses.tool_unavailable)
             )
-            decision.say.append(Say(response))
-        return None
+
+    async def _confirmation_rule(self, skill: Skill, tool: str) -> RequiresConfirmation | None:
+        """The confirmation a call of ``tool`` needs, or None; decided by name, before resolution."""
+        constraint = skill.constraints.get(tool)
+        if constraint is not None and constraint.requires_confirmation is not None:
+            return skill.confirmation_for(tool)
+        source = skill.tools.get(tool)
+        if source is None or source.kind == "local":
+            return None
+        if self._runtime is not None and self._runtime.has_mcp_tool(skill.id, tool):
+            if await self._runtime.is_trusted_read_only(skill.id, tool):
+                return None
+        return RequiresConfirmation(
+            enabled=True,
+            utter_for_confirmation=self.responses.confirm_tool_call,
+            utter_on_user_denial=self.responses.tool_call_cancelled,
+        )
+
+    async def _check_arguments(self, skill: Skill, tool: str, arguments: dict[str, Any]) -> None:
+        """Refuse arguments the tool would refuse, before the person is asked about them.
+
+        A name that does not resolve is left for dispatch, which refuses it loudly.
+        """
+        source = skill.tools.get(tool)
+        local = self._local.get(tool) if source is not None and source.kind == "local" else None
+        if local is not None:
+            validate_local_arguments(tool, local, arguments)
+        elif self._runtime is not None and self._runtime.has_mcp_tool(skill.id, tool):
+            try:
+                definition = await self._runtime.get_tool(skill.id, tool)
+            except ToolNotFoundError:
+                return
+            validate_arguments(definition, arguments)
 
     async def call_tool(
         self, skill: Skill, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None
@@ -396,9 +465,11 @@ class Executor:
         step = skill.steps[pending.step]
         return skill, step if step.execute_tool == pending.tool else None
 
-    def _authentic(self, pending: PendingConfirmation, skill: Skill) -> bool:
+    async def _authentic(self, pending: PendingConfirmation, skill: Skill) -> bool:
         source = skill.tools.get(pending.tool)
-        if source is None or str(source) != pending.source or skill.confirmation_for(pending.tool) is None:
+        if source is None or str(source) != pending.source:
+            return False
+        if await self._confirmation_rule(skill, pending.tool) is None:
             return False
         expected = call_digest(pending.skill, pending.tool, pending.source, pending.arguments)
         return expected == pending.digest
@@ -456,7 +527,11 @@ def _outcome(result: ToolResult | None) -> str:
 
 
 def _variables(
-    slots: Mapping[str, Any], arguments: Mapping[str, Any], result: Mapping[str, Any] | None = None
+    slots: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    result: Mapping[str, Any] | None = None,
+    *,
+    tool: str | None = None,
 ) -> dict[str, Any]:
     """Template variables for a response: slots by name, ``arg_<name>`` and ``result_<key>``.
 
@@ -471,6 +546,9 @@ def _variables(
                 variables[prefix + key] = _lines(value)
             elif isinstance(value, str | int | float | bool):
                 variables[prefix + key] = value
+    if tool is not None:
+        variables["tool_name"] = tool
+        variables["tool_arguments"] = json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True)
     return variables
 
 

@@ -247,6 +247,17 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
+    async def is_trusted_read_only(self, skill_id: str, tool_name: str) -> bool:
+        """True only when the tool's server is marked trusted and the tool is annotated read-only.
+
+        Annotations are the server's own claims: from a server nobody vouched for they count for nothing.
+        """
+        server = self.server_for(skill_id, tool_name)
+        if not self._servers[server].trusted:
+            return False
+        tool = await self.get_tool(skill_id, tool_name)
+        return bool(tool.annotations is not None and tool.annotations.read_only_hint is True)
+
     async def get_tool(self, skill_id: str, tool_name: str) -> Tool:
         server = self.server_for(skill_id, tool_name)
         catalogue = await self.tools(server)
@@ -322,14 +333,18 @@ class MCPRuntime:
 
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
     """Refuse arguments the tool's input schema rejects, before anything is sent."""
-    validator = jsonschema.Draft202012Validator(tool.input_schema)
+    validate_against_schema(tool.name, tool.input_schema, arguments)
+
+
+def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(dict(schema))
     problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
     if problems:
         details = "; ".join(
             f"{'.'.join(map(str, problem.absolute_path)) or 'arguments'}: {problem.message}"
             for problem in problems
         )
-        raise ToolArgumentsError(f"arguments for tool {tool.name!r} do not match its input schema: {details}")
+        raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
 
 
 def _never_arrived(failure: BaseException, delivery: _Delivery) -> bool:

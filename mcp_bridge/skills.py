@@ -126,6 +126,7 @@ class Skill:
     reset_slots: tuple[str, ...]
 
     def confirmation_for(self, tool: str) -> RequiresConfirmation | None:
+        """The confirmation this skill declares for ``tool`` (the executor adds a default for MCP tools)."""
         constraint = self.constraints.get(tool)
         rule = constraint.requires_confirmation if constraint else None
         return rule if rule is not None and rule.enabled else None

@@ -40,9 +40,9 @@ def test_real_endpoints_with_token_uses_default_url() -> None:
     servers = load_mcp_servers(ENDPOINTS, env={"CRM_MCP_TOKEN": "t"})
     assert list(servers) == ["crm"]
     crm = servers["crm"]
-    assert crm == MCPServerConfig(name="crm", url=DEFAULT_CRM_URL, type="http", api_key="t")
+    assert crm == MCPServerConfig(name="crm", url=DEFAULT_CRM_URL, type="http", api_key="t", trusted=True)
     assert crm.headers() == {"Authorization": "Bearer t"}
-    assert crm.trusted is False
+    assert crm.trusted is True  # its read-only tools may skip the default confirmation
     assert crm.timeout == 10.0
 
 

@@ -81,7 +81,7 @@ async def make_executor(
     made: list[Executor] = []
 
     def make(policy: ConfirmationPolicy | None = None, clock: Callable[[], float] | None = None) -> Executor:
-        servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp)}
+        servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True)}
         directory = tmp_path / f"executor-{len(made)}"
         directory.mkdir()
         skills = load_skills(
@@ -274,3 +274,50 @@ async def test_lookup_and_notes_skills(
     assert [s.response for s in empty.say] in (["utter_no_notes"], ["utter_recent_notes"])
     missing = await Conversation(executor).start("lookup_contact")
     assert [s.response for s in missing.say] == ["utter_ask_email_for_lookup"]
+
+
+async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
+    crm_mcp: str, crm_db: Path, tmp_path: Path
+) -> None:
+    """Read-only annotations count only from a server marked trusted; a skill may opt out explicitly."""
+    skills_dir = skills_with_source(tmp_path, "mcp:crm")
+    untrusted = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=False)}
+    skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
+    executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
+    try:
+        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        assert lookup.outcome == "pending"
+        assert [s.response for s in lookup.say] == ["utter_confirm_tool_call"]
+        assert lookup.say[0].variables["tool_name"] == "find_contact_by_email"
+    finally:
+        await executor.aclose()
+
+    opted_out = (skills_dir / "lookup_contact.yml").read_text() + (
+        "tool_constraints:\n"
+        "  - find_contact_by_email:\n"
+        "      requires_confirmation:\n"
+        "        enabled: false\n"
+    )
+    (skills_dir / "lookup_contact.yml").write_text(opted_out)
+    skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
+    executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
+    try:
+        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        assert [s.response for s in lookup.say] == ["utter_contact_found"]
+    finally:
+        await executor.aclose()
+
+
+async def test_arguments_the_tool_refuses_are_refused_before_asking(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="fine", contact_id="not a number")
+    executor = chat.executor
+    skill = executor.skills["log_interaction"]
+    # Skip the lookup so the write step sees the bad contact id as the person's slots carry it.
+    decision = Decision("done")
+    await executor._run(skill, 1, chat.turn("log_interaction"), dict(chat.slots), decision, confirmed=None)
+    assert decision.outcome == "failed"
+    assert [s.response for s in decision.say] == ["utter_tool_failed"]
+    assert "contact_id" in decision.say[0].variables["error"]
+    assert PENDING_SLOT not in decision.slots or decision.slots[PENDING_SLOT] is None
+    assert notes_for(crm_db, DANA) == before
