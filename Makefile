@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV      := .venv
 VENV_RASA := .venv-rasa
 PY        := $(VENV)/bin/python
-RASA      := $(VENV_RASA)/bin/rasa
+RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
 .PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench clean
@@ -63,7 +63,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest
+test: lint typecheck validate rasa-test pytest proof
 
 chat: setup train
 	@scripts/chat.sh
