@@ -75,7 +75,7 @@ def up(state: Path, with_rasa: bool) -> int:
         )
         action_port = port("ACTION_SERVER_PORT", 5055)
         endpoints = procs.write_endpoints(
-            VAR / "run" / "endpoints.yml", f"http://127.0.0.1:{action_port}/webhook"
+            VAR / "run" / "endpoints.yml", f"http://127.0.0.1:{action_port}/webhook", action_token
         )
         skills = Path(os.environ.get("SKILLS_DIR", REPO / "skills"))
         actions = start(
