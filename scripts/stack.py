@@ -48,8 +48,10 @@ def port(name: str, default: int) -> int:
 
 def up(state: Path, with_rasa: bool) -> int:
     if state.exists():
-        print(f"already running (see {state}); run `make down` first", file=sys.stderr)
-        return 1
+        if any(_alive(int(info["pid"])) for info in json.loads(state.read_text()).values()):
+            print(f"already running (see {state}); run `make down` first", file=sys.stderr)
+            return 1
+        state.unlink()  # left behind by a run that was killed; nothing of it is running
     token = secret("CRM_MCP_TOKEN", "crm_mcp_token")
     action_token = secret("ACTION_SERVER_TOKEN", "action_server_token")
     db = Path(os.environ.get("CRM_DB", VAR / "crm.sqlite3"))
@@ -133,6 +135,14 @@ def _detached(service: procs.ServiceProcess, log_path: Path) -> procs.ServicePro
     log_path.parent.mkdir(parents=True, exist_ok=True)
     service.log_path = log_path
     return service
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def down(state: Path) -> int:
