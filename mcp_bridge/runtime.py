@@ -340,11 +340,25 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dic
     validator = jsonschema.Draft202012Validator(dict(schema))
     problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
     if problems:
-        details = "; ".join(
-            f"{'.'.join(map(str, problem.absolute_path)) or 'arguments'}: {problem.message}"
-            for problem in problems
-        )
+        details = "; ".join(_describe_problem(problem) for problem in problems)
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
+
+
+def _describe_problem(problem: jsonschema.ValidationError) -> str:
+    """The rule that failed, without the value: arguments can be note text, which stays out of logs."""
+    where = ".".join(map(str, problem.absolute_path)) or "arguments"
+    rule, limit = problem.validator, problem.validator_value
+    if rule == "required":
+        return str(problem.message)  # names the missing key only
+    if rule == "type":
+        return f"{where}: must be of type {limit}"
+    if rule == "maxLength":
+        return f"{where}: longer than {limit} characters"
+    if rule == "minLength":
+        return f"{where}: shorter than {limit} characters"
+    if rule == "additionalProperties":
+        return f"{where}: unexpected argument(s)"
+    return f"{where}: fails {rule} {limit!r}"
 
 
 def _never_arrived(failure: BaseException, delivery: _Delivery) -> bool:
