@@ -154,5 +154,8 @@ def create_app(token: str | None, *, host: str = "127.0.0.1") -> GuardedMCPApp:
     `host` is where the server binds; on loopback the SDK refuses requests whose Host header
     names anything else (DNS-rebinding protection).
     """
-    inner = build_server().streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    # One JSON body per call instead of an SSE stream: measured about 1.5 ms less per call. The CRM
+    # tools send no progress or log messages during a call, which is all an SSE reply would add;
+    # server notifications such as tools/list_changed still travel on the session's GET stream.
+    inner = build_server().streamable_http_app(streamable_http_path=MCP_PATH, host=host, json_response=True)
     return GuardedMCPApp(inner, token)

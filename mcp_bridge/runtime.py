@@ -11,6 +11,8 @@ after a restart). A call that may have reached the server is never repeated here
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -84,6 +86,8 @@ class _Connection:
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
         self._closed = asyncio.Event()
+        # Resolved when the session ends, so a call in flight can wait on it without a task per call.
+        self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         self._failure: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
@@ -126,6 +130,8 @@ class _Connection:
         finally:
             self._closed.set()
             self._ready.set()
+            if not self._ended.done():
+                self._ended.set_result(None)
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ToolListChangedNotification):
@@ -155,11 +161,8 @@ class _Connection:
             )
         finally:
             _delivery.reset(token)
-        closed = asyncio.create_task(self._closed.wait())
-        try:
-            done, _ = await asyncio.wait({call, closed}, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
-        finally:
-            closed.cancel()
+        waiting: set[asyncio.Future[Any]] = {call, self._ended}
+        done, _ = await asyncio.wait(waiting, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
         if call in done:
             if call.cancelled():
                 return None, self._failure or asyncio.CancelledError(), delivery
@@ -337,11 +340,19 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
 
 
 def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
-    validator = jsonschema.Draft202012Validator(dict(schema))
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if validator.is_valid(arguments):
+        return
     problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
     if problems:
         details = "; ".join(_describe_problem(problem) for problem in problems)
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
+    # Building a validator costs more than using one, and every confirmed write validates twice.
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
 
 
 def _describe_problem(problem: jsonschema.ValidationError) -> str:
