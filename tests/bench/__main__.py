@@ -1,0 +1,231 @@
+"""`python -m tests.bench` (`make bench`): every figure measured side by side in one run.
+
+Starts a seeded CRM (REST), its MCP server, the action server and a Rasa server on free local ports,
+stops them all at the end (also on error), prints a table and writes bench-results/bench.json and
+bench-results/bench.png. Timings are reported, never asserted: a missed target prints MISS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+from crm import tools as crm_tools
+from tests.bench import micro, rasa_turns, report, webhook
+from tests.bench.stats import Series
+from tests.support import procs
+
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = {"local": "local", "mcp": "mcp:crm"}
+_T = TypeVar("_T")
+WARMUP_REQUESTS = 10  # confirmations per action server before its "warm, idle" memory reading
+
+
+@dataclass(frozen=True)
+class Config:
+    calls: int = 300  # section 1, per variant
+    sessions: int = 100  # section 2, per variant
+    cycles: int = 200  # section 3, per variant
+    requests: int = 300  # section 4, per variant and concurrency level
+    levels: tuple[int, ...] = (1, 8, 32)
+    turns: int = 20  # section 5, per variant
+    rounds: int = 2  # section 5: action-server phases per variant, in A B B A order
+    out: Path = REPO / "bench-results"
+    model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
+
+
+QUICK = Config(calls=30, sessions=10, cycles=20, requests=40, turns=4, rounds=2)
+
+
+def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run on uvloop when it is installed, as the action server (Sanic) runs the bridge."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def event_loop_name() -> str:
+    try:
+        return f"uvloop {metadata.version('uvloop')}"
+    except metadata.PackageNotFoundError:
+        return "asyncio"
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _git_commit() -> str:
+    result = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() or "unknown"
+
+
+async def _in_process(workdir: Path, mcp_url: str, token: str, config: Config) -> tuple[Any, Any, Any]:
+    try:
+        tool_call = await micro.tool_call(mcp_url, token, config.calls)
+        session = await micro.session_reuse(mcp_url, token, config.sessions)
+        cycle = await micro.executor_cycle(workdir, mcp_url, token, config.cycles)
+        return tool_call, session, cycle
+    finally:
+        await crm_tools.close_client()
+
+
+def _scratch_parent() -> str | None:
+    """Where the CRM database and the audit logs go: memory (/dev/shm) when there is one.
+
+    A disk's fsync time swings with whatever else the machine writes (17 ms per commit at worst on
+    the shared machine, 0.1 ms in memory), and that would drown what is measured here: the bridge.
+    """
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def _phases(rounds: int) -> list[str]:
+    """A B B A ...: each variant as often first as second, so drift hits both alike."""
+    names = list(VARIANTS)
+    return [name for r in range(rounds) for name in (names if r % 2 == 0 else names[::-1])]
+
+
+def _load_and_memory(
+    servers: dict[str, procs.ServiceProcess], config: Config
+) -> tuple[dict[str, list[webhook.LoadResult]], dict[str, dict[str, dict[str, int]]]]:
+    """Both action servers run at once; each concurrency level runs local and MCP back to back."""
+    load: dict[str, list[webhook.LoadResult]] = {name: [] for name in servers}
+    memory: dict[str, dict[str, dict[str, int]]] = {name: {} for name in servers}
+    pids: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        for name, server in servers.items():
+            stack.enter_context(server)
+            assert server.process is not None
+            pids[name] = server.process.pid
+            memory[name]["start"] = webhook.rss_kib(pids[name])
+        for name, server in servers.items():
+            run_async(webhook.load(server.url, name, WARMUP_REQUESTS, 1))
+            memory[name]["rest"] = webhook.rss_kib(pids[name])
+        for level, clients in enumerate(config.levels):
+            names = list(servers) if level % 2 == 0 else list(servers)[::-1]
+            for name in names:
+                _say(f"section 4: {name}, {clients} clients")
+                load[name].append(run_async(webhook.load(servers[name].url, name, config.requests, clients)))
+        for name in servers:
+            memory[name]["after_load"] = webhook.rss_kib(pids[name])
+    return load, memory
+
+
+def _say(message: str) -> None:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+
+
+def run(config: Config) -> int:
+    started = time.monotonic()
+    meta: dict[str, Any] = {
+        "started_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
+        "cpus": os.cpu_count(),
+        "loadavg_start": _loadavg(),
+        "python": platform.python_version(),
+        "mcp": metadata.version("mcp"),
+        "rasa_sdk": metadata.version("rasa-sdk"),
+        "commit": _git_commit(),
+        "event_loop": event_loop_name(),
+        "config": {
+            key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()
+        },
+    }
+    services = procs.Services()
+    scratch = _scratch_parent()
+    meta["scratch"] = scratch or tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=scratch) as tmp:
+        workdir = Path(tmp)
+        try:
+            _say("starting the CRM REST API and its MCP server")
+            db = procs.seed_db(workdir / "crm.sqlite3")
+            rest = services.start(procs.crm_rest(db))
+            token = secrets.token_urlsafe(24)
+            mcp = services.start(procs.crm_mcp(rest.url, token=token))
+            os.environ["CRM_URL"] = rest.url  # the local tool functions of sections 1 and 3
+
+            _say(f"sections 1-3 in process (n = {config.calls}, {config.sessions}, {config.cycles})")
+            tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, config))
+
+            skills = {
+                name: micro.skills_copy(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
+            }
+
+            def action_server(name: str, port: int) -> procs.ServiceProcess:
+                return procs.action_server(
+                    endpoints=endpoints,
+                    crm_url=rest.url,
+                    mcp_url=mcp.url,
+                    mcp_token=token,
+                    skills_dir=skills[name],
+                    audit_log=workdir / f"audit-{name}.jsonl",
+                    port=port,
+                )
+
+            port = procs.free_port()
+            endpoints = procs.write_endpoints(
+                workdir / "endpoints.yml", f"http://{procs.HOST}:{port}/webhook"
+            )
+            _say("starting the Rasa server (takes about a minute)")
+            model = config.model or procs.current_model()
+            meta["rasa_model"] = model.name
+            rasa = services.start(procs.rasa_server(model=model, endpoints=endpoints))
+
+            _say(f"sections 4 and 6: two action servers, {config.requests} requests per level")
+            load, memory = _load_and_memory(
+                {name: action_server(name, procs.free_port()) for name in VARIANTS}, config
+            )
+
+            turns = {name: Series(name) for name in VARIANTS}
+            phases = _phases(config.rounds)
+            meta["phases"] = " ".join(phases)
+            for index, name in enumerate(phases):
+                share = config.turns * (phases[: index + 1].count(name)) // config.rounds
+                share -= config.turns * (phases[:index].count(name)) // config.rounds
+                _say(f"section 5, phase {index + 1}/{len(phases)} ({name}): {share} Rasa turns")
+                with action_server(name, port):
+                    run_async(rasa_turns.yes_turns(rasa.url, name, share, turns[name]))
+        finally:
+            services.close()
+    meta["wall_s"] = round(time.monotonic() - started, 1)
+    meta["loadavg_end"] = _loadavg()
+    results = report.Results(tool_call, session, cycle, load, turns, memory)
+    print(report.write(results, meta, config.out))
+    print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a measurement")
+    parser.add_argument("--out", type=Path, help="output folder (default bench-results/)")
+    parser.add_argument(
+        "--model", type=Path, help="Rasa model (default: the current one, as `make train` names it)"
+    )
+    args = parser.parse_args(argv)
+    config = QUICK if args.quick else Config()
+    overrides = {key: value for key, value in (("out", args.out), ("model", args.model)) if value is not None}
+    config = replace(config, **overrides)
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

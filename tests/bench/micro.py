@@ -1,0 +1,143 @@
+"""In-process benchmarks: one tool call (local, bare SDK, bridge), session reuse, the executor cycle."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from crm import tools as crm_tools
+from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
+from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
+from mcp_bridge.skills import domain_responses, load_skills
+from tests.bench.stats import Series, Variant, round_robin
+from tests.support.mcp_client import mcp_session
+
+REPO = Path(__file__).resolve().parents[2]
+DANA = "dana@example.com"
+TOOL = "find_contact_by_email"
+SKILL = "bench"
+
+
+def _check_contact(data: Any) -> None:
+    if not isinstance(data, dict) or data.get("ok") is not True or data.get("found") is not True:
+        raise RuntimeError(f"{TOOL}({DANA!r}) did not find the seeded contact: {data!r}")
+
+
+def mcp_servers(mcp_url: str, token: str) -> dict[str, MCPServerConfig]:
+    """The MCP servers of the repo's endpoints.yml (flags such as `trusted` included), at this run's URL."""
+    return load_mcp_servers(REPO / "endpoints.yml", env={"CRM_MCP_URL": mcp_url, "CRM_MCP_TOKEN": token})
+
+
+@asynccontextmanager
+async def bridge_runtime(mcp_url: str, token: str) -> AsyncIterator[MCPRuntime]:
+    runtime = MCPRuntime(mcp_servers(mcp_url, token), {SKILL: {TOOL: "crm"}})
+    try:
+        yield runtime
+    finally:
+        await runtime.aclose()
+
+
+async def tool_call(mcp_url: str, token: str, n: int) -> dict[str, Series]:
+    """Section 1: the same call through the bridge, a bare SDK session kept open, and locally."""
+    async with AsyncExitStack() as stack:
+        session = await stack.enter_async_context(mcp_session(mcp_url, token))
+        runtime = await stack.enter_async_context(bridge_runtime(mcp_url, token))
+
+        async def local() -> None:
+            _check_contact((await crm_tools.find_contact_by_email(DANA)).model_dump())
+
+        async def sdk() -> None:
+            result = await session.call_tool(TOOL, {"email": DANA})
+            _check_contact(result.structured_content)
+
+        async def bridge() -> None:
+            _check_contact((await runtime.invoke(SKILL, TOOL, {"email": DANA})).data)
+
+        variants = {"local": local, "sdk": sdk, "bridge": bridge}
+        return await round_robin(variants, dict.fromkeys(variants, n))
+
+
+async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:
+    """Section 2: a session kept open and reused against a new session (connect, initialize) per call."""
+    async with mcp_session(mcp_url, token) as session:
+
+        async def reused() -> None:
+            _check_contact((await session.call_tool(TOOL, {"email": DANA})).structured_content)
+
+        async def per_call() -> None:
+            async with mcp_session(mcp_url, token) as fresh:
+                _check_contact((await fresh.call_tool(TOOL, {"email": DANA})).structured_content)
+
+        variants = {"reused": reused, "per_call": per_call}
+        return await round_robin(variants, dict.fromkeys(variants, n), warmup=3)
+
+
+def skills_copy(target: Path, source: str) -> Path:
+    """A copy of skills/ with every tool-source line set to `source` (`local` or `mcp:crm`)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in (REPO / "skills").glob("*.yml"):
+        text = path.read_text()
+        if source == "local":
+            text = text.replace(": mcp:crm", ": local")
+        (target / path.name).write_text(text)
+    return target
+
+
+def _executor(skills_dir: Path, mcp_url: str, token: str) -> Executor:
+    servers = mcp_servers(mcp_url, token)
+    skills = load_skills(
+        skills_dir,
+        local_tools=crm_tools.TOOLS,
+        mcp_servers=servers,
+        responses=domain_responses(REPO / "domain.yml"),
+    )
+    return Executor(skills, crm_tools.TOOLS, MCPRuntime(servers))
+
+
+async def _confirmation_cycle(executor: Executor, label: str) -> None:
+    """log_interaction → pending question → "yes" → the note is written."""
+    note = f"bench executor {label} {uuid.uuid4().hex}"
+    conversation = f"bench-{uuid.uuid4().hex}"
+    slots: dict[str, Any] = {"contact_email": DANA, "note_text": note}
+    asked = await executor.start(
+        "log_interaction",
+        Turn(conversation, dict(slots), 1, "log_interaction", 1.0, {"log_interaction": 1.0}),
+    )
+    if asked.outcome != "pending" or [say.response for say in asked.say] != ["utter_confirm_note"]:
+        raise RuntimeError(f"executor ({label}) did not ask before writing: {asked}")
+    slots.update(asked.slots)
+    done = await executor.confirm(
+        Turn(
+            conversation,
+            dict(slots),
+            2,
+            intent="affirm",
+            intent_confidence=1.0,
+            intent_ranking={"affirm": 1.0},
+        )
+    )
+    if done.outcome != "done" or [say.response for say in done.say] != ["utter_note_saved"]:
+        raise RuntimeError(f"executor ({label}) did not write the confirmed note: {done}")
+    if done.slots.get(PENDING_SLOT) is not None:
+        raise RuntimeError(f"executor ({label}) left a confirmation pending: {done}")
+
+
+async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dict[str, Series]:
+    """Section 3: start → pending, confirm → write, with the tools local and over MCP."""
+    executors = {
+        source.replace(":crm", ""): _executor(skills_copy(workdir / f"skills-{i}", source), mcp_url, token)
+        for i, source in enumerate(("local", "mcp:crm"))
+    }
+    try:
+
+        def cycle(label: str, executor: Executor) -> Variant:
+            return lambda: _confirmation_cycle(executor, label)
+
+        variants = {label: cycle(label, executor) for label, executor in executors.items()}
+        return await round_robin(variants, dict.fromkeys(variants, n))
+    finally:
+        for executor in executors.values():
+            await executor.aclose()

@@ -1,0 +1,288 @@
+"""The printed table, bench.json and bench.png."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.bench.stats import Series, ratio
+from tests.bench.webhook import LoadResult
+
+MIB = 1024.0
+
+
+@dataclass
+class Target:
+    name: str
+    passed: bool
+    detail: str
+
+    def summary(self) -> dict[str, Any]:
+        return {"target": self.name, "result": "PASS" if self.passed else "MISS", "detail": self.detail}
+
+
+@dataclass
+class Results:
+    """Everything one run measured; filled in section by section."""
+
+    tool_call: dict[str, Series]
+    session: dict[str, Series]
+    executor_cycle: dict[str, Series]
+    load: dict[str, list[LoadResult]]
+    rasa_turn: dict[str, Series]
+    memory: dict[str, dict[str, dict[str, int]]]
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:9.2f}"
+
+
+def _times(a: float, b: float, what: str) -> str:
+    r = ratio(a, b)
+    return "" if math.isnan(r) else f"{r:6.2f}x {what}  ({a - b:+.2f} ms)"
+
+
+def targets(results: Results) -> list[Target]:
+    out: list[Target] = []
+    bridge, sdk = results.tool_call["bridge"].median_ms, results.tool_call["sdk"].median_ms
+    overhead = ratio(bridge, sdk) - 1
+    out.append(
+        Target(
+            "bridge adds <= 10% to the bare SDK call (median)",
+            overhead <= 0.10,
+            f"{overhead:+.1%} ({bridge:.2f} ms vs {sdk:.2f} ms)",
+        )
+    )
+    reused, per_call = results.session["reused"].median_ms, results.session["per_call"].median_ms
+    speedup = ratio(per_call, reused)
+    out.append(
+        Target(
+            "reused session >= 10x faster than a session per call (median)",
+            speedup >= 10,
+            f"{speedup:.1f}x ({reused:.2f} ms vs {per_call:.2f} ms; against section 1's SDK call "
+            f"{ratio(per_call, sdk):.1f}x)",
+        )
+    )
+    for variant, levels in results.load.items():
+        top = max(levels, key=lambda level: level.clients)
+        out.append(
+            Target(
+                f"no errors at {top.clients} concurrent clients ({variant})",
+                top.latency.errors == 0,
+                f"{top.latency.errors} errors in {top.latency.n} requests",
+            )
+        )
+    local, mcp = results.rasa_turn["local"], results.rasa_turn["mcp"]
+    extra = ratio(mcp.median_ms, local.median_ms) - 1
+    out.append(
+        Target(
+            'MCP adds <= 10% to a whole Rasa "yes" turn vs local (median)',
+            extra <= 0.10 and mcp.errors == 0 and local.errors == 0,
+            f"{extra:+.1%} ({mcp.median_ms:.2f} ms vs {local.median_ms:.2f} ms; "
+            f"errors {mcp.errors} / {local.errors})",
+        )
+    )
+    return out
+
+
+def table(results: Results, meta: dict[str, Any]) -> str:
+    lines: list[str] = []
+    add = lines.append
+    head = f"  {'line':<44}{'n':>6}{'median ms':>11}{'p95 ms':>10}   ratio of medians"
+
+    def row(label: str, series: Series, note: str = "") -> None:
+        err = f"  errors {series.errors}" if series.errors else ""
+        add(f"  {label:<44}{series.n:>6}{_ms(series.median_ms):>11}{_ms(series.p95_ms):>10}   {note}{err}")
+
+    add(f"make bench  {meta['started_at']}  wall {meta['wall_s']:.0f} s  {meta['cpus']} CPUs")
+    add(f"load average at start {meta['loadavg_start']}, at end {meta['loadavg_end']}; {meta['event_loop']}")
+    add(f"Rasa model {meta.get('rasa_model', '-')}; CRM database and audit logs under {meta['scratch']}")
+    if float(meta["loadavg_start"].split()[0]) > 0.5 * meta["cpus"]:
+        add(
+            "WARNING: the machine was busy before the run started; calls that cross more processes (MCP) "
+            "suffer more from waiting for a CPU, so compare the lines of one run, not runs."
+        )
+    add("")
+    tc = results.tool_call
+    add("1. one tool call, find_contact_by_email (variants interleaved round-robin)")
+    add(head)
+    row("local function (floor without MCP)", tc["local"], "1.00x local")
+    row(
+        "bare SDK ClientSession, kept open (MCP floor)",
+        tc["sdk"],
+        _times(tc["sdk"].median_ms, tc["local"].median_ms, "local"),
+    )
+    row(
+        "MCPRuntime.invoke (the bridge)",
+        tc["bridge"],
+        _times(tc["bridge"].median_ms, tc["sdk"].median_ms, "SDK"),
+    )
+    add("")
+    se = results.session
+    add("2. MCP session reuse (bare SDK, interleaved)")
+    add(head)
+    row("session kept open and reused", se["reused"], "1.00x reused")
+    row(
+        "new client + session per call",
+        se["per_call"],
+        _times(se["per_call"].median_ms, se["reused"].median_ms, "reused"),
+    )
+    add("")
+    ex = results.executor_cycle
+    add('3. executor confirmation cycle: start -> pending, confirm ("yes") -> write (interleaved)')
+    add(head)
+    row("tools local", ex["local"], "1.00x local")
+    row("tools over MCP (bridge)", ex["mcp"], _times(ex["mcp"].median_ms, ex["local"].median_ms, "local"))
+    add("")
+    add("4. action server under load: POST /webhook action_confirm_tool, one conversation per request")
+    columns = (
+        f"{'clients':>8}{'requests':>9}{'errors':>7}{'req/s':>9}{'median ms':>11}{'p95 ms':>10}{'wall s':>8}"
+    )
+    add(f"  {'tools':<7}{columns}")
+    for variant, levels in results.load.items():
+        for level in levels:
+            s = level.latency
+            add(
+                f"  {variant:<7}{level.clients:>8}{s.n:>9}{s.errors:>7}{level.throughput:>9.1f}"
+                f"{_ms(s.median_ms):>11}{_ms(s.p95_ms):>10}{level.wall_s:>8.2f}"
+            )
+    add("")
+    rt = results.rasa_turn
+    add('5. whole Rasa turn over the REST channel, the "yes" turn only (phases ' + meta["phases"] + ")")
+    add(head)
+    row("tools local", rt["local"], "1.00x local")
+    row("tools over MCP", rt["mcp"], _times(rt["mcp"].median_ms, rt["local"].median_ms, "local"))
+    add("")
+    add("6. action server memory (VmRSS, MiB; peak = VmHWM)")
+    add(f"  {'tools':<7}{'after start':>12}{'warm, idle':>12}{'after load':>12}{'peak':>8}")
+    for variant, points in results.memory.items():
+
+        def mib(point: str, key: str = "VmRSS", points: dict[str, dict[str, int]] = points) -> str:
+            value = points.get(point, {}).get(key)
+            return "-" if value is None else f"{value / MIB:.1f}"
+
+        add(
+            f"  {variant:<7}{mib('start'):>12}{mib('rest'):>12}{mib('after_load'):>12}"
+            f"{mib('after_load', 'VmHWM'):>8}"
+        )
+    add("")
+    add("Targets")
+    for target in targets(results):
+        add(f"  {'PASS' if target.passed else 'MISS'}  {target.name}: {target.detail}")
+    return "\n".join(lines)
+
+
+def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
+    def group(series: dict[str, Series]) -> dict[str, Any]:
+        return {name: s.summary() for name, s in series.items()}
+
+    return {
+        "meta": meta,
+        "tool_call": group(results.tool_call),
+        "session": group(results.session),
+        "executor_cycle": group(results.executor_cycle),
+        "webhook_load": {
+            variant: [level.summary() for level in levels] for variant, levels in results.load.items()
+        },
+        "rasa_turn": group(results.rasa_turn),
+        "memory_kib": results.memory,
+        "targets": [target.summary() for target in targets(results)],
+    }
+
+
+def chart(results: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    colours = {"local": "#4c72b0", "mcp": "#dd8452", "sdk": "#55a868", "bridge": "#dd8452"}
+
+    def bars(ax: Any, items: list[tuple[str, Series, str]], title: str, log: bool = False) -> None:
+        labels = [label for label, _, _ in items]
+        medians = [s.median_ms for _, s, _ in items]
+        p95 = [s.p95_ms - s.median_ms for _, s, _ in items]
+        ax.bar(labels, medians, yerr=[[0] * len(items), p95], capsize=4, color=[c for _, _, c in items])
+        for i, value in enumerate(medians):
+            ax.annotate(
+                f"{value:.1f}",
+                (i, value),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(8, 2),
+                textcoords="offset points",
+            )
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel("ms (bar: median, whisker: p95)")
+        if log:
+            ax.set_yscale("log")
+        ax.tick_params(axis="x", labelsize=8)
+
+    tc, se = results.tool_call, results.session
+    bars(
+        axes[0][0],
+        [
+            ("local\nfunction", tc["local"], colours["local"]),
+            ("bare SDK\nsession", tc["sdk"], colours["sdk"]),
+            ("bridge\ninvoke", tc["bridge"], colours["bridge"]),
+            ("SDK reused\n(section 2)", se["reused"], colours["sdk"]),
+            ("SDK session\nper call", se["per_call"], "#c44e52"),
+        ],
+        "One tool call (find_contact_by_email)",
+        log=True,
+    )
+    ex, rt = results.executor_cycle, results.rasa_turn
+    bars(
+        axes[0][1],
+        [
+            ("executor cycle\nlocal", ex["local"], colours["local"]),
+            ("executor cycle\nMCP", ex["mcp"], colours["mcp"]),
+            ('Rasa "yes" turn\nlocal', rt["local"], colours["local"]),
+            ('Rasa "yes" turn\nMCP', rt["mcp"], colours["mcp"]),
+        ],
+        "Confirmation: executor cycle and whole Rasa turn",
+    )
+    ax_tp, ax_lat = axes[1]
+    for variant, levels in results.load.items():
+        clients = [level.clients for level in levels]
+        colour = colours.get(variant, None)
+        ax_tp.plot(clients, [level.throughput for level in levels], "o-", label=variant, color=colour)
+        ax_lat.plot(
+            clients,
+            [level.latency.median_ms for level in levels],
+            "o-",
+            label=f"{variant} median",
+            color=colour,
+        )
+        ax_lat.plot(
+            clients, [level.latency.p95_ms for level in levels], "o--", label=f"{variant} p95", color=colour
+        )
+    for ax, title, unit in (
+        (ax_tp, "Action server /webhook action_confirm_tool: throughput", "requests/s"),
+        (ax_lat, "Action server /webhook action_confirm_tool: latency", "ms"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([level.clients for level in next(iter(results.load.values()))])
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: Results, meta: dict[str, Any], out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    text = table(results, meta)
+    (out / "bench.json").write_text(json.dumps(to_json(results, meta), indent=2) + "\n")
+    chart(results, out / "bench.png")
+    return text

@@ -1,0 +1,90 @@
+"""Samples, summaries and a round-robin runner that spreads machine noise evenly over the variants."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of `values` (fraction 0.95 for p95); NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Series:
+    """Latencies of one line of the table, in seconds."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples) * 1000 if self.samples else math.nan
+
+    @property
+    def p95_ms(self) -> float:
+        return percentile(self.samples, 0.95) * 1000
+
+    def summary(self, *, with_samples: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "n": self.n,
+            "errors": self.errors,
+            "median_ms": round(self.median_ms, 4),
+            "p95_ms": round(self.p95_ms, 4),
+            "mean_ms": round(statistics.fmean(self.samples) * 1000, 4) if self.samples else None,
+            "min_ms": round(min(self.samples) * 1000, 4) if self.samples else None,
+            "max_ms": round(max(self.samples) * 1000, 4) if self.samples else None,
+        }
+        if with_samples:
+            out["samples_ms"] = [round(s * 1000, 4) for s in self.samples]
+        return out
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(b) else math.nan
+
+
+Variant = Callable[[], Awaitable[Any]]
+
+
+async def round_robin(
+    variants: Mapping[str, Variant], counts: Mapping[str, int], *, warmup: int = 5
+) -> dict[str, Series]:
+    """Time every variant `counts[name]` times, interleaved.
+
+    Round i runs every variant whose share of the rounds falls into i (a variant with fewer samples
+    is spread evenly over the rounds, not bunched at the start), starting each round at a different
+    variant so no variant always follows the same one. A variant that raises stops the run: a
+    benchmark of a failing call measures nothing.
+    """
+    names = list(variants)
+    for name in names:
+        for _ in range(warmup):
+            await variants[name]()
+    rounds = max(counts[name] for name in names)
+    series = {name: Series(name) for name in names}
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            count = counts[name]
+            if (i + 1) * count // rounds == i * count // rounds:
+                continue
+            start = time.perf_counter()
+            await variants[name]()
+            series[name].samples.append(time.perf_counter() - start)
+    return series
