@@ -1,7 +1,9 @@
 """Builds the one Executor this action server uses, from files and environment variables.
 
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml), AUDIT_LOG (var/audit.jsonl),
-CONFIRMATION_TTL_SECONDS (300). The local tools are the `crm` tool functions.
+CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (signs pending confirmations; give every replica
+the same value, or a question asked before a restart cannot be confirmed after it). The local tools
+are the `crm` tool functions.
 """
 
 import functools
@@ -43,6 +45,7 @@ def executor() -> Executor:
         policy=ConfirmationPolicy(ttl_seconds=ttl),
         responses=responses,
         audit=AuditLog(os.environ.get("AUDIT_LOG", "var/audit.jsonl")),
+        secret=os.environ["CONFIRMATION_SECRET"].encode() if os.environ.get("CONFIRMATION_SECRET") else None,
     )
     for skill in skills.values():
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())

@@ -46,6 +46,12 @@ def validate_note_text(text: object) -> str:
         raise ValidationError("The note is empty; write what should go on the timeline.")
     if len(text) > NOTE_MAX_CHARS:
         raise ValidationError(f"The note has {len(text)} characters; the limit is {NOTE_MAX_CHARS}.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "The note contains a character that cannot be stored (an unpaired surrogate)."
+        ) from None
     return text
 
 

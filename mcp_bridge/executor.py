@@ -27,17 +27,19 @@ Rules, in order of importance:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import inspect
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mcp_bridge.audit import AuditLog
-from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.local_tools import validate_local_arguments
 from mcp_bridge.results import ToolResult, from_local
 from mcp_bridge.runtime import MCPRuntime, validate_arguments
@@ -117,9 +119,17 @@ class PendingConfirmation:
     digest: str
     asked_at: float
     user_turn: int
+    # HMAC over every field above and the conversation id, keyed with the action servers' shared
+    # secret: a value built or edited outside the action server, or replayed elsewhere, fails it.
+    mac: str = ""
 
     def to_slot(self) -> dict[str, Any]:
         return asdict(self)
+
+    def signed_fields(self, conversation_id: str) -> bytes:
+        fields = {key: value for key, value in asdict(self).items() if key != "mac"}
+        fields["conversation"] = conversation_id
+        return _canonical(fields).encode("ascii")
 
     @classmethod
     def from_slot(cls, value: Any) -> PendingConfirmation | None:
@@ -137,6 +147,7 @@ class PendingConfirmation:
                 digest=str(value["digest"]),
                 asked_at=float(value["asked_at"]),
                 user_turn=int(value["user_turn"]),
+                mac=str(value.get("mac", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -144,14 +155,14 @@ class PendingConfirmation:
 
 
 def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
-    """A digest of exactly the call a confirmation authorises."""
-    canonical = json.dumps(
-        {"skill": skill, "tool": tool, "source": source, "arguments": arguments},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    """A digest of exactly the call a confirmation authorises (for the audit trail and binding)."""
+    canonical = _canonical({"skill": skill, "tool": tool, "source": source, "arguments": arguments})
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    # ASCII escapes: any text a person can type, unpaired surrogates included, has one encoding.
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
 
 
 class Executor:
@@ -165,6 +176,7 @@ class Executor:
         responses: Responses | None = None,
         audit: AuditLog | None = None,
         clock: Callable[[], float] = time.time,
+        secret: bytes | None = None,
     ) -> None:
         self.skills = dict(skills)
         self._local = dict(local_tools)
@@ -173,6 +185,12 @@ class Executor:
         self.responses = responses or Responses()
         self._audit = audit or AuditLog(None)
         self._clock = clock
+        if secret is None:
+            log.warning(
+                "no confirmation secret configured: using one for this process only, so a question "
+                "asked before a restart (or by another replica) cannot be confirmed after it"
+            )
+        self._secret = secret or secrets.token_bytes(32)
         if runtime is not None:
             for skill in self.skills.values():
                 runtime.import_tools(skill.id, skill.mcp_imports())
@@ -203,7 +221,7 @@ class Executor:
                 log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
         skill, step = self._bound_step(pending)
-        if skill is None or step is None or not await self._authentic(pending, skill):
+        if skill is None or step is None or not await self._authentic(pending, skill, turn):
             log.warning(
                 "conversation %s: confirmation %s does not match any call this server would make; "
                 "nothing was run",
@@ -326,7 +344,11 @@ class Executor:
                     tool,
                     exc,
                 )
-                return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
+                try:
+                    return await self.call_tool(skill, tool, arguments, idempotency_key=idempotency_key)
+                except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as retry_failure:
+                    # The first attempt may have landed, whatever the second one met.
+                    raise OutcomeUnknownError(f"{exc}; the repeat failed too: {retry_failure}") from None
         except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as exc:
             self._say_failure(skill, step, exc, turn, decision)
         return None
@@ -446,7 +468,7 @@ class Executor:
         self, skill: Skill, index: int, step: Step, arguments: dict[str, Any], turn: Turn
     ) -> PendingConfirmation:
         source = str(skill.tools[step.execute_tool])
-        return PendingConfirmation(
+        unsigned = PendingConfirmation(
             id=uuid.uuid4().hex,
             skill=skill.id,
             tool=step.execute_tool,
@@ -457,6 +479,10 @@ class Executor:
             asked_at=self._clock(),
             user_turn=turn.user_turn,
         )
+        return replace(unsigned, mac=self._mac(unsigned, turn.conversation_id))
+
+    def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
+        return hmac.new(self._secret, pending.signed_fields(conversation_id), hashlib.sha256).hexdigest()
 
     def _bound_step(self, pending: PendingConfirmation) -> tuple[Skill | None, Step | None]:
         skill = self.skills.get(pending.skill)
@@ -465,7 +491,9 @@ class Executor:
         step = skill.steps[pending.step]
         return skill, step if step.execute_tool == pending.tool else None
 
-    async def _authentic(self, pending: PendingConfirmation, skill: Skill) -> bool:
+    async def _authentic(self, pending: PendingConfirmation, skill: Skill, turn: Turn) -> bool:
+        if not hmac.compare_digest(pending.mac, self._mac(pending, turn.conversation_id)):
+            return False
         source = skill.tools.get(pending.tool)
         if source is None or str(source) != pending.source:
             return False

@@ -340,6 +340,14 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
 
 
 def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
+    try:
+        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError):
+        # An unpaired surrogate (which JSON from a chat channel can carry) has no UTF-8 form: no
+        # server could receive it, and the SDK's transport would fail on it mid-send.
+        raise ToolArgumentsError(
+            f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
+        ) from None
     validator = _validator(json.dumps(schema, sort_keys=True))
     if validator.is_valid(arguments):
         return

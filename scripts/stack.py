@@ -6,7 +6,8 @@
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005 (override with CRM_PORT,
 MCP_PORT, ACTION_SERVER_PORT, RASA_PORT). The MCP bearer token is CRM_MCP_TOKEN, or one generated
 once into var/crm_mcp_token; likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa
-sends to the action server. SKILLS_DIR picks the skill files (default skills/). Logs go to var/log/.
+sends to the action server, and CONFIRMATION_SECRET (var/confirmation_secret). SKILLS_DIR picks the
+skill files (default skills/). Logs go to var/log/.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def up(state: Path, with_rasa: bool) -> int:
                 port=action_port,
                 log_path=logs / "action-server.log",
                 detached=True,
-                extra_env={"ACTION_SERVER_TOKEN": action_token},
+                extra_env={
+                    "ACTION_SERVER_TOKEN": action_token,
+                    "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
+                },
             ),
             f"action server (skills from {skills})",
         )

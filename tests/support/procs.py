@@ -293,6 +293,8 @@ def action_server(
             "CRM_MCP_URL": mcp_url,
             "CRM_MCP_TOKEN": mcp_token,
             "AUDIT_LOG": str(audit_log) if audit_log else None,
+            # Shared by every action server a test starts, as replicas of one deployment share it.
+            "CONFIRMATION_SECRET": "test-confirmation-secret",
             **(extra_env or {}),
         }
     )

@@ -1,0 +1,81 @@
+"""Helpers to drive the Executor turn by turn, with slots carried the way Rasa's tracker carries them."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from mcp_bridge.executor import Decision, Executor, Turn
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def notes_for(db: Path, email: str) -> list[str]:
+    """The texts of a contact's notes, oldest first, read straight from the SQLite file."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT n.text FROM notes n JOIN contacts c ON c.id = n.contact_id"
+            " WHERE c.email = ? COLLATE NOCASE ORDER BY n.id",
+            (email,),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def all_notes(db: Path) -> list[tuple[int, int, str, str | None]]:
+    """Every note as (id, contact_id, text, idempotency_key), oldest first."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT id, contact_id, text, idempotency_key FROM notes ORDER BY id").fetchall()
+    return [(int(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows]
+
+
+def skills_with_source(target: Path, source: str) -> Path:
+    """A copy of skills/ in ``target`` with every tool-source line set to ``source`` (local or mcp:crm)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in (REPO / "skills").glob("*.yml"):
+        text = path.read_text()
+        if source == "local":
+            text = text.replace(": mcp:crm", ": local")
+        (target / path.name).write_text(text)
+    return target
+
+
+class Conversation:
+    """One conversation: its slots, and how many messages the person has sent."""
+
+    def __init__(self, executor: Executor, conversation_id: str = "test", **slots: Any) -> None:
+        self.executor = executor
+        self.conversation_id = conversation_id
+        self.slots: dict[str, Any] = dict(slots)
+        self.user_turn = 0
+
+    def turn(self, intent: str | None, confidence: float = 0.98, deny: float = 0.0) -> Turn:
+        ranking = {intent: confidence} if intent else {}
+        if deny:
+            ranking["deny"] = deny
+        return Turn(self.conversation_id, dict(self.slots), self.user_turn, intent, confidence, ranking)
+
+    def absorb(self, decision: Decision) -> Decision:
+        self.slots.update(decision.slots)
+        return decision
+
+    async def start(self, skill: str = "log_interaction") -> Decision:
+        self.user_turn += 1
+        return self.absorb(await self.executor.start(skill, self.turn(skill)))
+
+    async def yes(self, confidence: float = 0.98, deny: float = 0.0, intent: str = "affirm") -> Decision:
+        self.user_turn += 1
+        return self.absorb(await self.executor.confirm(self.turn(intent, confidence, deny)))
+
+    async def no(self) -> Decision:
+        self.user_turn += 1
+        return self.absorb(await self.executor.deny(self.turn("deny")))
+
+    def other_message(self) -> None:
+        """The person said something else; the executor is not involved."""
+        self.user_turn += 1
+
+
+def responses(decision: Decision) -> list[str]:
+    return [say.response for say in decision.say]
