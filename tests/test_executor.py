@@ -6,7 +6,6 @@ Every test reads the CRM's SQLite store to see what was really written.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,59 +17,10 @@ from mcp_bridge import MCPRuntime, MCPServerConfig
 from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
 from tests.support import procs
+from tests.support.conversation import Conversation, notes_for, skills_with_source
 
 REPO = Path(__file__).resolve().parents[1]
 DANA = "dana@example.com"
-
-
-def notes_for(db: Path, email: str) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT n.text FROM notes n JOIN contacts c ON c.id = n.contact_id"
-            " WHERE c.email = ? ORDER BY n.id",
-            (email,),
-        ).fetchall()
-    return [row[0] for row in rows]
-
-
-def skills_with_source(tmp_path: Path, source: str) -> Path:
-    """A copy of skills/ with every tool-source line set to `source` (local or mcp:crm)."""
-    target = tmp_path / f"skills-{source.replace(':', '-')}"
-    target.mkdir()
-    for path in (REPO / "skills").glob("*.yml"):
-        text = path.read_text()
-        if source == "local":
-            text = text.replace(": mcp:crm", ": local")
-        (target / path.name).write_text(text)
-    return target
-
-
-class Conversation:
-    """Slots carried between turns the way Rasa's tracker carries them."""
-
-    def __init__(self, executor: Executor, **slots: Any) -> None:
-        self.executor = executor
-        self.slots: dict[str, Any] = dict(slots)
-        self.user_turn = 1
-
-    def turn(self, intent: str | None = None, confidence: float = 0.98) -> Turn:
-        ranking = {intent: confidence} if intent else {}
-        return Turn("test", dict(self.slots), self.user_turn, intent, confidence, ranking)
-
-    def absorb(self, decision: Decision) -> Decision:
-        self.slots.update(decision.slots)
-        return decision
-
-    async def start(self, skill: str = "log_interaction") -> Decision:
-        return self.absorb(await self.executor.start(skill, self.turn("log_interaction")))
-
-    async def yes(self, confidence: float = 0.98) -> Decision:
-        self.user_turn += 1
-        return self.absorb(await self.executor.confirm(self.turn("affirm", confidence)))
-
-    async def no(self) -> Decision:
-        self.user_turn += 1
-        return self.absorb(await self.executor.deny(self.turn("deny")))
 
 
 @pytest.fixture(params=["local", "mcp:crm"])

@@ -28,6 +28,7 @@ from crm import tools as crm_tools
 from tests.bench import micro, rasa_turns, report, webhook
 from tests.bench.stats import Series
 from tests.support import procs
+from tests.support.conversation import skills_with_source
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {"local": "local", "mcp": "mcp:crm"}
@@ -166,7 +167,7 @@ def run(config: Config) -> int:
             tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, config))
 
             skills = {
-                name: micro.skills_copy(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
+                name: skills_with_source(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
             }
 
             def action_server(name: str, port: int) -> procs.ServiceProcess:

@@ -13,6 +13,7 @@ from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
 from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
 from tests.bench.stats import Series, Variant, round_robin
+from tests.support.conversation import skills_with_source
 from tests.support.mcp_client import mcp_session
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,17 +76,6 @@ async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:
         return await round_robin(variants, dict.fromkeys(variants, n), warmup=3)
 
 
-def skills_copy(target: Path, source: str) -> Path:
-    """A copy of skills/ with every tool-source line set to `source` (`local` or `mcp:crm`)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for path in (REPO / "skills").glob("*.yml"):
-        text = path.read_text()
-        if source == "local":
-            text = text.replace(": mcp:crm", ": local")
-        (target / path.name).write_text(text)
-    return target
-
-
 def _executor(skills_dir: Path, mcp_url: str, token: str) -> Executor:
     servers = mcp_servers(mcp_url, token)
     skills = load_skills(
@@ -128,7 +118,9 @@ async def _confirmation_cycle(executor: Executor, label: str) -> None:
 async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dict[str, Series]:
     """Section 3: start → pending, confirm → write, with the tools local and over MCP."""
     executors = {
-        source.replace(":crm", ""): _executor(skills_copy(workdir / f"skills-{i}", source), mcp_url, token)
+        source.replace(":crm", ""): _executor(
+            skills_with_source(workdir / f"skills-{i}", source), mcp_url, token
+        )
         for i, source in enumerate(("local", "mcp:crm"))
     }
     try:
