@@ -199,3 +199,23 @@ async def test_token_is_required_when_configured(crm_rest: str, services: procs.
     finally:
         await without.aclose()
         await with_token.aclose()
+
+
+async def test_catalogue_is_cached_and_refreshed_on_list_changed(services: procs.Services) -> None:
+    import asyncio
+
+    server = services.start(procs.plain_dict_mcp())
+    imports = {"notes": {"echo_note": "plain", "add_echo_tool": "plain"}}
+    runtime = MCPRuntime({"plain": MCPServerConfig(name="plain", url=server.url)}, imports)
+    try:
+        assert set(await runtime.tools("plain")) == {"echo_note", "add_echo_tool"}
+        await runtime.invoke("notes", "add_echo_tool", {"name": "late_echo"})
+        # The server announces the change on the session's stream; the cached catalogue follows it.
+        for _ in range(50):
+            if "late_echo" in await runtime.tools("plain"):
+                break
+            await asyncio.sleep(0.1)
+        assert "late_echo" in await runtime.tools("plain")
+        assert runtime.sessions_opened == 1
+    finally:
+        await runtime.aclose()

@@ -229,7 +229,7 @@ async def test_plain_dict_server_publishes_no_output_schema(services: procs.Serv
     async with mcp_session(server.url) as session:
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
         result = await session.call_tool("echo_note", {"text": "hello"})
-    assert set(listed) == {"echo_note"}
+    assert set(listed) == {"echo_note", "add_echo_tool"}
     assert listed["echo_note"].output_schema is None
     assert result.is_error is False
     assert result.structured_content is None
