@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from crm.tools import CRM_UNREACHABLE, TOOLS
-from mcp_bridge import MCPRuntime, MCPServerConfig
+from mcp_bridge import MCPRuntime, MCPServerConfig, OutcomeUnknownError
 from mcp_bridge.executor import PENDING_SLOT, Executor, call_digest
 from mcp_bridge.skills import domain_responses, load_skills
 from tests.support import procs
@@ -201,6 +201,29 @@ async def test_connection_cut_after_the_server_committed_is_retried_under_the_sa
     assert notes_for(crm_db, DANA) == [*before, note]
     assert (await chat.yes()).outcome == "nothing_pending"
     assert notes_for(crm_db, DANA) == [*before, note]
+
+
+async def test_runtime_never_repeats_a_call_that_may_have_arrived(
+    crm_db: Path, proxied_mcp: TcpProxy
+) -> None:
+    """Without an idempotency key, a call cut after the server ran it is reported, not repeated."""
+    proxy = proxied_mcp
+    runtime = MCPRuntime(
+        {"crm": MCPServerConfig(name="crm", url=proxy.url("/mcp"))}, {"s": {"add_timeline_note": "crm"}}
+    )
+    note = unique("sent once, answer lost")
+    try:
+        await runtime.tools("crm")
+        proxy.cut_after_request(*ADD_NOTE_CALL)
+        with pytest.raises(OutcomeUnknownError) as caught:
+            await runtime.invoke(
+                "s", "add_timeline_note", {"contact_id": contact_id(crm_db, DANA), "text": note}
+            )
+        assert caught.value.may_have_run is True
+        assert proxy.cuts_done == 1
+    finally:
+        await runtime.aclose()
+    assert notes_for(crm_db, DANA).count(note) == 1
 
 
 async def test_server_gone_after_committing_is_not_reported_as_nothing_saved(
