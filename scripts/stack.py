@@ -7,7 +7,7 @@ Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005 (override w
 MCP_PORT, ACTION_SERVER_PORT, RASA_PORT). The MCP bearer token is CRM_MCP_TOKEN, or one generated
 once into var/crm_mcp_token; likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa
 sends to the action server, and CONFIRMATION_SECRET (var/confirmation_secret). SKILLS_DIR picks the
-skill files (default skills/). Logs go to var/log/.
+skill files (default skills/). Logs go to var/log/ (STACK_VAR moves var/ elsewhere).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.support import procs  # noqa: E402
 
-VAR = REPO / "var"
+# Everything the stack writes (database, tokens, logs, PIDs) goes here; tests point it elsewhere.
+VAR = Path(os.environ.get("STACK_VAR", REPO / "var"))
 DEFAULT_STATE = VAR / "run" / "stack.json"
 
 

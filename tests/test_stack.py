@@ -1,0 +1,61 @@
+"""`make up` / `make down` (scripts/stack.py): everything it starts answers, and down stops exactly that."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from tests.support import procs
+
+
+def stack(command: str, var: Path, ports: dict[str, int]) -> subprocess.CompletedProcess[str]:
+    env = procs.child_env({"STACK_VAR": str(var), **{name: str(port) for name, port in ports.items()}})
+    return subprocess.run(
+        [sys.executable, "scripts/stack.py", command, "--without-rasa"],
+        cwd=procs.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
+    ports = {name: procs.free_port() for name in ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT")}
+    started = stack("up", tmp_path, ports)
+    state = tmp_path / "run" / "stack.json"
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        services = json.loads(state.read_text())
+        assert set(services) == {"crm_rest", "crm_mcp", "action_server"}
+        expected_ports = {
+            "crm_rest": "CRM_PORT",
+            "crm_mcp": "MCP_PORT",
+            "action_server": "ACTION_SERVER_PORT",
+        }
+        for name, variable in expected_ports.items():
+            assert f"127.0.0.1:{ports[variable]}" in services[name]["url"]
+            assert services[name]["url"] in started.stdout  # printed for the person
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}/health") as response:
+            assert response.status == 200
+        # The generated endpoints carry the action server token, so Rasa would be let in.
+        endpoints = (tmp_path / "run" / "endpoints.yml").read_text()
+        assert (tmp_path / "action_server_token").read_text().strip() in endpoints
+        assert stack("up", tmp_path, ports).returncode == 1  # already running: refuses, starts nothing
+    finally:
+        stopped = stack("down", tmp_path, ports)
+    assert stopped.returncode == 0
+    assert not state.exists()
+    assert not any(alive(int(info["pid"])) for info in services.values())
