@@ -85,7 +85,6 @@ class _Connection:
         self._tools_changed = on_tools_changed
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
-        self._closed = asyncio.Event()
         # Resolved when the session ends, so a call in flight can wait on it without a task per call.
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
@@ -94,7 +93,7 @@ class _Connection:
 
     @property
     def alive(self) -> bool:
-        return self._session is not None and not self._closed.is_set()
+        return self._session is not None and not self._ended.done()
 
     async def open(self, timeout: float) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self.config.name}")
@@ -128,7 +127,6 @@ class _Connection:
             if not isinstance(exc, asyncio.CancelledError):
                 log.info("MCP session with %r ended: %s", self.config.name, _describe(exc))
         finally:
-            self._closed.set()
             self._ready.set()
             if not self._ended.done():
                 self._ended.set_result(None)
@@ -176,7 +174,7 @@ class _Connection:
         return None, self._failure or ConnectionError("MCP session closed"), delivery
 
     def _require_session(self) -> ClientSession:
-        if self._session is None or self._closed.is_set():
+        if self._session is None or self._ended.done():
             raise ServerUnavailableError(f"MCP session with {self.config.name!r} is closed")
         return self._session
 
