@@ -7,149 +7,36 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import yaml
 
 from tests.bench.stats import Series
+from tests.support.rasa_calls import FakeTracker, said
 
-REPO = Path(__file__).resolve().parents[2]
 DANA = "dana@example.com"
-RASA_SDK_VERSION = "3.6.2"
 JSON_HEADERS = {"Content-Type": "application/json"}
 _T = TypeVar("_T")
-INTENTS = ("affirm", "deny", "log_interaction", "provide_email", "out_of_scope")
-
-
-def load_domain() -> dict[str, Any]:
-    """The domain as a dict, as Rasa sends it with every action call."""
-    domain = yaml.safe_load((REPO / "domain.yml").read_text())
-    return domain if isinstance(domain, dict) else {}
-
-
-def _parse_data(text: str, intent: str, entities: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    ranking = [{"name": intent, "confidence": 1.0}]
-    ranking += [{"name": other, "confidence": 0.0} for other in INTENTS if other != intent]
-    return {
-        "text": text,
-        "intent": {"name": intent, "confidence": 1.0},
-        "intent_ranking": ranking,
-        "entities": entities or [],
-        "message_id": uuid.uuid4().hex,
-        "metadata": {},
-    }
-
-
-def _user(parse_data: dict[str, Any], now: float) -> dict[str, Any]:
-    return {
-        "event": "user",
-        "timestamp": now,
-        "text": parse_data["text"],
-        "parse_data": parse_data,
-        "input_channel": "rest",
-        "message_id": parse_data["message_id"],
-        "metadata": {},
-    }
-
-
-def _action(name: str, now: float) -> dict[str, Any]:
-    return {"event": "action", "timestamp": now, "name": name, "policy": "RulePolicy", "confidence": 1.0}
-
-
-def _slot(name: str, value: Any, now: float) -> dict[str, Any]:
-    return {"event": "slot", "timestamp": now, "name": name, "value": value}
-
-
-@dataclass
-class Conversation:
-    """One conversation's tracker, grown the way Rasa grows it between action calls."""
-
-    domain: dict[str, Any]
-    sender_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex}")
-    events: list[dict[str, Any]] = field(default_factory=list)
-    slots: dict[str, Any] = field(default_factory=dict)
-    latest_message: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.slots = dict.fromkeys(self.domain.get("slots") or {})
-        self.slots.update(requested_slot=None, session_started_metadata=None)
-        now = time.time()
-        self.events = [_action("action_session_start", now), {"event": "session_started", "timestamp": now}]
-        self.events.append(_action("action_listen", now))
-
-    def say(self, parse_data: dict[str, Any]) -> None:
-        self.latest_message = parse_data
-        self.events.append(_user(parse_data, time.time()))
-
-    def set_slot(self, name: str, value: Any) -> None:
-        self.slots[name] = value
-        self.events.append(_slot(name, value, time.time()))
-
-    def apply(self, action: str, answer: dict[str, Any]) -> None:
-        """What Rasa does with an action server answer: log the action, apply its events and replies."""
-        now = time.time()
-        self.events.append(_action(action, now))
-        for event in answer.get("events") or []:
-            if event.get("event") == "slot":
-                self.slots[event["name"]] = event.get("value")
-            self.events.append({**event, "timestamp": now})
-        for reply in answer.get("responses") or []:
-            self.events.append({"event": "bot", "timestamp": now, "text": reply.get("text"), "data": {}})
-        self.events.append(_action("action_listen", now))
-
-    def request(self, action: str) -> dict[str, Any]:
-        return {
-            "next_action": action,
-            "sender_id": self.sender_id,
-            "tracker": {
-                "sender_id": self.sender_id,
-                "slots": dict(self.slots),
-                "latest_message": self.latest_message,
-                "latest_event_time": time.time(),
-                "followup_action": None,
-                "paused": False,
-                "events": list(self.events),
-                "latest_input_channel": "rest",
-                "active_loop": {},
-                "latest_action": {"action_name": self.events[-1].get("name")},
-                "latest_action_name": self.events[-1].get("name"),
-            },
-            "domain": self.domain,
-            "version": RASA_SDK_VERSION,
-        }
 
 
 def response_names(answer: Any) -> list[str]:
-    if not isinstance(answer, dict):
-        return []
-    return [str(reply.get("response")) for reply in answer.get("responses") or [] if isinstance(reply, dict)]
+    return said(answer) if isinstance(answer, dict) else []
 
 
-async def pending_conversation(
-    http: aiohttp.ClientSession, url: str, domain: dict[str, Any], note: str
-) -> Conversation:
+async def pending_conversation(http: aiohttp.ClientSession, url: str, note: str) -> FakeTracker:
     """A conversation in which action_log_interaction has just asked its question (a real pending value)."""
-    chat = Conversation(domain)
-    chat.say(
-        _parse_data(
-            f"log a call with {DANA}: {note}",
-            "log_interaction",
-            [{"entity": "email", "value": DANA, "extractor": "RegexEntityExtractor"}],
-        )
-    )
-    chat.set_slot("contact_email", DANA)
-    chat.set_slot("note_text", note)
-    async with http.post(url, json=chat.request("action_log_interaction")) as response:
+    chat = FakeTracker(f"bench-{uuid.uuid4().hex}", contact_email=DANA, note_text=note)
+    chat.user(f"log a call with {DANA}: {note}", "log_interaction")
+    async with http.post(url, json=chat.payload("action_log_interaction")) as response:
         answer = await response.json(content_type=None)
         if response.status != 200 or response_names(answer) != ["utter_confirm_note"]:
             raise RuntimeError(f"action_log_interaction did not ask (HTTP {response.status}): {answer!r}")
     chat.apply("action_log_interaction", answer)
     if not isinstance(chat.slots.get("pending_confirmation"), dict):
         raise RuntimeError(f"action_log_interaction set no pending confirmation: {answer!r}")
-    chat.say(_parse_data("yes", "affirm"))
+    chat.user("yes", "affirm")
     return chat
 
 
@@ -187,17 +74,16 @@ async def _gather_limited(count: int, limit: int, make: Callable[[int], Awaitabl
 async def load(url: str, label: str, requests: int, clients: int) -> LoadResult:
     """POST `requests` confirming calls (`action_confirm_tool`), each a conversation of its own, from
     `clients` concurrent clients. An error is a non-200 answer or any answer but "saved"."""
-    domain = load_domain()
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as http:
         tag = uuid.uuid4().hex[:8]
         chats = await _gather_limited(
             requests,
             8,
-            lambda i: pending_conversation(http, url, domain, f"bench load {label} c{clients} #{i} {tag}"),
+            lambda i: pending_conversation(http, url, f"bench load {label} c{clients} #{i} {tag}"),
         )
         # Encoded before the clock starts: the figures are the action server's, not the client's JSON.
-        bodies = [json.dumps(chat.request("action_confirm_tool")).encode() for chat in chats]
+        bodies = [json.dumps(chat.payload("action_confirm_tool")).encode() for chat in chats]
         series = Series(f"{label} x{clients}")
         queue = iter(bodies)
 
