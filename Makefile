@@ -7,20 +7,23 @@ VENV_RASA := .venv-rasa
 PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
+WEB_DEPS  := web/node_modules/.installed
+CHROMIUM  := /usr/bin/chromium
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench clean
+.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof bench clean
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
 	@echo "make test     everything CI runs: lint, types, pytest, rasa data validate, rasa test, the live proof"
-	@echo "make up       start CRM, MCP server, action server and Rasa server in the background"
+	@echo "make up       start CRM, MCP server, action server, Rasa server and the chat page in the background"
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
-	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
+	@echo "make setup    create .venv and .venv-rasa with pinned dependencies, the chat page's npm packages, Chromium"
 
-setup: $(VENV)/.installed $(VENV_RASA)/.installed
+setup: $(VENV)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(CHROMIUM)
 
 $(VENV)/.installed: constraints/venv.txt pyproject.toml
 	@PY310=$$(scripts/find-python310.sh) || exit 1; \
@@ -37,6 +40,23 @@ $(VENV_RASA)/.installed: constraints/venv-rasa.txt
 	@$(VENV_RASA)/bin/python -m pip install -q --disable-pip-version-check -c constraints/venv-rasa.txt rasa==$(RASA_VERSION) 2>&1 | grep -v "is ignored: it is neither" || true
 	@$(VENV_RASA)/bin/python -c "import rasa" || { echo "error: rasa did not install into $(VENV_RASA)"; exit 1; }
 	@touch $@
+
+# The chat page's socket.io-client, exactly as web/package-lock.json pins it (served as is, no build).
+$(WEB_DEPS): web/package.json web/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the chat page: apt-get install npm"; exit 1; }
+	@echo "==> installing the chat page's npm packages into web/node_modules (web/package-lock.json)"
+	@cd web && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
+# Debian's Chromium for the browser tests (Playwright drives it; no browser is ever downloaded).
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+		echo "==> installing Debian's chromium for the browser tests (apt-get)"; \
+		apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 chromium >/dev/null; \
+	else \
+		echo "warning: the browser tests need $(CHROMIUM): run \`sudo apt-get install chromium\`"; \
+	fi
 
 # Trains only when domain, config or training data changed; the model is named after their digest.
 train: setup
@@ -76,6 +96,10 @@ down:
 
 actions: $(VENV)/.installed
 	@$(PY) -m actions.server
+
+browser-test: setup train
+	@echo "==> browser tests (headless Chromium)"
+	@$(VENV)/bin/pytest -q tests/browser
 
 proof: setup train
 	@$(PY) -m tests.proof

@@ -3,11 +3,13 @@
     python scripts/stack.py up [--without-rasa] [--state var/run/stack.json]
     python scripts/stack.py down [--state var/run/stack.json]
 
-Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005 (override with CRM_PORT,
-MCP_PORT, ACTION_SERVER_PORT, RASA_PORT). The MCP bearer token is CRM_MCP_TOKEN, or one generated
-once into var/crm_mcp_token; likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa
-sends to the action server, and CONFIRMATION_SECRET (var/confirmation_secret). SKILLS_DIR picks the
-skill files (default skills/). Logs go to var/log/ (STACK_VAR moves var/ elsewhere).
+Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080 (override
+with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT). The chat page talks to
+Rasa's socket.io channel; with --without-rasa it is served all the same and says it cannot reach
+Rasa. The MCP bearer token is CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token;
+likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa sends to the action server, and
+CONFIRMATION_SECRET (var/confirmation_secret). SKILLS_DIR picks the skill files (default skills/).
+Logs go to var/log/ (STACK_VAR moves var/ elsewhere).
 """
 
 from __future__ import annotations
@@ -101,18 +103,28 @@ def up(state: Path, with_rasa: bool) -> int:
             f"action server (skills from {skills})",
         )
         services = {"crm_rest": rest, "crm_mcp": mcp, "action_server": actions}
+        rasa_port = port("RASA_PORT", 5005)
         if with_rasa:
             rasa = start(
                 procs.rasa_server(
                     model=procs.current_model(),
                     endpoints=endpoints,
-                    port=port("RASA_PORT", 5005),
+                    port=rasa_port,
                     log_path=logs / "rasa.log",
                     detached=True,
                 ),
                 "Rasa server (loading the model takes up to a minute)",
             )
             services["rasa"] = rasa
+        services["chat_page"] = start(
+            procs.chat_page(
+                rasa_url=f"http://{procs.HOST}:{rasa_port}",
+                port=port("CHAT_PAGE_PORT", 8080),
+                log_path=logs / "chat-page.log",
+                detached=True,
+            ),
+            "chat page",
+        )
     except Exception as exc:
         for service in reversed(started):
             service.stop()
@@ -129,6 +141,7 @@ def up(state: Path, with_rasa: bool) -> int:
     print("\nrunning:")
     for name, service in services.items():
         print(f"  {name:<14} {service.url}")
+    print(f"\nopen the chat page: {services['chat_page'].url}")
     print(f"logs in {logs}; stop with `make down`")
     return 0
 

@@ -33,23 +33,30 @@ def alive(pid: int) -> bool:
 
 
 def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
-    ports = {name: procs.free_port() for name in ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT")}
+    names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT")
+    ports = {name: procs.free_port() for name in names}
     started = stack("up", tmp_path, ports)
     state = tmp_path / "run" / "stack.json"
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         services = json.loads(state.read_text())
-        assert set(services) == {"crm_rest", "crm_mcp", "action_server"}
+        assert set(services) == {"crm_rest", "crm_mcp", "action_server", "chat_page"}
         expected_ports = {
             "crm_rest": "CRM_PORT",
             "crm_mcp": "MCP_PORT",
             "action_server": "ACTION_SERVER_PORT",
+            "chat_page": "CHAT_PAGE_PORT",
         }
         for name, variable in expected_ports.items():
             assert f"127.0.0.1:{ports[variable]}" in services[name]["url"]
             assert services[name]["url"] in started.stdout  # printed for the person
         with urllib.request.urlopen(f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}/health") as response:
             assert response.status == 200
+        # The chat page is served, and points the browser at the Rasa port of this stack.
+        with urllib.request.urlopen(services["chat_page"]["url"]) as response:
+            assert b'id="composer"' in response.read()
+        with urllib.request.urlopen(services["chat_page"]["url"] + "config.json") as response:
+            assert json.loads(response.read())["socketUrl"] == f"http://127.0.0.1:{ports['RASA_PORT']}"
         # The generated endpoints carry the action server token, so Rasa would be let in.
         endpoints = (tmp_path / "run" / "endpoints.yml").read_text()
         assert (tmp_path / "action_server_token").read_text().strip() in endpoints

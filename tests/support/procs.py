@@ -333,3 +333,23 @@ def rasa_server(
         detached=detached,
         start_timeout=RASA_START_TIMEOUT,
     )
+
+
+CHAT_PAGE = REPO_ROOT / "scripts" / "chat_page.py"
+
+
+def chat_page(
+    *, rasa_url: str, port: int | None = None, log_path: Path | None = None, detached: bool = False
+) -> ServiceProcess:
+    """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`; `.url` ends in /."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    return ServiceProcess(
+        "chat-page",
+        [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)],
+        env=child_env(),
+        ready_url=f"{base}/health",
+        url=f"{base}/",
+        log_path=log_path,
+        detached=detached,
+    )

@@ -1,0 +1,230 @@
+/*
+ * The CRM assistant's chat page, on Rasa's `socketio` channel (rasa/core/channels/socketio.py):
+ *
+ *   page -> Rasa  session_request {session_id}           Rasa -> page  session_confirm <session_id>
+ *   page -> Rasa  user_uttered {message, session_id}     Rasa -> page  bot_uttered {text, quick_replies}
+ *
+ * The rules, first:
+ *  - Whatever the assistant or the person wrote is shown with textContent, never parsed as HTML:
+ *    a note that contains <script> or <b> shows as those characters.
+ *  - A question's buttons work once. A click disables them (and records that) before the payload
+ *    is sent, so a double click sends one payload. Anything else the person sends answers the
+ *    open question too and disables its buttons.
+ *  - The session id and the transcript live in sessionStorage. After a reload the page asks Rasa
+ *    for the same session (credentials.yml: session_persistence), so the conversation and its
+ *    pending confirmation carry on, with the open question's buttons still usable.
+ *  - Nothing is sent unless the channel has confirmed the session. Otherwise the page says that it
+ *    was not sent; socket.io-client would buffer it and deliver it whenever the connection came
+ *    back, and a "yes" must not arrive minutes after the person gave up on it.
+ *  - When the assistant cannot be reached (or stops answering) the page says so.
+ */
+(function () {
+  "use strict";
+
+  var STORE_KEY = "crm-assistant-chat";
+  var NO_ANSWER_MS = 20000;
+
+  var log = document.getElementById("log");
+  var statusLine = document.getElementById("status");
+  var notice = document.getElementById("notice");
+  var composer = document.getElementById("composer");
+  var input = document.getElementById("message");
+
+  // {sessionId: string|null, messages: [{from: "bot"|"user", text, buttons: [{title, payload}],
+  //  answered: bool, chosen: payload|null}]}
+  var state = load();
+  var ready = false; // the channel confirmed our session on the current connection
+  var buttonRows = []; // message index -> the element holding that message's buttons
+  var noAnswerTimer = null;
+
+  function load() {
+    try {
+      var saved = JSON.parse(sessionStorage.getItem(STORE_KEY) || "null");
+      if (saved && Array.isArray(saved.messages)) return saved;
+    } catch (ignored) {
+      // A damaged entry starts a new conversation.
+    }
+    return { sessionId: null, messages: [] };
+  }
+
+  function save() {
+    sessionStorage.setItem(STORE_KEY, JSON.stringify(state));
+  }
+
+  // -- what the person sees ------------------------------------------------------------------
+
+  function setStatus(kind, text) {
+    statusLine.className = "status " + kind;
+    statusLine.textContent = text;
+  }
+
+  function showNotice(text) {
+    notice.textContent = text;
+    notice.hidden = false;
+  }
+
+  function clearNotice() {
+    notice.hidden = true;
+    notice.textContent = "";
+  }
+
+  function render(message, index) {
+    var item = document.createElement("li");
+    item.className = "msg " + message.from;
+    if (message.text) {
+      var bubble = document.createElement("p");
+      bubble.className = "bubble";
+      bubble.textContent = message.text;
+      item.appendChild(bubble);
+    }
+    if (message.buttons && message.buttons.length) {
+      var row = document.createElement("div");
+      row.className = "buttons";
+      message.buttons.forEach(function (button) {
+        var element = document.createElement("button");
+        element.type = "button";
+        element.textContent = button.title;
+        element.addEventListener("click", function () {
+          choose(index, button);
+        });
+        row.appendChild(element);
+      });
+      buttonRows[index] = row;
+      item.appendChild(row);
+      showAnswered(index);
+    }
+    log.appendChild(item);
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function showAnswered(index) {
+    var message = state.messages[index];
+    var row = buttonRows[index];
+    if (!row) return;
+    Array.prototype.forEach.call(row.children, function (element, i) {
+      element.disabled = Boolean(message.answered);
+      element.classList.toggle("chosen", message.chosen === message.buttons[i].payload);
+    });
+  }
+
+  function add(message) {
+    state.messages.push(message);
+    save();
+    render(message, state.messages.length - 1);
+  }
+
+  // -- sending ---------------------------------------------------------------------------------
+
+  function closeOpenQuestions(chosenIndex, payload) {
+    state.messages.forEach(function (message, index) {
+      if (message.buttons && message.buttons.length && !message.answered) {
+        message.answered = true;
+        message.chosen = index === chosenIndex ? payload : null;
+        showAnswered(index);
+      }
+    });
+  }
+
+  // Sends `message` to the assistant and shows `shown` as the person's turn; false if not sent.
+  function send(message, shown, chosenIndex) {
+    if (!ready) {
+      showNotice("Not sent: the assistant can't be reached right now. Try again once it is connected.");
+      return false;
+    }
+    clearNotice();
+    closeOpenQuestions(chosenIndex, message);
+    add({ from: "user", text: shown, buttons: [], answered: true, chosen: null });
+    socket.emit("user_uttered", { message: message, session_id: state.sessionId });
+    clearTimeout(noAnswerTimer);
+    noAnswerTimer = setTimeout(function () {
+      showNotice("The assistant has not answered for " + NO_ANSWER_MS / 1000 + " seconds.");
+    }, NO_ANSWER_MS);
+    return true;
+  }
+
+  function choose(index, button) {
+    // The disabled attribute already stops a second click; the flag also covers a click that
+    // was queued before the first one re-rendered.
+    if (state.messages[index].answered) return;
+    send(button.payload, button.title, index);
+  }
+
+  composer.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var text = input.value.trim();
+    if (!text) return;
+    if (send(text, text, -1)) input.value = "";
+  });
+
+  // -- the channel -----------------------------------------------------------------------------
+
+  state.messages.forEach(render);
+
+  fetch("config.json", { cache: "no-store" })
+    .then(function (response) {
+      if (!response.ok) throw new Error("config.json: HTTP " + response.status);
+      return response.json();
+    })
+    .then(connect)
+    .catch(function (error) {
+      setStatus("unreachable", "The page could not load its settings: " + error.message);
+    });
+
+  var socket = null;
+
+  function connect(config) {
+    // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see README).
+    socket = io(config.socketUrl, {
+      path: config.socketPath,
+      transports: ["websocket"],
+      reconnectionDelay: 500,
+      reconnectionDelayMax: 4000,
+      timeout: 5000,
+    });
+
+    socket.on("connect", function () {
+      setStatus("connecting", "Connected, starting the conversation…");
+      socket.emit("session_request", { session_id: state.sessionId });
+    });
+
+    socket.on("session_confirm", function (sessionId) {
+      // Rasa answers with the id we asked for, or a new one when we had none.
+      var id = typeof sessionId === "string" ? sessionId : sessionId && sessionId.session_id;
+      if (id && id !== state.sessionId) {
+        state.sessionId = id;
+        save();
+      }
+      ready = true;
+      clearNotice();
+      setStatus("connected", "Connected");
+    });
+
+    socket.on("bot_uttered", function (message) {
+      clearTimeout(noAnswerTimer);
+      if (!notice.hidden && notice.textContent.indexOf("has not answered") >= 0) clearNotice();
+      var buttons = (message.quick_replies || message.buttons || []).map(function (button) {
+        return { title: String(button.title), payload: String(button.payload) };
+      });
+      add({
+        from: "bot",
+        text: typeof message.text === "string" ? message.text : "",
+        buttons: buttons,
+        answered: false,
+        chosen: null,
+      });
+    });
+
+    socket.on("connect_error", function () {
+      ready = false;
+      setStatus("unreachable", "Can't reach the assistant. Retrying…");
+    });
+
+    socket.on("disconnect", function () {
+      ready = false;
+      clearTimeout(noAnswerTimer);
+      // Drop anything socket.io-client buffered: it must not be delivered on reconnection.
+      socket.sendBuffer = [];
+      setStatus("unreachable", "Lost the connection to the assistant. Reconnecting…");
+    });
+  }
+})();
