@@ -205,9 +205,11 @@
       var buttons = (message.quick_replies || message.buttons || []).map(function (button) {
         return { title: String(button.title), payload: String(button.payload) };
       });
+      var text = typeof message.text === "string" ? message.text : "";
+      if (!text && !buttons.length) return; // images, attachments, custom JSON: not used by this bot
       add({
         from: "bot",
-        text: typeof message.text === "string" ? message.text : "",
+        text: text,
         buttons: buttons,
         answered: false,
         chosen: null,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,11 +77,13 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    setattr(item, f"report_{report.when}", report)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    setattr(item, f"report_{report.when}", report)  # read by the page fixture, for the screenshot
+    return report
 
 
 @pytest.fixture
@@ -89,14 +91,6 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     """A new page in a browser context of its own; a screenshot is kept if the test fails."""
     context = browser.new_context(viewport={"width": 900, "height": 760})
     page = context.new_page()
-    dialogs: list[str] = []
-
-    def on_dialog(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.dialogs = dialogs  # type: ignore[attr-defined]
     try:
         yield page
     finally:
@@ -110,6 +104,19 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
             except Exception as exc:  # the page may be gone; the failure itself matters more
                 print(f"no screenshot ({exc})")
         context.close()
+
+
+@pytest.fixture
+def dialogs(page: Page) -> list[str]:
+    """The messages of every alert, confirm or prompt the page opens (each dismissed)."""
+    seen: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        seen.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    return seen
 
 
 class ChatPage:
