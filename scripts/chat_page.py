@@ -1,6 +1,7 @@
 """Serve the chat page (web/) on 127.0.0.1: a few static files and the address of Rasa's socket.io.
 
     python scripts/chat_page.py --rasa-url http://127.0.0.1:5005 [--host 127.0.0.1] [--port 8080]
+                                [--no-answer-seconds 20]
 
 The page talks to Rasa's `socketio` channel over a WebSocket only (no HTTP long-polling), so the
 browser never makes a cross-origin HTTP request to Rasa and Rasa needs no `--cors` opening: its HTTP
@@ -9,7 +10,8 @@ scripts from this server only and connections to this Rasa only, so even if a bo
 rendered as HTML, a `<script>` in a note could not run.
 
 Routes: `/` (the page), `/chat.js`, `/chat.css`, `/vendor/socket.io.min.js` (socket.io-client from
-web/node_modules, installed by `make setup`), `/config.json` (where the socket is), `/health`.
+web/node_modules, installed by `make setup`), `/config.json` (where the socket is, and after how
+many seconds without an answer the page says so), `/health`.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ def security_headers(rasa_url: str) -> dict[str, str]:
     }
 
 
-def make_app(rasa_url: str) -> web.Application:
+def make_app(rasa_url: str, no_answer_seconds: float = 20.0) -> web.Application:
     missing = [str(path) for path, _ in FILES.values() if not path.is_file()]
     if missing:
         raise SystemExit(f"chat page: missing {', '.join(missing)} (run `make setup`)")
     headers = security_headers(rasa_url)
-    config = json.dumps({"socketUrl": rasa_url.rstrip("/"), "socketPath": SOCKET_PATH})
+    config = json.dumps(
+        {"socketUrl": rasa_url.rstrip("/"), "socketPath": SOCKET_PATH, "noAnswerSeconds": no_answer_seconds}
+    )
 
     def static(path: Path, content_type: str) -> Handler:
         body = path.read_bytes()  # a few small files, read once: restart the server after editing them
@@ -91,8 +95,11 @@ def main() -> int:
     parser.add_argument("--rasa-url", required=True, help="Rasa's base URL as the browser reaches it")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--no-answer-seconds", type=float, default=20.0, help="say so when the assistant is silent this long"
+    )
     args = parser.parse_args()
-    app = make_app(args.rasa_url)
+    app = make_app(args.rasa_url, args.no_answer_seconds)
     print(f"chat page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0

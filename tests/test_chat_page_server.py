@@ -43,7 +43,7 @@ def test_the_page_its_script_and_socket_io_client_are_served(page_url: str) -> N
 def test_the_settings_name_the_rasa_server(page_url: str) -> None:
     status, _, body = get(page_url + "config.json")
     assert status == 200
-    assert json.loads(body) == {"socketUrl": RASA, "socketPath": "/socket.io/"}
+    assert json.loads(body) == {"socketUrl": RASA, "socketPath": "/socket.io/", "noAnswerSeconds": 20.0}
 
 
 def test_every_answer_carries_a_policy_that_allows_own_scripts_and_this_rasa_only(page_url: str) -> None:

@@ -22,7 +22,7 @@
   "use strict";
 
   var STORE_KEY = "crm-assistant-chat";
-  var NO_ANSWER_MS = 20000;
+  var noAnswerMs = 20000; // config.json's noAnswerSeconds replaces it
 
   var log = document.getElementById("log");
   var statusLine = document.getElementById("status");
@@ -137,8 +137,8 @@
     socket.emit("user_uttered", { message: message, session_id: state.sessionId });
     clearTimeout(noAnswerTimer);
     noAnswerTimer = setTimeout(function () {
-      showNotice("The assistant has not answered for " + NO_ANSWER_MS / 1000 + " seconds.");
-    }, NO_ANSWER_MS);
+      showNotice("No answer from the assistant after " + noAnswerMs / 1000 + " s.");
+    }, noAnswerMs);
     return true;
   }
 
@@ -173,6 +173,7 @@
   var socket = null;
 
   function connect(config) {
+    if (typeof config.noAnswerSeconds === "number") noAnswerMs = config.noAnswerSeconds * 1000;
     // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see README).
     socket = io(config.socketUrl, {
       path: config.socketPath,
@@ -201,7 +202,7 @@
 
     socket.on("bot_uttered", function (message) {
       clearTimeout(noAnswerTimer);
-      if (!notice.hidden && notice.textContent.indexOf("has not answered") >= 0) clearNotice();
+      if (!notice.hidden && notice.textContent.indexOf("No answer from") === 0) clearNotice();
       var buttons = (message.quick_replies || message.buttons || []).map(function (button) {
         return { title: String(button.title), payload: String(button.payload) };
       });

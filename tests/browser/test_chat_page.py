@@ -209,3 +209,21 @@ def test_a_page_whose_assistant_is_down_says_so(page: Page, services: procs.Serv
     page.click("#send")
     expect(page.locator("#notice")).to_contain_text("Not sent")
     expect(page.locator("#log li")).to_have_count(0)
+
+
+def test_the_page_says_when_the_assistant_is_slow_to_answer(
+    page: Page, chat_stack: ChatStack, services: procs.Services
+) -> None:
+    rasa_port = urlsplit(chat_stack.rasa_url).port
+    assert rasa_port is not None
+    with TcpProxy(rasa_port) as proxy:
+        page_server = services.start(procs.chat_page(rasa_url=proxy.url(), no_answer_seconds=1))
+        chat = ChatPage(page, page_server.url).open()
+        proxy.delay = 4.0  # every answer from Rasa now takes 4 s to arrive
+
+        chat.say("help")
+
+        notice = page.locator("#notice")
+        expect(notice).to_have_text("No answer from the assistant after 1 s.", timeout=3_000)
+        expect(chat.bot_bubbles.last).to_contain_text("Here's what I can do", timeout=REPLY_TIMEOUT_MS)
+        expect(notice).to_be_hidden()  # the answer came: the notice goes

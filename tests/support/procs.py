@@ -339,14 +339,22 @@ CHAT_PAGE = REPO_ROOT / "scripts" / "chat_page.py"
 
 
 def chat_page(
-    *, rasa_url: str, port: int | None = None, log_path: Path | None = None, detached: bool = False
+    *,
+    rasa_url: str,
+    port: int | None = None,
+    no_answer_seconds: float | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`; `.url` ends in /."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
+    args = [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)]
+    if no_answer_seconds is not None:
+        args += ["--no-answer-seconds", str(no_answer_seconds)]
     return ServiceProcess(
         "chat-page",
-        [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)],
+        args,
         env=child_env(),
         ready_url=f"{base}/health",
         url=f"{base}/",
