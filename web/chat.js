@@ -36,6 +36,7 @@
   var ready = false; // the channel confirmed our session on the current connection
   var buttonRows = []; // message index -> the element holding that message's buttons
   var noAnswerTimer = null;
+  var socket = null; // made once config.json says where Rasa is
 
   function load() {
     try {
@@ -169,8 +170,6 @@
     .catch(function (error) {
       setStatus("unreachable", "The page could not load its settings: " + error.message);
     });
-
-  var socket = null;
 
   function connect(config) {
     if (typeof config.noAnswerSeconds === "number") noAnswerMs = config.noAnswerSeconds * 1000;
