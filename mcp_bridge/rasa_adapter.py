@@ -14,7 +14,7 @@ from rasa_sdk.events import ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.interfaces import ActionExecutionRejection
 
-from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
 
 CONFIRMATION_LOOP = "action_confirm_tool"
 
@@ -46,12 +46,17 @@ def apply_decision(
     """Responses to the dispatcher, events to return; raises the rejection that hands a message back."""
     if decision.outcome == "handed_back":
         # Rasa records the rejection and lets the bot's own rules answer; the loop stays active.
-        raise ActionExecutionRejection(action, "the message is not an answer to the pending question")
+        # Rasa logs this at ERROR level ("handed back ..."); it is the normal way out of a loop.
+        raise ActionExecutionRejection(
+            action, f"{action} handed the message back to the bot: it does not answer the pending question"
+        )
     for say in decision.say:
         dispatcher.utter_message(response=say.response, **say.variables)
     events = [SlotSet(slot, value) for slot, value in decision.slots.items()]
+    question_gone = PENDING_SLOT in decision.slots and decision.slots[PENDING_SLOT] is None
     if decision.waiting:
         events.append(ActiveLoop(CONFIRMATION_LOOP))
-    elif loop_active or action == CONFIRMATION_LOOP:
+    elif action == CONFIRMATION_LOOP or (loop_active and question_gone):
         events.append(ActiveLoop(None))
+    # Otherwise (a lookup that interrupted the question) the loop stays, and Rasa runs it next.
     return events
