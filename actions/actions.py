@@ -10,7 +10,7 @@ from rasa_sdk.types import DomainDict
 
 from actions.setup import executor
 from mcp_bridge.executor import Decision, Turn
-from mcp_bridge.rasa_adapter import apply_decision, turn_from_tracker
+from mcp_bridge.rasa_adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class _ExecutorAction(Action):
             )
             decision = Decision("failed", slots={"pending_confirmation": None})
             dispatcher.utter_message(response="utter_tool_unavailable")
-        return apply_decision(decision, dispatcher)
+        return apply_decision(decision, dispatcher, action=self.name(), loop_active=turn.loop_active)
 
 
 class _SkillAction(_ExecutorAction):
@@ -67,10 +67,12 @@ class ActionShowNotes(_SkillAction):
 
 
 class ActionConfirmTool(_ExecutorAction):
-    action_name = "action_confirm_tool"
+    """The confirmation loop: every message while a question is pending comes here first."""
+
+    action_name = CONFIRMATION_LOOP
 
     async def decide(self, turn: Turn) -> Decision:
-        return await executor().confirm(turn)
+        return await executor().answer(turn)
 
 
 class ActionDenyTool(_ExecutorAction):

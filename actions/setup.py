@@ -2,8 +2,9 @@
 
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml), AUDIT_LOG (var/audit.jsonl),
 CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (signs pending confirmations; give every replica
-the same value, or a question asked before a restart cannot be confirmed after it). The local tools
-are the `crm` tool functions.
+the same value, or a question asked before a restart cannot be confirmed after it),
+CONFIRMATION_WORDS (a word file added to the reader's English defaults, e.g. another language's yes
+and no). The local tools are the `crm` tool functions.
 """
 
 import functools
@@ -15,7 +16,8 @@ from mcp_bridge import MCPRuntime, load_mcp_servers
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
-from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.reader import ConfirmationReader, load_words
+from mcp_bridge.skills import check_question_buttons, domain_responses, load_skills
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +39,28 @@ def executor() -> Executor:
             f"{domain}: the executor needs these responses, which are missing: {', '.join(missing)}"
         )
     skills = load_skills(skills_dir, local_tools=LOCAL_TOOLS, mcp_servers=servers, responses=known_responses)
-    ttl = _positive_float("CONFIRMATION_TTL_SECONDS", 300.0)
+    questions = {responses.confirm_tool_call} | {
+        rule.utter_for_confirmation
+        for skill in skills.values()
+        for tool in skill.constraints
+        if (rule := skill.confirmation_for(tool)) is not None and rule.utter_for_confirmation
+    }
+    policy = ConfirmationPolicy(ttl_seconds=_positive_float("CONFIRMATION_TTL_SECONDS", 300.0))
+    check_question_buttons(domain, questions, {f"/{policy.affirm_intent}", f"/{policy.deny_intent}"})
+    extra_words = [os.environ["CONFIRMATION_WORDS"]] if os.environ.get("CONFIRMATION_WORDS") else []
+    reader = ConfirmationReader(
+        load_words(*extra_words),
+        affirm_intent=policy.affirm_intent,
+        deny_intent=policy.deny_intent,
+        min_confidence=policy.min_confidence,
+        deny_margin=policy.deny_margin,
+    )
     built = Executor(
         skills,
         LOCAL_TOOLS,
         MCPRuntime(servers),
-        policy=ConfirmationPolicy(ttl_seconds=ttl),
+        policy=policy,
+        reader=reader,
         responses=responses,
         audit=AuditLog(os.environ.get("AUDIT_LOG", "var/audit.jsonl")),
         secret=os.environ["CONFIRMATION_SECRET"].encode() if os.environ.get("CONFIRMATION_SECRET") else None,

@@ -36,11 +36,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.local_tools import validate_local_arguments
+from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, Yes
 from mcp_bridge.results import ToolResult, from_local
 from mcp_bridge.runtime import MCPRuntime, validate_arguments
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, ToolFunction, resolve_arguments
@@ -61,6 +62,14 @@ class Turn:
     intent: str | None = None
     intent_confidence: float = 1.0
     intent_ranking: Mapping[str, float] = field(default_factory=dict)
+    # What the person just typed (or the button payload they sent).
+    text: str = ""
+    # True when this action runs in answer to a new message; False when the confirmation loop
+    # resumes after another action (the question just asked, or an interruption the bot handled).
+    new_message: bool = True
+    # True when the confirmation loop is the conversation's active loop: a pending question is
+    # being answered or was interrupted. A pending question without it was left behind.
+    loop_active: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,12 +78,32 @@ class Say:
     variables: Mapping[str, Any] = field(default_factory=dict)
 
 
+Outcome = Literal[
+    "pending",  # a question is waiting for the person's answer
+    "done",  # the skill ran to its end
+    "cancelled",  # the person said no; nothing was called
+    "handed_back",  # the answer was not about the question; the bot handles it, the question waits
+    "nothing_pending",
+    "rejected",  # the pending confirmation did not match; nothing was called
+    "failed",
+    "not_found",
+    "unavailable",
+    "not_configured",
+    "missing_argument",
+]
+
+
 @dataclass
 class Decision:
-    outcome: str
+    outcome: Outcome
     say: list[Say] = field(default_factory=list)
     # slot name -> new value (None clears it)
     slots: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def waiting(self) -> bool:
+        """A question is pending after this decision (the confirmation loop stays active)."""
+        return self.outcome == "pending"
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,10 @@ class Responses:
     # The question and the "no" for an MCP tool that the skill gave no constraint (see below).
     confirm_tool_call: str = "utter_confirm_tool_call"
     tool_call_cancelled: str = "utter_tool_call_cancelled"
+    # Said before the question again when the answer was neither a plain yes nor a plain no.
+    answer_yes_or_no: str = "utter_answer_yes_or_no"
+    # Said when a question left behind (the person started something else) is dropped.
+    question_dropped: str = "utter_question_dropped"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -177,11 +210,18 @@ class Executor:
         audit: AuditLog | None = None,
         clock: Callable[[], float] = time.time,
         secret: bytes | None = None,
+        reader: ConfirmationReader | None = None,
     ) -> None:
         self.skills = dict(skills)
         self._local = dict(local_tools)
         self._runtime = runtime
         self.policy = policy or ConfirmationPolicy()
+        self.reader = reader or ConfirmationReader(
+            affirm_intent=self.policy.affirm_intent,
+            deny_intent=self.policy.deny_intent,
+            min_confidence=self.policy.min_confidence,
+            deny_margin=self.policy.deny_margin,
+        )
         self.responses = responses or Responses()
         self._audit = audit or AuditLog(None)
         self._clock = clock
@@ -202,47 +242,70 @@ class Executor:
     # -- entry points -------------------------------------------------------------------------
 
     async def start(self, skill_id: str, turn: Turn) -> Decision:
-        """Run a skill from its first step (until it ends or waits for a confirmation)."""
+        """Run a skill from its first step (until it ends or waits for a confirmation).
+
+        A question still pending while the confirmation loop is active was interrupted (a lookup in
+        the middle): it stays and is asked again afterwards. One left behind outside the loop (the
+        person started something new) is dropped, and the person is told so.
+        """
         skill = self.skills[skill_id]
         slots = dict(turn.slots)
         decision = Decision(outcome="done")
-        if PENDING_SLOT in slots and slots[PENDING_SLOT] is not None:
-            # Starting again replaces an unanswered question; it can never be answered later.
+        left_behind = PendingConfirmation.from_slot(slots.get(PENDING_SLOT))
+        if slots.get(PENDING_SLOT) is not None and not turn.loop_active:
             decision.slots[PENDING_SLOT] = None
-        await self._run(skill, 0, turn, slots, decision, confirmed=None)
+            if left_behind is not None:
+                self._record(turn, left_behind, "dropped", "the person started something else")
+                decision.say.append(Say(self.responses.question_dropped))
+        await self._run(skill, 0, turn, slots, decision, confirmed=None, owns_question=not turn.loop_active)
         return decision
 
-    async def confirm(self, turn: Turn) -> Decision:
-        """The person said "yes"."""
+    async def answer(self, turn: Turn) -> Decision:
+        """The confirmation loop: read the person's answer to the pending question and act on it.
+
+        With ``turn.new_message`` false the loop is resuming: right after the question was asked
+        there is nothing to do; after an interruption the question is asked again.
+        """
         raw = turn.slots.get(PENDING_SLOT)
         pending = PendingConfirmation.from_slot(raw)
+        if not turn.new_message:
+            if pending is None:
+                return Decision("nothing_pending", [], self._clear_if(raw))
+            if pending.user_turn == turn.user_turn:
+                return Decision("pending")  # asked in this very turn
+            skill = self.skills.get(pending.skill)
+            if skill is None:
+                return Decision("nothing_pending", [], {PENDING_SLOT: None})
+            return await self._ask_again(skill, pending, turn, self.responses.confirm_again, "asked_again")
+        nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
         if pending is None:
             if raw is not None:
                 log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
-            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
+            if isinstance(self.reader.read(turn.text, nlu), Yes | No):
+                return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
+            return Decision("handed_back")  # not an answer to anything: the bot's to handle
         skill, step = self._bound_step(pending)
         if skill is None or step is None or not await self._authentic(pending, skill, turn):
-            log.warning(
-                "conversation %s: confirmation %s does not match any call this server would make; "
-                "nothing was run",
-                turn.conversation_id,
-                pending.id,
-            )
-            self._record(turn, pending, "rejected", "confirmation does not match a known call")
-            return Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
-        if self._must_ask_again(pending, turn):
-            return await self._ask_again(skill, pending, turn)
-        current, _ = resolve_arguments(step, turn.slots)
-        if current != pending.arguments:
-            self._record(turn, pending, "rejected", "arguments changed after the question")
-            decision = Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
-            self._finish(skill, decision)
-            return decision
-        self._record(turn, pending, "confirmed", None)
-        slots = dict(turn.slots)
-        decision = Decision(outcome="done", slots={PENDING_SLOT: None})
-        await self._run(skill, pending.step, turn, slots, decision, confirmed=pending)
-        return decision
+            return self._reject_forged(turn, pending)
+        reading = self.reader.read(turn.text, nlu, pending.arguments)
+        if isinstance(reading, Yes):
+            return await self._confirm(turn)
+        if isinstance(reading, No):
+            return await self.deny(turn)
+        if isinstance(reading, Other):
+            self._record(turn, pending, "handed_back", None)
+            return Decision("handed_back")
+        if isinstance(reading, Edit | Redirect):
+            change = "text" if isinstance(reading, Edit) else "email"
+            slot = skill.edits.get(change)
+            value = reading.text if isinstance(reading, Edit) else reading.email
+            if slot is not None:
+                return await self._change(skill, pending, turn, slot, value)
+            reason = f"an {reading.kind} this skill does not allow"
+        else:
+            reason = reading.reason
+        self._record(turn, pending, "unclear", reason)
+        return await self._ask_again(skill, pending, turn, self.responses.answer_yes_or_no, None)
 
     async def deny(self, turn: Turn) -> Decision:
         """The person said "no": nothing is called."""
@@ -263,6 +326,66 @@ class Executor:
             self._finish(skill, decision)
         return decision
 
+    async def _confirm(self, turn: Turn) -> Decision:
+        """The reader found a plain yes: run exactly the pending call, once, if it still holds."""
+        raw = turn.slots.get(PENDING_SLOT)
+        pending = PendingConfirmation.from_slot(raw)
+        if pending is None:
+            if raw is not None:
+                log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
+            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], self._clear_if(raw))
+        skill, step = self._bound_step(pending)
+        if skill is None or step is None or not await self._authentic(pending, skill, turn):
+            return self._reject_forged(turn, pending)
+        if self._must_ask_again(pending, turn):
+            return await self._ask_again(skill, pending, turn, self.responses.confirm_again, "asked_again")
+        current, _ = resolve_arguments(step, turn.slots)
+        if current != pending.arguments:
+            self._record(turn, pending, "rejected", "arguments changed after the question")
+            decision = Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
+            self._finish(skill, decision)
+            return decision
+        self._record(turn, pending, "confirmed", None)
+        slots = dict(turn.slots)
+        decision = Decision(outcome="done", slots={PENDING_SLOT: None})
+        await self._run(skill, pending.step, turn, slots, decision, confirmed=pending)
+        return decision
+
+    def _reject_forged(self, turn: Turn, pending: PendingConfirmation) -> Decision:
+        log.warning(
+            "conversation %s: confirmation %s does not match any call this server would make; "
+            "nothing was run",
+            turn.conversation_id,
+            pending.id,
+        )
+        self._record(turn, pending, "rejected", "confirmation does not match a known call")
+        return Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
+
+    async def _change(
+        self, skill: Skill, old: PendingConfirmation, turn: Turn, slot: str, value: str
+    ) -> Decision:
+        """An edit or a redirect: the skill runs again with ``slot`` changed and asks a new question.
+
+        The new arguments are checked like the first ones. If the run does not end in a new
+        question (a contact that does not exist, a text the tool refuses), the person hears why and
+        the old question is asked again, unchanged.
+        """
+        slots = {**turn.slots, slot: value}
+        changed = replace(turn, slots=slots)
+        decision = Decision(outcome="done")
+        await self._run(skill, 0, changed, dict(slots), decision, confirmed=None)
+        new = PendingConfirmation.from_slot(decision.slots.get(PENDING_SLOT))
+        if decision.outcome == "pending" and new is not None:
+            self._record(
+                turn, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id
+            )
+            decision.slots[slot] = value
+            return decision
+        self._record(turn, old, "unclear", f"the change of {slot} was refused")
+        again = await self._ask_again(skill, old, turn, None, None)
+        again.say[:0] = decision.say
+        return again
+
     # -- the step loop ------------------------------------------------------------------------
 
     async def _run(
@@ -273,8 +396,15 @@ class Executor:
         slots: dict[str, Any],
         decision: Decision,
         confirmed: PendingConfirmation | None,
+        owns_question: bool = True,
     ) -> None:
+        """Run ``skill`` from step ``start``.
+
+        ``owns_question`` is false for a run that interrupts a pending question (a lookup in the
+        middle): it must leave that question and the slots it depends on alone.
+        """
         results: dict[str, Any] = {}
+        finish = self._finish if owns_question else _leave_question
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
             if confirmed is not None and index == confirmed.step:
@@ -289,7 +419,7 @@ class Executor:
                         {"error": f"missing {', '.join(missing)}"},
                     )
                 )
-                self._finish(skill, decision)
+                finish(skill, decision)
                 return
             if not (confirmed is not None and index == confirmed.step):
                 try:
@@ -298,7 +428,7 @@ class Executor:
                         await self._check_arguments(skill, step.execute_tool, arguments)
                 except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as exc:
                     self._say_failure(skill, step, exc, turn, decision)
-                    self._finish(skill, decision)
+                    finish(skill, decision)
                     return
                 if rule is not None:
                     pending = self._new_pending(skill, index, step, arguments, turn)
@@ -316,10 +446,10 @@ class Executor:
             if result is not None:
                 results.update(result.data)
             if result is None or not self._route(step, result, slots, arguments, results, decision):
-                self._finish(skill, decision)
+                finish(skill, decision)
                 return
         decision.outcome = "done"
-        self._finish(skill, decision)
+        finish(skill, decision)
 
     async def _dispatch(
         self,
@@ -505,20 +635,17 @@ class Executor:
     def _must_ask_again(self, pending: PendingConfirmation, turn: Turn) -> bool:
         if turn.user_turn != pending.user_turn + 1:
             return True  # other messages came between the question and this "yes"
-        if self._clock() - pending.asked_at > self.policy.ttl_seconds:
-            return True
-        if turn.intent is not None and turn.intent != self.policy.affirm_intent:
-            return True
-        if turn.intent_confidence < self.policy.min_confidence:
-            return True
-        deny = turn.intent_ranking.get(self.policy.deny_intent, 0.0)
-        return turn.intent_confidence - deny < self.policy.deny_margin
+        return self._clock() - pending.asked_at > self.policy.ttl_seconds
 
-    async def _ask_again(self, skill: Skill, old: PendingConfirmation, turn: Turn) -> Decision:
-        self._record(turn, old, "asked_again", None)
-        decision = Decision(
-            outcome="pending", say=[Say(self.responses.confirm_again)], slots={PENDING_SLOT: None}
-        )
+    async def _ask_again(
+        self, skill: Skill, old: PendingConfirmation, turn: Turn, preface: str | None, audit: str | None
+    ) -> Decision:
+        """Ask the pending question again, bound to this turn (a new id and signature)."""
+        if audit is not None:
+            self._record(turn, old, audit, None)
+        decision = Decision(outcome="pending", slots={PENDING_SLOT: None})
+        if preface is not None:
+            decision.say.append(Say(preface))
         await self._run(skill, old.step, turn, dict(turn.slots), decision, confirmed=None)
         return decision
 
@@ -531,7 +658,9 @@ class Executor:
     def _clear_if(raw: Any) -> dict[str, Any]:
         return {PENDING_SLOT: None} if raw is not None else {}
 
-    def _record(self, turn: Turn, pending: PendingConfirmation, decision: str, result: str | None) -> None:
+    def _record(
+        self, turn: Turn, pending: PendingConfirmation, decision: str, result: str | None, **extra: str
+    ) -> None:
         self._audit.record(
             conversation=turn.conversation_id,
             skill=pending.skill,
@@ -541,7 +670,12 @@ class Executor:
             digest=pending.digest,
             decision=decision,
             result=result,
+            **extra,
         )
+
+
+def _leave_question(skill: Skill, decision: Decision) -> None:
+    """How a run that interrupts a pending question ends: the question and its slots stay."""
 
 
 class _LocalToolFailed(ToolCallError):

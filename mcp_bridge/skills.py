@@ -31,7 +31,7 @@ place in it and the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -95,6 +95,10 @@ class SkillFile(_Strict):
     tool_constraints: list[dict[str, ToolConstraint]] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1)
     reset_slots: list[str] = Field(default_factory=list)
+    # What a person may change while a question is pending: "change it to: ..." sets the `text`
+    # slot, an email address in the answer sets the `email` slot; the skill then runs again from its
+    # first step and asks a new question. Without an entry, such an answer is asked again.
+    edits: dict[Literal["text", "email"], str] = Field(default_factory=dict)
 
     @field_validator("tool_constraints")
     @classmethod
@@ -124,6 +128,7 @@ class Skill:
     constraints: Mapping[str, ToolConstraint]
     steps: tuple[Step, ...]
     reset_slots: tuple[str, ...]
+    edits: Mapping[str, str] = field(default_factory=dict)
 
     def confirmation_for(self, tool: str) -> RequiresConfirmation | None:
         """The confirmation this skill declares for ``tool`` (the executor adds a default for MCP tools)."""
@@ -233,6 +238,16 @@ def _check(
         for key in ("on_success", "on_error", "on_not_found", "on_missing_argument"):
             check_response(f"{where}.{key}", getattr(step, key))
 
+    slot_arguments = {
+        source.slot
+        for step in parsed.steps
+        for source in step.arguments.values()
+        if isinstance(source, SlotArgument)
+    }
+    for change, slot in parsed.edits.items():
+        if slot not in slot_arguments:
+            raise fail(f"edits.{change}", f"slot {slot!r} is not an argument of any step")
+
     return Skill(
         id=parsed.skill,
         path=path,
@@ -240,6 +255,7 @@ def _check(
         constraints=constraints,
         steps=tuple(parsed.steps),
         reset_slots=tuple(parsed.reset_slots),
+        edits={str(change): slot for change, slot in parsed.edits.items()},
     )
 
 
@@ -272,6 +288,33 @@ def domain_responses(domain_path: str | Path) -> set[str]:
     if not isinstance(responses, dict):
         raise ConfigError(f"{path}: 'responses' must be a mapping")
     return set(responses)
+
+
+def check_question_buttons(domain_path: str | Path, questions: Iterable[str], payloads: set[str]) -> None:
+    """Every variant of every confirmation question carries exactly the Yes/No buttons.
+
+    A button press is an unambiguous answer, so each question must offer one, with ``payloads``
+    (``/affirm`` and ``/deny``). Raises :class:`ConfigError` naming the file, response and reason.
+    """
+    path = Path(domain_path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the domain: {exc}") from None
+    responses = document.get("responses") or {}
+    wanted = ", ".join(sorted(payloads))
+    for name in sorted(set(questions)):
+        variants = responses.get(name)
+        if not isinstance(variants, list) or not variants:
+            continue  # a missing response is reported where the skill names it
+        for index, variant in enumerate(variants):
+            buttons = variant.get("buttons") if isinstance(variant, dict) else None
+            found = {b.get("payload") for b in buttons or [] if isinstance(b, dict)}
+            if found != payloads:
+                raise ConfigError(
+                    f"{path}: responses.{name}[{index}]: a confirmation question needs buttons with "
+                    f"exactly the payloads {wanted} (found: {', '.join(sorted(map(str, found))) or 'none'})"
+                )
 
 
 def _location(loc: Iterable[Any]) -> str:

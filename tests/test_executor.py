@@ -214,11 +214,11 @@ async def test_lookup_and_notes_skills(
     make_executor: Any, crm_db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     executor = make_executor()
-    chat = Conversation(executor, contact_email="PRIYA@example.com")
+    chat = Conversation(executor, lookup_email="PRIYA@example.com")
     found = await chat.start("lookup_contact")
     assert [s.response for s in found.say] == ["utter_contact_found"]
     assert found.say[0].variables["result_name"] == "Priya Raman"
-    chat = Conversation(executor, contact_email="priya@example.com")
+    chat = Conversation(executor, lookup_email="priya@example.com")
     with caplog.at_level(logging.INFO):
         empty = await chat.start("show_notes")
     assert [s.response for s in empty.say] in (["utter_no_notes"], ["utter_recent_notes"])
@@ -235,7 +235,7 @@ async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
     skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
     executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
     try:
-        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
         assert lookup.outcome == "pending"
         assert [s.response for s in lookup.say] == ["utter_confirm_tool_call"]
         assert lookup.say[0].variables["tool_name"] == "find_contact_by_email"
@@ -252,7 +252,7 @@ async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
     skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
     executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
     try:
-        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
         assert [s.response for s in lookup.say] == ["utter_contact_found"]
     finally:
         await executor.aclose()

@@ -514,7 +514,7 @@ def test_action_server_keeps_serving_while_the_mcp_server_is_slow(stack: ActionS
     slow_answer: list[tuple[int, Any, float]] = []
     tracker = FakeTracker(f"slow-{uuid.uuid4().hex}", contact_email=DANA, note_text=unique("slow"))
     tracker.user(f"log a call with {DANA}", "log_interaction")
-    warm = FakeTracker(f"warm-{uuid.uuid4().hex}", contact_email=DANA)
+    warm = FakeTracker(f"warm-{uuid.uuid4().hex}", lookup_email=DANA)
     warm.user(f"who is {DANA}?", "lookup_contact")
     status, answer, _ = call_action(stack.webhook, "action_lookup_contact", warm)  # opens the MCP session
     assert status == 200 and said(answer) == ["utter_contact_found"], answer
