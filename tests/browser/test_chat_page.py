@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import REPLY_TIMEOUT_MS, ChatPage, ChatStack, user_texts
@@ -137,9 +136,6 @@ def test_a_reload_between_question_and_click_confirms_the_same_call_once(
     assert user_texts(chat_stack.rasa_url, session).count("/affirm") == 1
 
 
-@pytest.mark.skip(
-    reason="needs the confirmation reader of issue 9 (edits while a question is pending), not on main yet"
-)
 def test_an_edit_typed_instead_of_a_click_is_asked_about(page: Page, chat_stack: ChatStack) -> None:
     mark = chat_stack.store.mark()
     chat = open_chat(page, chat_stack)
