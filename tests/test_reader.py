@@ -17,8 +17,8 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.reader import (
     ConfirmationReader,
     Edit,
-    No,
     NluOpinion,
+    No,
     Other,
     Redirect,
     Unclear,

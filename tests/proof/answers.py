@@ -81,9 +81,7 @@ def edit_replaces_the_note(ctx: Context, tag: str) -> CheckResult:
     written = chat.written()
     if chat.problem or written != [StoredNote(contact_id, new)]:
         return failed(name, f"{chat.problem or ''}; {describe(written)}")
-    return passed(
-        name, "asked again quoting the new text; «yes» → 1 note, the new text; the old one nowhere"
-    )
+    return passed(name, "asked again quoting the new text; «yes» → 1 note, the new text; the old one nowhere")
 
 
 def redirect_moves_the_note(ctx: Context, tag: str) -> CheckResult:
