@@ -14,9 +14,9 @@ from rasa_sdk.events import ActiveLoop, EventType, FollowupAction, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from actions.setup import executor
 from crm.errors import ValidationError
 from crm.validation import NOTE_MAX_CHARS, validate_email
+from mcp_bridge.rasa import executor
 
 # Anything shaped like an address inside a longer message ("it's dana@example.com, thanks").
 _EMAIL_CANDIDATE = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+")
@@ -76,7 +76,8 @@ class ValidateLogNoteForm(FormValidationAction):
         if way_out == "help":
             dispatcher.utter_message(response="utter_help")
             return [SlotSet(asked, None)]  # the form asks the same question again
-        return await super().run(dispatcher, tracker, domain)
+        events: list[EventType] = await super().run(dispatcher, tracker, domain)
+        return events
 
     def _starting(self, tracker: Tracker) -> bool:
         """This message starts the form: a new request takes all of its own values."""

@@ -30,6 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor
 from mcp_bridge.skills import load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, responses
 
 TTL = 60.0
@@ -52,6 +53,7 @@ steps:
   - execute_tool: find_contact
     arguments: {email: {slot: contact_email}}
     fills: {contact_id: contact_id}
+    not_found_when_false: found
     on_not_found: utter_contact_not_found
   - execute_tool: record_note
     arguments: {contact_id: {slot: contact_id}, text: {slot: note_text}}
@@ -145,8 +147,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
 
         executor = Executor(
             SKILLS,
-            {"find_contact": find_contact, "record_note": record_note},
-            None,
+            ToolBox({"find_contact": find_contact, "record_note": record_note}, None),
             clock=lambda: self.now,
             policy=ConfirmationPolicy(
                 ttl_seconds=TTL, min_confidence=MIN_CONFIDENCE, deny_margin=DENY_MARGIN

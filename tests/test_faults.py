@@ -22,8 +22,10 @@ import pytest
 
 from crm.tools import CRM_UNREACHABLE, TOOLS
 from mcp_bridge import MCPRuntime, MCPServerConfig, OutcomeUnknownError
-from mcp_bridge.executor import PENDING_SLOT, Executor, call_digest
+from mcp_bridge.executor import PENDING_SLOT, Executor
+from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, all_notes, notes_for, responses, skills_with_source
 from tests.support.crm_db import contact_id, count_notes_with_key
@@ -58,7 +60,7 @@ async def make_executor(tmp_path: Path) -> AsyncIterator[Callable[..., Executor]
             mcp_servers=servers,
             responses=domain_responses(REPO / "domain.yml"),
         )
-        executor = Executor(skills, TOOLS, MCPRuntime(servers, connect_timeout=3.0))
+        executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers, connect_timeout=3.0)))
         made.append(executor)
         return executor
 

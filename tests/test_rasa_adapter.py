@@ -8,7 +8,7 @@ from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.interfaces import ActionExecutionRejection
 
 from mcp_bridge.executor import PENDING_SLOT, Decision, Say
-from mcp_bridge.rasa_adapter import CONFIRMATION_LOOP, apply_decision
+from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision
 
 LOOP = CONFIRMATION_LOOP
 
