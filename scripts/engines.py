@@ -51,7 +51,7 @@ class Postgres:
     """
 
     def __init__(self, data_dir: Path, password: str, *, durable: bool = True) -> None:
-        self.data_dir = data_dir
+        self.data_dir = data_dir.resolve()
         self.password = password
         self.durable = durable
         self.user = "postgres" if _as_root() else None
@@ -264,7 +264,8 @@ pid {folder / "nginx.pid"};
 error_log {folder / "error.log"} warn;
 events {{ worker_connections 1024; }}
 http {{
-    log_format upstream '$time_iso8601 $server_port "$request" $status $upstream_addr $upstream_status $request_time';
+    log_format upstream '$time_iso8601 $server_port "$request_method $uri" $status '
+                        '$upstream_addr $upstream_status $request_time';
     client_body_temp_path {temp / "body"};
     proxy_temp_path {temp / "proxy"};
     fastcgi_temp_path {temp / "fastcgi"};

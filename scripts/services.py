@@ -75,6 +75,8 @@ class ServiceProcess:
         self.ready_check = ready_check
         # Run as this system user (PostgreSQL refuses to run as root); None: as ourselves.
         self.user = user
+        # How to ask it to stop; SIGKILL follows after STOP_TIMEOUT.
+        self.stop_signal: signal.Signals = signal.SIGTERM
         self.url = url
         self.start_timeout = start_timeout
         self.process: subprocess.Popen[bytes] | None = None
@@ -144,12 +146,12 @@ class ServiceProcess:
         return None if self.process is None else self.process.pid
 
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after STOP_TIMEOUT; returns the exit code (None if never started)."""
+        """`stop_signal` (SIGTERM), then SIGKILL after STOP_TIMEOUT; the exit code (None if never started)."""
         process, self.process = self.process, None
         if process is None:
             return self.returncode
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(self.stop_signal)
             try:
                 process.wait(timeout=STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
@@ -366,7 +368,8 @@ def rasa_server(
         "rasa-server",
         args,
         env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}),
-        ready_url=f"{base}/status",
+        # /status is part of the HTTP API: with a token it answers 401 without one.
+        ready_url=f"{base}/status" + (f"?token={auth_token}" if auth_token else ""),
         url=base,
         log_path=log_path,
         detached=detached,

@@ -185,7 +185,9 @@ async def test_the_database_itself_refuses_a_second_row_with_one_key(
     dana = await _dana(store)
     await store.add_note(dana, "first", idempotency_key="db-key")
     kind, where = engine
-    insert = "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES ({}, 'x', 'now', 'db-key')"
+    insert = (
+        "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES ({}, 'x', 'now', 'db-key')"
+    )
     if kind == "sqlite":
         with closing(sqlite3.connect(where)) as conn, pytest.raises(sqlite3.IntegrityError):
             conn.execute(insert.format(dana))
