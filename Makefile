@@ -52,7 +52,7 @@ lint: $(VENV)/.installed
 	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy crm mcp_bridge"
+	@echo "==> mypy crm mcp_bridge scripts"
 	@$(VENV)/bin/mypy
 
 pytest: setup train services
