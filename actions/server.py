@@ -22,12 +22,14 @@ from sanic.response import HTTPResponse
 
 from actions.setup import executor
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.rasa_adapter import attribute_calls
 
 log = logging.getLogger("actions.server")
 
 
 def build_app(token: str | None = None) -> Sanic:
     app = create_app("actions", cors_origins=None)
+    attribute_calls(app)  # the audit trail records each tool call under its conversation
 
     if token:
 

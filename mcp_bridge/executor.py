@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.audit import CALLED, AuditLog, argument_digests, current_conversation
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.local_tools import validate_local_arguments
 from mcp_bridge.results import ToolResult, from_local
@@ -414,7 +414,30 @@ class Executor:
     async def call_tool(
         self, skill: Skill, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None
     ) -> ToolResult:
-        """Resolve ``tool`` for ``skill`` now, at dispatch time, and call it once."""
+        """Resolve ``tool`` for ``skill`` now, at dispatch time, and call it once.
+
+        Every call that is dispatched is an audit entry with its outcome, whoever asked for it.
+        """
+        try:
+            result = await self._call_resolved(skill, tool, arguments, idempotency_key)
+        except ToolNotFoundError:
+            raise  # nothing was dispatched
+        except ToolCallError as exc:
+            self._record_call(
+                skill, tool, arguments, idempotency_key, f"failed: {type(exc).__name__}", exc.may_have_run
+            )
+            raise
+        except ToolArgumentsError as exc:
+            self._record_call(
+                skill, tool, arguments, idempotency_key, f"refused: {type(exc).__name__}", False
+            )
+            raise
+        self._record_call(skill, tool, arguments, idempotency_key, _outcome(result), True)
+        return result
+
+    async def _call_resolved(
+        self, skill: Skill, tool: str, arguments: dict[str, Any], idempotency_key: str | None
+    ) -> ToolResult:
         source = skill.tools.get(tool)
         local = self._local.get(tool) if source is not None and source.kind == "local" else None
         if local is not None:
@@ -530,6 +553,30 @@ class Executor:
     @staticmethod
     def _clear_if(raw: Any) -> dict[str, Any]:
         return {PENDING_SLOT: None} if raw is not None else {}
+
+    def _record_call(
+        self,
+        skill: Skill,
+        tool: str,
+        arguments: Mapping[str, Any],
+        confirmation: str | None,
+        result: str,
+        sent: bool,
+    ) -> None:
+        source = str(skill.tools.get(tool))
+        self._audit.record(
+            conversation=current_conversation(),
+            skill=skill.id,
+            tool=tool,
+            source=source,
+            confirmation=confirmation,
+            digest=call_digest(skill.id, tool, source, arguments),
+            arguments=argument_digests(arguments),
+            decision=CALLED,
+            result=result,
+            # False when the request provably never reached the tool (server unreachable, refused).
+            sent=sent,
+        )
 
     def _record(self, turn: Turn, pending: PendingConfirmation, decision: str, result: str | None) -> None:
         self._audit.record(
