@@ -314,10 +314,7 @@ def _load_step(
         raise CaseFileError(f"{here}: {reason}")
     kind = kinds[0]
     written = body[kind]
-    # Names (responses, tools) as written; texts quoted, on one line.
-    text = (
-        f"{kind}: {written}" if kind in _NAMED and isinstance(written, str) else f"{kind}: {_show(written)}"
-    )
+    text = _step_text(kind, written)
     if kind == "tool_called" and isinstance(body[kind], str):
         body = {**body, kind: {"tool": body[kind]}}
     try:
@@ -339,6 +336,21 @@ def _load_step(
         return Step("tool_called", number, line, text, value=call.tool, arguments=call.arguments)
     assert isinstance(model, _NoToolCalled)
     return Step("no_tool_called", number, line, text, value=model.no_tool_called)
+
+
+def _step_text(kind: str, written: Any) -> str:
+    """How the report shows a step: names (responses, tools, slots) as written, values quoted."""
+    if kind in _NAMED and isinstance(written, str):
+        return f"{kind}: {written}"
+    if kind in ("slot_was_set", "slot_was_not_set") and isinstance(written, list):
+        shown: list[str] = []
+        for item in written:
+            if isinstance(item, dict):
+                shown.extend(f"{key}: {_show(value)}" for key, value in item.items())
+            else:
+                shown.append(str(item))
+        return f"{kind}: [{', '.join(shown)}]"
+    return f"{kind}: {_show(written)}"
 
 
 def _slot_expectations(here: str, entries: Sequence[str | dict[str, Any]]) -> tuple[SlotExpectation, ...]:

@@ -89,10 +89,15 @@ class _Turn:
         else:
             lines.append("  the bot said nothing")
         if self.slots:
-            lines.append("  slots set: " + ", ".join(f"{name}={show(value)}" for name, value in self.slots))
+            lines.append("  slots set: " + ", ".join(f"{name}={_brief(value)}" for name, value in self.slots))
         if self.calls:
             lines.append("  tools called: " + "; ".join(call.describe() for call in self.calls))
         return tuple(lines)
+
+
+def _brief(value: Any, limit: int = 80) -> str:
+    shown = show(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 class RunnerError(Exception):
@@ -130,7 +135,8 @@ async def _run_case(client: _Rasa, calls: CallLog | None, case: TestCase, conver
 
     try:
         if case.fixtures:
-            await client.start_session(conversation_id)
+            # Rasa starts the session (action_session_start) before it appends these, so the
+            # first message finds the session running and the slots kept.
             await client.append_slots(conversation_id, case.fixtures)
         events_seen = len(await client.events(conversation_id))
         calls_seen = len(calls.calls(conversation_id)) if calls is not None else 0
@@ -336,11 +342,6 @@ class _Rasa:
             "GET", self._conversation(conversation_id, "tracker"), params={"include_events": "ALL"}
         )
         return list((tracker or {}).get("events") or [])
-
-    async def start_session(self, conversation_id: str) -> None:
-        await self._json(
-            "POST", self._conversation(conversation_id, "execute"), {"name": "action_session_start"}
-        )
 
     async def append_slots(self, conversation_id: str, slots: Mapping[str, Any]) -> None:
         events = [{"event": "slot", "name": name, "value": value} for name, value in slots.items()]
