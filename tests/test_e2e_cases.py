@@ -140,3 +140,16 @@ def test_missing_paths_are_named(tmp_path: Path) -> None:
         load_paths([tmp_path / "absent.yml"])
     with pytest.raises(CaseFileError, match="no test-case files"):
         load_paths([tmp_path])
+
+
+def test_the_runner_imports_nothing_of_the_bot_nor_rasa_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mcp_bridge.cli, mcp_bridge.e2e; "
+        "roots = {m.split('.')[0] for m in sys.modules}; "
+        "print(sorted(roots & {'crm', 'actions', 'tests', 'rasa_sdk', 'rasa'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
