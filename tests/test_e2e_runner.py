@@ -225,6 +225,22 @@ def test_the_command_reports_in_text_and_junit(stack: E2EStack, tmp_path: Path) 
     assert wrong_text.get("message", "").startswith('step 2: bot: "Saved.": expected the text "Saved."')
 
 
+def test_a_wrong_audit_trail_is_pointed_out(stack: E2EStack, tmp_path: Path) -> None:
+    mcp = stack.mcp_tools()
+    if stack.variant != mcp:
+        stack.use(mcp)
+    command = [str(MCP_BRIDGE), "test", "e2e", str(E2E / "cases"), "--rasa-url", stack.rasa_url]
+    done = subprocess.run(
+        [*command, "--audit", str(tmp_path / "elsewhere.jsonl")], capture_output=True, text=True, timeout=300
+    )
+    lines = done.stdout.rstrip().splitlines()
+    assert lines[-2].startswith(f"warning: the audit trail {tmp_path / 'elsewhere.jsonl'} holds nothing"), (
+        done.stdout
+    )
+    right = subprocess.run([*command, "--audit", str(stack.audit_log(mcp))], capture_output=True, text=True)
+    assert right.returncode == 0 and "warning" not in right.stdout, right.stdout
+
+
 def test_an_unreachable_rasa_is_an_error_never_a_pass(tmp_path: Path) -> None:
     target = Target(rasa_url=f"http://{procs.HOST}:{procs.free_port()}", audit_log=tmp_path / "a.jsonl")
     results = asyncio.run(run_cases(load_paths([E2E / "cases"]), target))

@@ -48,6 +48,20 @@ class CallLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def conversations(self) -> set[str]:
+        """Every conversation with an entry of any kind (question, answer, call)."""
+        found: set[str] = set()
+        if self.path.exists():
+            with self.path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(entry, dict) and entry.get("conversation"):
+                        found.add(str(entry["conversation"]))
+        return found
+
     def calls(self, conversation_id: str) -> list[Call]:
         if not self.path.exists():
             return []

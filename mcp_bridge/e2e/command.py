@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mcp_bridge.e2e.cases import CaseFileError, load_paths
 from mcp_bridge.e2e.report import text_report, write_junit
-from mcp_bridge.e2e.runner import RunnerError, Target, run_cases
+from mcp_bridge.e2e.runner import RunnerError, Target, audit_warning, run_cases
 
 DEFAULT_STATE = Path("var/run/stack.json")
 
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     except RunnerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(text_report(results))
+    warning = audit_warning(results, target)
+    sys.stdout.write(text_report(results, [warning] if warning else []))
     if args.junit is not None:
         write_junit(results, args.junit)
     return 0 if all(result.passed for result in results) else 1

@@ -33,11 +33,12 @@ def summary(results: Sequence[CaseResult]) -> str:
     return f"{passed} passed, {len(results) - passed} failed"
 
 
-def text_report(results: Sequence[CaseResult]) -> str:
+def text_report(results: Sequence[CaseResult], warnings: Sequence[str] = ()) -> str:
     lines: list[str] = []
     for result in results:
         lines.extend(describe(result))
     lines.append("")
+    lines.extend(warnings)
     lines.append(summary(results))
     return "\n".join(lines) + "\n"
 

@@ -168,6 +168,23 @@ async def _run_case(client: _Rasa, calls: CallLog | None, case: TestCase, conver
         return result(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
+def audit_warning(results: Sequence[CaseResult], target: Target) -> str | None:
+    """A warning when cases checked tool calls but the audit trail holds nothing of this run.
+
+    Then it is probably not the trail of the action server that Rasa calls, and a passing
+    ``no_tool_called`` proves nothing.
+    """
+    checking = any(step.kind in TOOL_CHECKS for result in results for step in result.case.steps)
+    if not checking or target.audit_log is None:
+        return None
+    if CallLog(target.audit_log).conversations() & {result.conversation_id for result in results}:
+        return None
+    return (
+        f"warning: the audit trail {target.audit_log} holds nothing from this run's conversations; "
+        "if it is not the AUDIT_LOG of the action server that Rasa calls, no_tool_called proves nothing"
+    )
+
+
 # -- checking one turn ---------------------------------------------------------------------------
 
 
