@@ -60,7 +60,7 @@ class DenyThatWrites(_REAL_DENY):  # registered after the real one, so it replac
 
 
 def deny_that_writes(root: Path) -> Path:
-    """A folder holding a copy of ``actions/`` with the mutant deny action added; run the server there."""
+    """A folder holding a copy of ``actions/`` with the mutant deny action added (E2EStack runs it)."""
     package = root / "actions"
     shutil.rmtree(package, ignore_errors=True)
     shutil.copytree(REPO / "actions", package, ignore=shutil.ignore_patterns("__pycache__"))

@@ -10,6 +10,7 @@ holding a modified copy of the `actions` package.
 from __future__ import annotations
 
 import secrets
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,20 +94,22 @@ class E2EStack:
         assert self.crm is not None
         if self.actions is not None:
             self.actions.stop()
-        self.actions = self.services.start(
-            self._logged(
-                procs.action_server(
-                    endpoints=self.endpoints,
-                    crm_url=self.crm.url,
-                    mcp_url=f"http://{procs.HOST}:{self.mcp_port}/mcp",
-                    mcp_token=self.token,
-                    skills_dir=variant.skills,
-                    audit_log=self.audit_log(variant),
-                    port=self.action_port,
-                    cwd=variant.actions_root,
-                )
-            )
+        server = procs.action_server(
+            endpoints=self.endpoints,
+            crm_url=self.crm.url,
+            mcp_url=f"http://{procs.HOST}:{self.mcp_port}/mcp",
+            mcp_token=self.token,
+            skills_dir=variant.skills,
+            audit_log=self.audit_log(variant),
+            port=self.action_port,
         )
+        if variant.actions_root is not None:
+            # `python -m actions.server` would find the repository's package first (the working
+            # directory leads sys.path); put the copy's folder in front of it.
+            launch = f"import sys, runpy; sys.path.insert(0, {str(variant.actions_root)!r}); "
+            launch += "runpy.run_module('actions.server', run_name='__main__', alter_sys=True)"
+            server.args = [sys.executable, "-c", launch]
+        self.actions = self.services.start(self._logged(server))
         self.variant = variant
         return self.actions
 

@@ -63,11 +63,8 @@ class ServiceProcess:
         start_timeout: float = START_TIMEOUT,
         log_path: Path | None = None,
         detached: bool = False,
-        cwd: Path | None = None,
     ) -> None:
         self.name = name
-        # The working directory; a copy of a package placed there shadows the repository's.
-        self.cwd = cwd or REPO_ROOT
         self.args = list(args)
         self.env = dict(env)
         self.ready_url = ready_url
@@ -111,7 +108,7 @@ class ServiceProcess:
             self.process = subprocess.Popen(
                 self.args,
                 env=self.env,
-                cwd=self.cwd,
+                cwd=REPO_ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -282,13 +279,8 @@ def action_server(
     log_path: Path | None = None,
     detached: bool = False,
     extra_env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
 ) -> ServiceProcess:
-    """A (not yet started) `python -m actions.server`; `.url` is its /webhook URL.
-
-    With ``cwd``, the `actions` package is imported from there (a modified copy, say); the
-    configuration files are still the repository's unless given.
-    """
+    """A (not yet started) `python -m actions.server`; `.url` is its /webhook URL."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     env = child_env(
@@ -301,7 +293,6 @@ def action_server(
             "CRM_MCP_URL": mcp_url,
             "CRM_MCP_TOKEN": mcp_token,
             "AUDIT_LOG": str(audit_log) if audit_log else None,
-            "DOMAIN": str(REPO_ROOT / "domain.yml"),
             # Shared by every action server a test starts, as replicas of one deployment share it.
             "CONFIRMATION_SECRET": "test-confirmation-secret",
             **(extra_env or {}),
@@ -316,7 +307,6 @@ def action_server(
         log_path=log_path,
         detached=detached,
         start_timeout=60.0,
-        cwd=cwd,
     )
 
 
