@@ -4,6 +4,7 @@ with its file, test case, step and line."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,42 @@ def test_the_runner_imports_nothing_of_the_bot_nor_rasa_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+# -- how utter / bot steps are matched to a turn's messages (no Rasa needed) ----------------------
+
+
+def _turn_steps(tmp_path: Path, checks: str) -> list[Any]:
+    path = write(tmp_path, f"test_cases:\n  - test_case: t\n    steps:\n      - user: hi\n{checks}")
+    (case,) = load_paths([path])
+    return list(case.steps)
+
+
+@pytest.mark.parametrize(
+    ("checks", "failing_step"),
+    [
+        # an utter and a bot step side by side describe one message, in either order
+        ('      - utter: utter_a\n      - bot: "A"\n      - utter: utter_b\n', None),
+        ('      - bot: "A"\n      - utter: utter_a\n      - bot: "B"\n      - utter: utter_b\n', None),
+        # two steps of one kind are two messages
+        ("      - utter: utter_a\n      - utter: utter_b\n", None),
+        ("      - utter: utter_a\n      - utter: utter_a\n", 3),
+        # order matters
+        ("      - utter: utter_b\n      - utter: utter_a\n", 2),
+        # every message must be described
+        ("      - utter: utter_a\n", 2),
+        ('      - utter: utter_a\n      - bot: "A"\n', 3),
+        # a bot step next to an utter step may describe the following message instead
+        ('      - utter: utter_a\n      - bot: "B"\n      - utter: utter_b\n', None),
+        ('      - bot: "B"\n      - utter: utter_a\n', 2),
+    ],
+)
+def test_messages_are_described_in_order_and_all_of_them(
+    tmp_path: Path, checks: str, failing_step: int | None
+) -> None:
+    from mcp_bridge.e2e.runner import Message, _check_turn, _Turn
+
+    user, *rest = _turn_steps(tmp_path, checks)
+    turn = _Turn(user, messages=[Message("utter_a", "A"), Message("utter_b", "B")])
+    failure = _check_turn(turn, rest)
+    assert (failure.step.number if failure else None) == failing_step, failure
