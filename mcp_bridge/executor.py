@@ -432,6 +432,9 @@ class Executor:
                 skill, tool, arguments, idempotency_key, f"refused: {type(exc).__name__}", False
             )
             raise
+        except Exception as exc:  # unforeseen: it may have reached the tool
+            self._record_call(skill, tool, arguments, idempotency_key, f"failed: {type(exc).__name__}", True)
+            raise
         self._record_call(skill, tool, arguments, idempotency_key, _outcome(result), True)
         return result
 
