@@ -6,7 +6,7 @@ Entries carry digests, never the arguments: note text stays out of logs. A call 
 (:func:`argument_digest`), so a test can check "this tool was called with this text" without the
 text ever being written down. Calls are attributed to the conversation being served
 (:func:`serving`); the action server sets it for each webhook request it answers
-(:func:`mcp_bridge.rasa_adapter.attribute_calls`), so a call is attributed whichever action made it.
+(:func:`mcp_bridge.rasa.server.attribute_calls`), so a call is attributed whichever action made it.
 
 Read it back with ``python -m mcp_bridge.audit PATH``.
 """

@@ -1,4 +1,4 @@
-"""Every tool call the executor dispatches is an audit entry of the conversation being served,
+"""Every call of a tool the ToolBox resolved is an audit entry of the conversation being served,
 with a digest per argument and never the note text (what `tool_called` / `no_tool_called` read)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from mcp_bridge import MCPRuntime, MCPServerConfig
 from mcp_bridge.audit import CALLED, AuditLog, argument_digest, serving
 from mcp_bridge.executor import Executor
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, skills_with_source
 
@@ -31,7 +32,7 @@ async def test_each_dispatched_call_is_recorded_under_its_conversation(
         responses=domain_responses(REPO / "domain.yml"),
     )
     audit = AuditLog(tmp_path / "audit.jsonl")
-    executor = Executor(skills, TOOLS, MCPRuntime(servers), audit=audit)
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
     note = f"Called about invoice 4471 ({source}, audit test)"
     chat = Conversation(executor, "conv-a", contact_email="dana@example.com", note_text=note)
     try:
@@ -40,9 +41,8 @@ async def test_each_dispatched_call_is_recorded_under_its_conversation(
             asked = [e for e in audit.entries() if e["decision"] == CALLED]
             await chat.yes()
         # A call made outside any conversation is recorded as such, not given to the last one.
-        await executor.call_tool(
-            skills["lookup_contact"], "find_contact_by_email", {"email": "x@example.com"}
-        )
+        lookup = executor.tools.resolve(skills["lookup_contact"], "find_contact_by_email")
+        await lookup.call({"email": "x@example.com"}, idempotency_key=None)
     finally:
         await executor.aclose()
 
@@ -73,7 +73,7 @@ async def test_a_call_that_never_reached_the_tool_says_so(crm_rest: str, tmp_pat
         responses=domain_responses(REPO / "domain.yml"),
     )
     audit = AuditLog(tmp_path / "audit.jsonl")
-    executor = Executor(skills, TOOLS, MCPRuntime(servers), audit=audit)
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
     chat = Conversation(executor, "conv-b", contact_email="dana@example.com", note_text="a note")
     try:
         with serving("conv-b"):

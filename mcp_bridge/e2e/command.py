@@ -16,6 +16,19 @@ from mcp_bridge.e2e.runner import RunnerError, Target, audit_warning, run_cases
 DEFAULT_STATE = Path("var/run/stack.json")
 
 
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds ``test e2e`` to the ``mcp-bridge`` command."""
+    test = commands.add_parser("test", help="run tests of a bot")
+    kinds = test.add_subparsers(dest="kind", required=True, metavar="KIND")
+    e2e = kinds.add_parser(
+        "e2e",
+        help="conversation tests in Rasa Pro's e2e format, with tool_called / no_tool_called steps",
+        description="Run conversation test cases against a running Rasa server and action server.",
+    )
+    add_arguments(e2e)
+    e2e.set_defaults(handler=run)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="test-case files, or folders searched for *.yml")
     parser.add_argument(

@@ -7,7 +7,7 @@ Starts the whole stack on free ports (tests/e2e/stack.py), then runs `mcp-bridge
 3. over local tools: tests/e2e/cases again, the same files.
 
 E2E_CASES (a space-separated list of files or folders) replaces tests/e2e/cases, for example
-`make e2e E2E_CASES=tests/e2e/needs_issue_9`. JUnit reports go to results/e2e-*.xml.
+`make e2e E2E_CASES=tests/e2e/cases/confirm_deny.yml`. JUnit reports go to results/e2e-*.xml.
 Exit status 0 only when every run passed.
 """
 

@@ -104,11 +104,12 @@ class E2EStack:
             port=self.action_port,
         )
         if variant.actions_root is not None:
-            # `python -m actions.server` would find the repository's package first (the working
-            # directory leads sys.path); put the copy's folder in front of it.
+            # `python -m rasa_sdk --actions actions` would find the repository's package first (the
+            # working directory leads sys.path); run the same module with the copy's folder in front.
+            module = server.args.index("-m")
             launch = f"import sys, runpy; sys.path.insert(0, {str(variant.actions_root)!r}); "
-            launch += "runpy.run_module('actions.server', run_name='__main__', alter_sys=True)"
-            server.args = [sys.executable, "-c", launch]
+            launch += f"runpy.run_module({server.args[module + 1]!r}, run_name='__main__', alter_sys=True)"
+            server.args = [sys.executable, "-c", launch, *server.args[module + 2 :]]
         self.actions = self.services.start(self._logged(server))
         self.variant = variant
         return self.actions
