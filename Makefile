@@ -10,7 +10,8 @@ RASA_VERSION := 3.6.21
 WEB_DEPS  := web/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof bench clean
+.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e bench clean \
+	services cluster-up cluster-down cluster-test
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -19,8 +20,12 @@ help:
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
-	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
+	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
+	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
+	@echo "make cluster-down  stop what make cluster-up started"
+	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
+	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
 	@echo "make setup    create .venv and .venv-rasa with pinned dependencies, the chat page's npm packages, Chromium"
 
 setup: $(VENV)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(CHROMIUM)
@@ -71,7 +76,7 @@ typecheck: $(VENV)/.installed
 	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
 	@$(VENV)/bin/mypy
 
-pytest: setup train
+pytest: setup train services
 	@echo "==> pytest"
 	@$(VENV)/bin/pytest -q
 
@@ -83,7 +88,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof
+test: lint typecheck validate rasa-test pytest proof cluster-test
 
 chat: setup train
 	@scripts/chat.sh
@@ -106,8 +111,24 @@ browser-test: setup train
 proof: setup train
 	@$(PY) -m tests.proof
 
+e2e: setup train
+	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
+
 bench: setup train
 	@$(PY) -m tests.bench
+
+# PostgreSQL, Redis and nginx (Debian packages; apt-get as root, only when one is missing).
+services:
+	@scripts/install-services.sh
+
+cluster-up: setup train services
+	@$(PY) -m scripts.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m scripts.cluster down; else echo "nothing to stop"; fi
+
+cluster-test: setup train services
+	@$(PY) -m tests.cluster
 
 clean:
 	rm -rf var models results bench-results
