@@ -4,9 +4,9 @@ ACTION_SERVER_HOST (127.0.0.1), ACTION_SERVER_PORT (5055), ACTION_SERVER_TOKEN (
 plus what actions.setup reads. The skills, endpoints and domain are checked before the server
 listens, so a bad file stops it at start-up.
 
-rasa_sdk checks no credentials at all; with ACTION_SERVER_TOKEN set, /webhook and /actions answer
-401 unless the request carries the token the way Rasa's `action_endpoint: {token: ...}` sends it
-(`?token=...`), or as `Authorization: Bearer ...`.
+rasa_sdk checks no credentials at all; with ACTION_SERVER_TOKEN set, /webhook, /actions and /metrics
+(Prometheus, see mcp_bridge.metrics) answer 401 unless the request carries the token the way Rasa's
+`action_endpoint: {token: ...}` sends it (`?token=...`), or as `Authorization: Bearer ...`.
 """
 
 import asyncio
@@ -21,6 +21,7 @@ from sanic.request import Request
 from sanic.response import HTTPResponse
 
 from actions.setup import executor
+from mcp_bridge import metrics
 from mcp_bridge.errors import ConfigError
 
 log = logging.getLogger("actions.server")
@@ -39,6 +40,8 @@ def build_app(token: str | None = None) -> Sanic:
             if supplied and hmac.compare_digest(supplied.encode(), token.encode()):
                 return None
             return response.json({"error": "missing or wrong action server token"}, status=401)
+
+    metrics.attach(app)  # /metrics, behind the token check above
 
     @app.listener("after_server_stop")
     async def close_mcp_sessions(app: Sanic, loop: asyncio.AbstractEventLoop) -> None:

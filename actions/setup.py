@@ -11,7 +11,7 @@ import logging
 import os
 
 from crm.tools import TOOLS as CRM_TOOLS
-from mcp_bridge import MCPRuntime, load_mcp_servers
+from mcp_bridge import MCPRuntime, load_mcp_servers, metrics
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
@@ -44,7 +44,9 @@ def executor() -> Executor:
         MCPRuntime(servers),
         policy=ConfirmationPolicy(ttl_seconds=ttl),
         responses=responses,
-        audit=AuditLog(os.environ.get("AUDIT_LOG", "var/audit.jsonl")),
+        audit=AuditLog(
+            os.environ.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation]
+        ),
         secret=os.environ["CONFIRMATION_SECRET"].encode() if os.environ.get("CONFIRMATION_SECRET") else None,
     )
     for skill in skills.values():

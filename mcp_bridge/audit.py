@@ -1,7 +1,8 @@
 """The audit trail: every question, answer and outcome of a confirmation, one JSON line each.
 
 Entries carry the argument digest, never the arguments: note text stays out of logs.
-Read it back with ``python -m mcp_bridge.audit PATH``.
+Read it back with ``python -m mcp_bridge.audit PATH``. Observers (the metrics, say) see every entry
+as it is recorded, so whatever counts confirmations counts exactly what the trail says.
 """
 
 import json
@@ -9,17 +10,24 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+AuditObserver = Callable[[Mapping[str, Any]], None]
+
 
 class AuditLog:
-    """Appends entries to ``path`` (and the ``mcp_bridge.audit`` logger); ``None`` logs only."""
+    """Appends entries to ``path`` (and the ``mcp_bridge.audit`` logger); ``None`` logs only.
 
-    def __init__(self, path: str | Path | None) -> None:
+    Each of ``observers`` is called with every entry after it is written.
+    """
+
+    def __init__(self, path: str | Path | None, *, observers: Iterable[AuditObserver] = ()) -> None:
         self.path = Path(path) if path else None
+        self.observers = list(observers)
         self._lock = threading.Lock()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,6 +39,11 @@ class AuditLog:
         if self.path is not None:
             with self._lock, self.path.open("a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
+        for observe in self.observers:
+            try:
+                observe(entry)
+            except Exception:  # an observer's bug must not stop a confirmation
+                log.exception("audit observer %r failed", observe)
 
     def entries(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.exists():

@@ -41,6 +41,7 @@ from typing import Any
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.local_tools import validate_local_arguments
+from mcp_bridge.metrics import timed_tool_call
 from mcp_bridge.results import ToolResult, from_local
 from mcp_bridge.runtime import MCPRuntime, validate_arguments
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, ToolFunction, resolve_arguments
@@ -411,6 +412,7 @@ class Executor:
                 return
             validate_arguments(definition, arguments)
 
+    @timed_tool_call
     async def call_tool(
         self, skill: Skill, tool: str, arguments: dict[str, Any], *, idempotency_key: str | None = None
     ) -> ToolResult:
@@ -515,7 +517,8 @@ class Executor:
         return turn.intent_confidence - deny < self.policy.deny_margin
 
     async def _ask_again(self, skill: Skill, old: PendingConfirmation, turn: Turn) -> Decision:
-        self._record(turn, old, "asked_again", None)
+        expired = self._clock() - old.asked_at > self.policy.ttl_seconds
+        self._record(turn, old, "expired" if expired else "asked_again", None)
         decision = Decision(
             outcome="pending", say=[Say(self.responses.confirm_again)], slots={PENDING_SLOT: None}
         )

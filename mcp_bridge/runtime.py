@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, PaginatedRequestParams, Tool, ToolListChangedNotification
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
-from mcp_bridge import results, transport
+from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
     OutcomeUnknownError,
@@ -289,6 +289,7 @@ class MCPRuntime:
             connection = _Connection(self._servers[server], stale)
             await connection.open(self._connect_timeout)
             self.sessions_opened += 1
+            metrics.opened_session(server)
             # A new session may face a new server build: read its catalogue afresh.
             stale.set()
             self._connections[server] = connection
