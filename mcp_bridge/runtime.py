@@ -315,7 +315,7 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dic
         raise ToolArgumentsError(
             f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
         ) from None
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _validator(schema)
     if validator.is_valid(arguments):
         return
     problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
@@ -324,8 +324,24 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dic
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
 
 
+# Validators by schema object: a tool's schema object lives as long as its catalogue entry, so
+# the common case is an identity hit; equal schemas in new objects share one validator by value.
+_validators_by_id: dict[int, tuple[Mapping[str, Any], jsonschema.Draft202012Validator]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    cached = _validators_by_id.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    validator = _validator_for_json(json.dumps(schema, sort_keys=True))
+    if len(_validators_by_id) >= 1024:
+        _validators_by_id.clear()
+    _validators_by_id[id(schema)] = (schema, validator)  # holds the schema, so its id stays its own
+    return validator
+
+
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
+def _validator_for_json(schema_json: str) -> jsonschema.Draft202012Validator:
     # Building a validator costs more than using one, and every confirmed write validates twice.
     return jsonschema.Draft202012Validator(json.loads(schema_json))
 
