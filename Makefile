@@ -8,7 +8,7 @@ PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench clean
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench profile clean
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -18,6 +18,7 @@ help:
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
+	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
 	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
 
 setup: $(VENV)/.installed $(VENV_RASA)/.installed
@@ -82,6 +83,9 @@ proof: setup train
 
 bench: setup train
 	@$(PY) -m tests.bench
+
+profile: $(VENV)/.installed
+	@$(PY) -m tests.bench.cpu_profile
 
 clean:
 	rm -rf var models results bench-results
