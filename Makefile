@@ -8,7 +8,8 @@ PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench profile clean
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench profile clean \
+	services cluster-up cluster-down cluster-test
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -19,6 +20,9 @@ help:
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
+	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
+	@echo "make cluster-down  stop what make cluster-up started"
+	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
 
 setup: $(VENV)/.installed $(VENV_RASA)/.installed
@@ -52,7 +56,7 @@ typecheck: $(VENV)/.installed
 	@echo "==> mypy crm mcp_bridge"
 	@$(VENV)/bin/mypy
 
-pytest: setup train
+pytest: setup train services
 	@echo "==> pytest"
 	@$(VENV)/bin/pytest -q
 
@@ -64,7 +68,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof
+test: lint typecheck validate rasa-test pytest proof cluster-test
 
 chat: setup train
 	@scripts/chat.sh
@@ -81,11 +85,24 @@ actions: $(VENV)/.installed
 proof: setup train
 	@$(PY) -m tests.proof
 
-bench: setup train
+bench: setup train services
 	@$(PY) -m tests.bench
 
 profile: $(VENV)/.installed
 	@$(PY) -m tests.bench.cpu_profile
+
+# PostgreSQL, Redis and nginx (Debian packages; apt-get as root, only when one is missing).
+services:
+	@scripts/install-services.sh
+
+cluster-up: setup train services
+	@$(PY) -m scripts.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m scripts.cluster down; else echo "nothing to stop"; fi
+
+cluster-test: setup train services
+	@$(PY) -m tests.cluster
 
 clean:
 	rm -rf var models results bench-results
