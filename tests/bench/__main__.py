@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crm import tools as crm_tools
-from tests.bench import micro, rasa_turns, report, webhook
+from tests.bench import cluster_line, micro, rasa_turns, report, webhook
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -44,11 +44,16 @@ class Config:
     requests: int = 300  # section 4, per variant and concurrency level
     levels: tuple[int, ...] = (1, 8, 32)
     turns: int = 150  # section 5, per variant, in pairs (one local turn next to one MCP turn)
+    cluster_conversations: int = 40  # section 7, per round
+    cluster_rounds: int = 4  # section 7: rounds alternate 2 and 1 action servers
+    cluster_clients: int = 8
     out: Path = REPO / "bench-results"
     model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
 
 
-QUICK = Config(calls=30, sessions=10, cycles=20, requests=40, turns=6)
+QUICK = Config(
+    calls=30, sessions=10, cycles=20, requests=40, turns=6, cluster_conversations=8, cluster_rounds=2
+)
 
 
 def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -224,9 +229,19 @@ def run(config: Config) -> int:
                 )
         finally:
             services.close()
+        _say(
+            f"section 7: the cluster, {config.cluster_conversations} conversations per round from "
+            f"{config.cluster_clients} clients, {config.cluster_rounds} rounds (starting it takes minutes)"
+        )
+        cluster = cluster_line.measure(
+            REPO / "var" / "bench-cluster",
+            conversations=config.cluster_conversations,
+            clients=config.cluster_clients,
+            rounds=config.cluster_rounds,
+        )
     meta["wall_s"] = round(time.monotonic() - started, 1)
     meta["loadavg_end"] = _loadavg()
-    results = report.Results(tool_call, session, cycle, load, turns, memory)
+    results = report.Results(tool_call, session, cycle, load, turns, memory, cluster)
     print(report.write(results, meta, config.out))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.bench.cluster_line import ClusterLine
 from tests.bench.stats import RatioSpread, Series, ratio, ratio_spread
 from tests.bench.webhook import LoadResult
 
@@ -34,6 +35,7 @@ class Results:
     load: dict[str, list[LoadResult]]
     rasa_turn: dict[str, Series]
     memory: dict[str, dict[str, dict[str, int]]]
+    cluster: dict[int, ClusterLine]
 
 
 def _ms(value: float) -> str:
@@ -204,6 +206,22 @@ def table(results: Results, meta: dict[str, Any]) -> str:
             f"{mib('after_load', 'VmHWM'):>8}"
         )
     add("")
+    add(
+        '7. the cluster (make cluster-up): conversations (ask, "yes") through nginx, 2 Rasa and 2 MCP '
+        "servers;"
+    )
+    add("   rounds alternate 2 and 1 action servers (the second stopped for its rounds)")
+    add(
+        f"  {'action servers':<16}{'conversations':>14}{'errors':>8}{'conv/s':>9}"
+        f"{'yes median ms':>15}{'yes p95 ms':>12}"
+    )
+    for count, line in results.cluster.items():
+        s = line.yes_turn
+        add(
+            f"  {count:<16}{line.conversations:>14}{s.errors:>8}{line.per_second:>9.2f}"
+            f"{_ms(s.median_ms):>15}{_ms(s.p95_ms):>12}"
+        )
+    add("")
     add("Targets")
     for target in targets(results):
         add(f"  {'PASS' if target.passed else 'MISS'}  {target.name}: {target.detail}")
@@ -225,6 +243,7 @@ def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
         "rasa_turn": group(results.rasa_turn),
         "rasa_turn_ratio": turn_spread(results).summary(),
         "memory_kib": results.memory,
+        "cluster": {str(count): line.summary() for count, line in results.cluster.items()},
         "targets": [target.summary() for target in targets(results)],
     }
 
