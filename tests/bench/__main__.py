@@ -43,7 +43,7 @@ class Config:
     cycles: int = 200  # section 3, per variant
     requests: int = 300  # section 4, per variant and concurrency level
     levels: tuple[int, ...] = (1, 8, 32)
-    turns: int = 150  # section 5, per variant, in pairs (one local turn next to one MCP turn)
+    turns: int = 300  # section 5, per variant, in pairs (one local turn next to one MCP turn)
     cluster_conversations: int = 40  # section 7, per round
     cluster_rounds: int = 4  # section 7: rounds alternate 2 and 1 action servers
     cluster_clients: int = 8
