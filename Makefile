@@ -31,7 +31,7 @@ $(VENV)/.installed: constraints/venv.txt pyproject.toml
 	@PY310=$$(scripts/find-python310.sh) || exit 1; \
 	if [ ! -x $(PY) ]; then echo "==> creating $(VENV) (Python 3.10: rasa-sdk, mcp, the project, dev tools)"; "$$PY310" -m venv $(VENV); fi
 	@echo "==> installing pinned packages into $(VENV) (constraints/venv.txt)"
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints/venv.txt -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints/venv.txt -e '.[example,dev]' 2>&1 | grep -v "is ignored: it is neither" || true
 	@$(PY) -m pip check >/dev/null || { $(PY) -m pip check; exit 1; }
 	@touch $@
 
@@ -49,11 +49,11 @@ train: setup
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check crm mcp_bridge actions tests scripts
-	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
+	@$(VENV)/bin/ruff check crm mcp_bridge rasa_sdk_plugins actions tests scripts
+	@$(VENV)/bin/ruff format --check crm mcp_bridge rasa_sdk_plugins actions tests scripts
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy crm mcp_bridge"
+	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
 	@$(VENV)/bin/mypy
 
 pytest: setup train services
@@ -79,8 +79,10 @@ up: setup train
 down:
 	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else echo "nothing to stop"; fi
 
+# rasa_sdk's own command (what `rasa run actions` runs), from the action-server venv; the plugin adds
+# its start-up checks, the token check and the loopback default through rasa_sdk's plugin hook.
 actions: $(VENV)/.installed
-	@$(PY) -m actions.server
+	@$(PY) -m rasa_sdk --actions actions --port $${ACTION_SERVER_PORT:-5055}
 
 proof: setup train
 	@$(PY) -m tests.proof

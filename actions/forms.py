@@ -1,14 +1,22 @@
-"""The note form's slot validation. Plain checks; the CRM's own rules decide what is valid."""
+"""The note form's slot validation. Plain checks; the CRM's own rules decide what is valid.
+
+A way out everywhere: "cancel", "stop", "never mind", "forget it" or "quit" as the whole answer to
+either question ends the form, clears what it collected and says that nothing was saved; "help"
+answers with help and asks the same question again. Which words count is the plugin's confirmation
+reader's (its word file), so one list serves the form and the confirmation.
+"""
 
 import re
 from typing import Any
 
 from rasa_sdk import FormValidationAction, Tracker
+from rasa_sdk.events import ActiveLoop, EventType, FollowupAction, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
 from crm.errors import ValidationError
 from crm.validation import NOTE_MAX_CHARS, validate_email
+from mcp_bridge.rasa import executor
 
 # Anything shaped like an address inside a longer message ("it's dana@example.com, thanks").
 _EMAIL_CANDIDATE = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+")
@@ -17,6 +25,8 @@ _NOTE_AFTER_EMAIL = re.compile(
     r"^\s*(?::|-|–|—|saying\b|note\b:?)\s*(?P<note>\S.*)$", re.IGNORECASE | re.DOTALL
 )
 _QUOTES = "\"'“”‘’"
+# Everything one log collects; a cancelled or new log starts with none of it.
+FORM_SLOTS = ("contact_email", "note_text", "contact_id", "contact_name", "contact_company")
 
 
 def find_email(text: str) -> str | None:
@@ -47,18 +57,57 @@ class ValidateLogNoteForm(FormValidationAction):
     def name(self) -> str:
         return "validate_log_note_form"
 
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[EventType]:
+        asked = tracker.get_slot("requested_slot")
+        text = (tracker.latest_message or {}).get("text") or ""
+        way_out = executor().reader.way_out(text) if asked else None
+        if way_out == "cancel":
+            dispatcher.utter_message(response="utter_log_cancelled")
+            cleared = [SlotSet(slot, None) for slot in (*FORM_SLOTS, "pending_confirmation")]
+            # End the form and listen: the form's "complete" rule must not run the skill.
+            return [
+                *cleared,
+                SlotSet("requested_slot", None),
+                ActiveLoop(None),
+                FollowupAction("action_listen"),
+            ]
+        if way_out == "help":
+            dispatcher.utter_message(response="utter_help")
+            return [SlotSet(asked, None)]  # the form asks the same question again
+        events: list[EventType] = await super().run(dispatcher, tracker, domain)
+        return events
+
+    def _starting(self, tracker: Tracker) -> bool:
+        """This message starts the form: a new request takes all of its own values."""
+        latest = tracker.latest_message or {}
+        return (
+            tracker.get_slot("requested_slot") is None
+            and (latest.get("intent") or {}).get("name") == "log_interaction"
+        )
+
+    async def extract_contact_email(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> dict[str, Any]:
+        if not self._starting(tracker):
+            return {}
+        # Never an address left from an earlier, abandoned log.
+        return {"contact_email": find_email((tracker.latest_message or {}).get("text") or "")}
+
     async def extract_note_text(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> dict[str, Any]:
-        latest = tracker.latest_message or {}
-        if tracker.get_slot("note_text") or (latest.get("intent") or {}).get("name") != "log_interaction":
+        if not self._starting(tracker):
             return {}
-        note = note_from_request(latest.get("text") or "")
-        return {"note_text": note} if note else {}
+        # Never a note left from an earlier, abandoned log.
+        return {"note_text": note_from_request((tracker.latest_message or {}).get("text") or "")}
 
     def validate_contact_email(
         self, value: Any, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> dict[str, Any]:
+        if value is None:
+            return {"contact_email": None}  # not given yet: the form asks
         email = find_email(value) if isinstance(value, str) else None
         if email is None:
             dispatcher.utter_message(response="utter_invalid_email")
@@ -67,6 +116,8 @@ class ValidateLogNoteForm(FormValidationAction):
     def validate_note_text(
         self, value: Any, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> dict[str, Any]:
+        if value is None:
+            return {"note_text": None}  # not given yet: the form asks
         if not isinstance(value, str) or not value.strip():
             dispatcher.utter_message(response="utter_note_empty")
             return {"note_text": None}

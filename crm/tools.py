@@ -176,7 +176,11 @@ def _contact_id(value: object) -> int:
 EmailArg = Annotated[str, Field(description="The contact's email address; case does not matter.")]
 ContactIdArg = Annotated[int, Field(description="The contact's id, as found by find_contact_by_email.")]
 NoteTextArg = Annotated[
-    str, Field(description=f"The note, stored verbatim; not blank, at most {NOTE_MAX_CHARS} characters.")
+    str,
+    Field(
+        description=f"The note, stored verbatim; not blank, at most {NOTE_MAX_CHARS} characters.",
+        max_length=NOTE_MAX_CHARS,
+    ),
 ]
 IdempotencyKeyArg = Annotated[
     str | None,

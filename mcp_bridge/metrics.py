@@ -4,7 +4,8 @@ Fed from three places, so the executor's rules stay free of bookkeeping:
 
 * confirmations from the audit trail: :func:`count_confirmation` is an :class:`~mcp_bridge.audit.AuditLog`
   observer, so every decision the trail records is counted exactly once, under its own name;
-* tool calls from the one place a tool is called (``Executor.call_tool``, wrapped by :func:`timed_tool_call`);
+* tool calls where a resolved tool is called (``LocalTool.call`` and ``MCPTool.call`` in
+  :mod:`mcp_bridge.tools`, wrapped by :func:`timed_tool_call`);
 * MCP sessions from :class:`~mcp_bridge.runtime.MCPRuntime`, where a session is opened.
 
 The metrics live in a registry of their own (:data:`REGISTRY`, with the process and platform
@@ -71,7 +72,7 @@ CONFIRMATIONS = Counter(
 TOOL_CALLS = Counter(
     "mcp_bridge_tool_calls",
     "Tool calls by tool, source (local or mcp) and outcome: ok, error (the tool said ok: false), "
-    "bad_arguments, not_found, unavailable (never ran), timeout or unknown (may have run), cancelled.",
+    "bad_arguments, unavailable (never ran), timeout or unknown (may have run), cancelled.",
     ["tool", "source", "outcome"],
     registry=REGISTRY,
 )
@@ -109,20 +110,20 @@ _Call = TypeVar("_Call", bound=Callable[..., Awaitable[ToolResult]])
 
 
 def timed_tool_call(call: _Call) -> _Call:
-    """Wrap a ``call_tool(self, skill, tool, arguments, ...)`` method: count and time every call.
+    """Wrap a tool's ``call(self, arguments, ...)`` method: count and time every call.
 
-    The source is the one the skill's tool-source line names (``local`` or ``mcp``), which is what
-    the call resolves to; a name the skill does not list counts under ``none``.
+    ``self`` is a resolved tool (``name``, and ``source``: ``local`` or ``mcp:<server>``), so the
+    source label is where the call really went: ``local`` or ``mcp``.
     """
 
     @functools.wraps(call)
-    async def timed(self: Any, skill: Any, tool: str, *args: Any, **kwargs: Any) -> ToolResult:
-        declared = skill.tools.get(tool)
-        source = str(getattr(declared, "kind", None) or "none")
+    async def timed(self: Any, *args: Any, **kwargs: Any) -> ToolResult:
+        tool = str(self.name)
+        source = "local" if self.source == "local" else "mcp"
         started = time.perf_counter()
         outcome = "unknown"
         try:
-            result = await call(self, skill, tool, *args, **kwargs)
+            result = await call(self, *args, **kwargs)
             outcome = "ok" if result.ok else "error"
             return result
         except BaseException as exc:
@@ -139,7 +140,7 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, ToolArgumentsError):
         return "bad_arguments"
     if isinstance(exc, ToolNotFoundError):
-        return "not_found"
+        return "not_found"  # e.g. an MCP server that stopped serving the tool
     if isinstance(exc, ToolTimeoutError):
         return "timeout"
     if isinstance(exc, ServerUnavailableError):

@@ -30,8 +30,8 @@ place in it and the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -81,6 +81,10 @@ class Step(_Strict):
     on_not_found: str | None = None
     # A result whose list under this key is empty counts as "nothing found".
     not_found_when_empty: str | None = None
+    # A result whose value under this key is false counts as "nothing found" (e.g. `found`).
+    not_found_when_false: str | None = None
+    # How each item of a list in the result is shown in a response, e.g. "- {created_at:.10}: {text}".
+    list_format: str | None = None
     # Said when a slot an argument needs is empty; the skill stops before calling anything.
     on_missing_argument: str | None = None
 
@@ -90,11 +94,17 @@ ToolSource = Annotated[str, Field(pattern=r"^(local|mcp:[A-Za-z0-9_.-]+)$")]
 
 class SkillFile(_Strict):
     skill: str
+    # The Rasa custom action that runs this skill; `import mcp_bridge.rasa` serves it.
+    action: str | None = Field(default=None, pattern=r"^action_[A-Za-z0-9_]+$")
     description: str = ""
     tools: dict[str, ToolSource]
     tool_constraints: list[dict[str, ToolConstraint]] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1)
     reset_slots: list[str] = Field(default_factory=list)
+    # What a person may change while a question is pending: "change it to: ..." sets the `text`
+    # slot, an email address in the answer sets the `email` slot; the skill then runs again from its
+    # first step and asks a new question. Without an entry, such an answer is asked again.
+    edits: dict[Literal["text", "email"], str] = Field(default_factory=dict)
 
     @field_validator("tool_constraints")
     @classmethod
@@ -120,10 +130,12 @@ class ToolSourceRef:
 class Skill:
     id: str
     path: Path
+    action: str
     tools: Mapping[str, ToolSourceRef]
     constraints: Mapping[str, ToolConstraint]
     steps: tuple[Step, ...]
     reset_slots: tuple[str, ...]
+    edits: Mapping[str, str] = field(default_factory=dict)
 
     def confirmation_for(self, tool: str) -> RequiresConfirmation | None:
         """The confirmation this skill declares for ``tool`` (the executor adds a default for MCP tools)."""
@@ -155,6 +167,9 @@ def load_skills(
         skill = load_skill(path, local_tools=local_tools, mcp_servers=mcp_servers, responses=responses)
         if skill.id in skills:
             raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {skills[skill.id].path}")
+        clash = next((other for other in skills.values() if other.action == skill.action), None)
+        if clash is not None:
+            raise ConfigError(f"{path}: action: {skill.action!r} is already the action of {clash.path}")
         skills[skill.id] = skill
     return skills
 
@@ -233,13 +248,25 @@ def _check(
         for key in ("on_success", "on_error", "on_not_found", "on_missing_argument"):
             check_response(f"{where}.{key}", getattr(step, key))
 
+    slot_arguments = {
+        source.slot
+        for step in parsed.steps
+        for source in step.arguments.values()
+        if isinstance(source, SlotArgument)
+    }
+    for change, slot in parsed.edits.items():
+        if slot not in slot_arguments:
+            raise fail(f"edits.{change}", f"slot {slot!r} is not an argument of any step")
+
     return Skill(
         id=parsed.skill,
         path=path,
+        action=parsed.action or f"action_{parsed.skill}",
         tools=tools,
         constraints=constraints,
         steps=tuple(parsed.steps),
         reset_slots=tuple(parsed.reset_slots),
+        edits={str(change): slot for change, slot in parsed.edits.items()},
     )
 
 
@@ -261,17 +288,57 @@ def resolve_arguments(
     return resolved, missing
 
 
-def domain_responses(domain_path: str | Path) -> set[str]:
-    """Response names defined in a Rasa domain file (``responses:`` keys)."""
+def domain_documents(domain_path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """A Rasa domain: one file, or every ``*.yml`` in a domain directory, parsed."""
     path = Path(domain_path)
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the domain: {exc}") from None
-    responses = document.get("responses") or {}
-    if not isinstance(responses, dict):
-        raise ConfigError(f"{path}: 'responses' must be a mapping")
-    return set(responses)
+    files = sorted([*path.rglob("*.yml"), *path.rglob("*.yaml")]) if path.is_dir() else [path]
+    documents = []
+    for file in files:
+        try:
+            document = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{file}: cannot read the domain: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"{file}: a domain file must be a mapping")
+        documents.append((file, document))
+    return documents
+
+
+def domain_responses(domain_path: str | Path) -> set[str]:
+    """Response names defined in a Rasa domain (``responses:`` keys), file or directory."""
+    names: set[str] = set()
+    for file, document in domain_documents(domain_path):
+        responses = document.get("responses") or {}
+        if not isinstance(responses, dict):
+            raise ConfigError(f"{file}: 'responses' must be a mapping")
+        names |= set(responses)
+    return names
+
+
+def check_question_buttons(domain_path: str | Path, questions: Iterable[str], payloads: set[str]) -> None:
+    """Every variant of every confirmation question carries exactly the Yes/No buttons.
+
+    A button press is an unambiguous answer, so each question must offer one, with ``payloads``
+    (``/affirm`` and ``/deny``). Raises :class:`ConfigError` naming the file, response and reason.
+    """
+    responses: dict[str, Any] = {}
+    where: dict[str, Path] = {}
+    for file, document in domain_documents(domain_path):
+        for name, variants in (document.get("responses") or {}).items():
+            responses[name], where[name] = variants, file
+    wanted = ", ".join(sorted(payloads))
+    for name in sorted(set(questions)):
+        variants = responses.get(name)
+        if not isinstance(variants, list) or not variants:
+            continue  # a missing response is reported where the skill names it
+        for index, variant in enumerate(variants):
+            buttons = variant.get("buttons") if isinstance(variant, dict) else None
+            found = {b.get("payload") for b in buttons or [] if isinstance(b, dict)}
+            if found != payloads:
+                raise ConfigError(
+                    f"{where[name]}: responses.{name}[{index}]: a confirmation question needs buttons with "
+                    f"exactly the payloads {wanted} (found: {', '.join(sorted(map(str, found))) or 'none'})"
+                )
 
 
 def _location(loc: Iterable[Any]) -> str:
@@ -285,7 +352,5 @@ def _location(loc: Iterable[Any]) -> str:
             parts.append(f".{part}" if parts else str(part))
     return "".join(parts) or "top level"
 
-
-ToolFunction = Callable[..., Any]
 
 _UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}

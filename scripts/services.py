@@ -313,7 +313,7 @@ def action_server(
     detached: bool = False,
     extra_env: Mapping[str, str] | None = None,
 ) -> ServiceProcess:
-    """A (not yet started) `python -m actions.server`; `.url` is its /webhook URL."""
+    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     env = child_env(
@@ -333,7 +333,7 @@ def action_server(
     )
     return ServiceProcess(
         "action-server",
-        [sys.executable, "-m", "actions.server"],
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
         env=env,
         ready_url=f"{base}/health",
         url=f"{base}/webhook",

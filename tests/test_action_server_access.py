@@ -86,6 +86,26 @@ def test_token_is_required_when_configured(
     assert "shared-secret" not in server.output()
 
 
+def test_rasa_sdk_serves_exactly_the_plugin_and_bot_actions(
+    services: procs.Services, endpoints: Path, crm_rest: str, crm_mcp: str
+) -> None:
+    """`python -m rasa_sdk --actions actions`: one import serves the plugin's actions, none unnamed."""
+    server = services.start(
+        procs.action_server(endpoints=endpoints, crm_url=crm_rest, mcp_url=crm_mcp, mcp_token=TOKEN)
+    )
+    with urllib.request.urlopen(server.url.replace("/webhook", "/actions"), timeout=10) as response:
+        names = [entry["name"] for entry in json.loads(response.read())]
+    assert "" not in names
+    assert sorted(names) == [
+        "action_confirm_tool",
+        "action_deny_tool",
+        "action_log_interaction",  # one per skill file, named by its `action:`
+        "action_lookup_contact",
+        "action_show_notes",
+        "validate_log_note_form",  # the bot's own form validation
+    ]
+
+
 def test_binds_loopback_unless_told_otherwise(
     services: procs.Services, endpoints: Path, crm_rest: str, crm_mcp: str
 ) -> None:
@@ -106,7 +126,7 @@ def test_invalid_skill_file_stops_start_up_with_file_and_reason(tmp_path: Path, 
         text.replace("utter_note_cancelled", "utter_no_such_response")
     )
     result = subprocess.run(
-        [sys.executable, "-m", "actions.server"],
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
         cwd=procs.REPO_ROOT,
         env=procs.child_env(
             {
@@ -128,7 +148,7 @@ def test_invalid_skill_file_stops_start_up_with_file_and_reason(tmp_path: Path, 
 
 def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "actions.server"],
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
         cwd=procs.REPO_ROOT,
         env=procs.child_env({"ENDPOINTS": str(endpoints), "ACTION_SERVER_PORT": str(procs.free_port())}),
         capture_output=True,

@@ -17,6 +17,7 @@ from crm.tools import TOOLS
 from mcp_bridge import MCPRuntime, MCPServerConfig
 from mcp_bridge.executor import PENDING_SLOT, Decision, Executor
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, notes_for, responses, skills_with_source
 from tests.support.crm_db import contact_id, count_notes, note_text
 from tests.support.http import request_json
@@ -80,7 +81,7 @@ async def make_executor(
             mcp_servers=servers,
             responses=domain_responses(REPO / "domain.yml"),
         )
-        executor = Executor(loaded, TOOLS, MCPRuntime(servers))
+        executor = Executor(loaded, ToolBox(TOOLS, MCPRuntime(servers)))
         made.append(executor)
         return executor
 

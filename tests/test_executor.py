@@ -16,6 +16,7 @@ from crm.tools import TOOLS
 from mcp_bridge import MCPRuntime, MCPServerConfig
 from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, notes_for, skills_with_source
 
@@ -43,7 +44,7 @@ async def make_executor(
         kwargs: dict[str, Any] = {"policy": policy}
         if clock is not None:
             kwargs["clock"] = clock
-        executor = Executor(skills, TOOLS, MCPRuntime(servers), **kwargs)
+        executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers)), **kwargs)
         made.append(executor)
         return executor
 
@@ -174,7 +175,7 @@ async def test_name_resolving_to_nothing_fails_loudly_on_yes(
     skill = skill.replace("find_contact_by_email: mcp:crm", "find_contact_by_email: local")
     (tmp_path / "log_interaction.yml").write_text(skill)
     skills = load_skills(tmp_path, local_tools=TOOLS, mcp_servers={"crm"}, responses=None)
-    executor = Executor(skills, TOOLS, None)
+    executor = Executor(skills, ToolBox(TOOLS, None))
     before = notes_for(crm_db, DANA)
     chat = Conversation(executor, contact_email=DANA, note_text="must never land")
     # The constraint is found by the tool's name, so the question still comes first ...
@@ -197,7 +198,7 @@ async def test_unreachable_mcp_server_tells_the_person_and_writes_nothing(
     skills = load_skills(
         skills_with_source(tmp_path, "mcp:crm"), local_tools=TOOLS, mcp_servers=dead, responses=None
     )
-    executor = Executor(skills, TOOLS, MCPRuntime(dead, connect_timeout=2.0))
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(dead, connect_timeout=2.0)))
     before = notes_for(crm_db, DANA)
     try:
         decision = await executor.start(
@@ -214,11 +215,11 @@ async def test_lookup_and_notes_skills(
     make_executor: Any, crm_db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     executor = make_executor()
-    chat = Conversation(executor, contact_email="PRIYA@example.com")
+    chat = Conversation(executor, lookup_email="PRIYA@example.com")
     found = await chat.start("lookup_contact")
     assert [s.response for s in found.say] == ["utter_contact_found"]
     assert found.say[0].variables["result_name"] == "Priya Raman"
-    chat = Conversation(executor, contact_email="priya@example.com")
+    chat = Conversation(executor, lookup_email="priya@example.com")
     with caplog.at_level(logging.INFO):
         empty = await chat.start("show_notes")
     assert [s.response for s in empty.say] in (["utter_no_notes"], ["utter_recent_notes"])
@@ -233,9 +234,9 @@ async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
     skills_dir = skills_with_source(tmp_path, "mcp:crm")
     untrusted = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=False)}
     skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
-    executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(untrusted)))
     try:
-        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
         assert lookup.outcome == "pending"
         assert [s.response for s in lookup.say] == ["utter_confirm_tool_call"]
         assert lookup.say[0].variables["tool_name"] == "find_contact_by_email"
@@ -250,9 +251,9 @@ async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
     )
     (skills_dir / "lookup_contact.yml").write_text(opted_out)
     skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
-    executor = Executor(skills, TOOLS, MCPRuntime(untrusted))
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(untrusted)))
     try:
-        lookup = await Conversation(executor, contact_email=DANA).start("lookup_contact")
+        lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
         assert [s.response for s in lookup.say] == ["utter_contact_found"]
     finally:
         await executor.aclose()

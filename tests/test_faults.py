@@ -22,8 +22,10 @@ import pytest
 
 from crm.tools import CRM_UNREACHABLE, TOOLS
 from mcp_bridge import MCPRuntime, MCPServerConfig, OutcomeUnknownError
-from mcp_bridge.executor import PENDING_SLOT, Executor, call_digest
+from mcp_bridge.executor import PENDING_SLOT, Executor
+from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, all_notes, notes_for, responses, skills_with_source
 from tests.support.crm_db import contact_id, count_notes_with_key
@@ -58,7 +60,7 @@ async def make_executor(tmp_path: Path) -> AsyncIterator[Callable[..., Executor]
             mcp_servers=servers,
             responses=domain_responses(REPO / "domain.yml"),
         )
-        executor = Executor(skills, TOOLS, MCPRuntime(servers, connect_timeout=3.0))
+        executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers, connect_timeout=3.0)))
         made.append(executor)
         return executor
 
@@ -514,7 +516,7 @@ def test_action_server_keeps_serving_while_the_mcp_server_is_slow(stack: ActionS
     slow_answer: list[tuple[int, Any, float]] = []
     tracker = FakeTracker(f"slow-{uuid.uuid4().hex}", contact_email=DANA, note_text=unique("slow"))
     tracker.user(f"log a call with {DANA}", "log_interaction")
-    warm = FakeTracker(f"warm-{uuid.uuid4().hex}", contact_email=DANA)
+    warm = FakeTracker(f"warm-{uuid.uuid4().hex}", lookup_email=DANA)
     warm.user(f"who is {DANA}?", "lookup_contact")
     status, answer, _ = call_action(stack.webhook, "action_lookup_contact", warm)  # opens the MCP session
     assert status == 200 and said(answer) == ["utter_contact_found"], answer

@@ -17,6 +17,7 @@ from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.executor import Executor
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, responses, skills_with_source
 from tests.support.rasa_calls import FakeTracker, call_action, said
@@ -66,8 +67,8 @@ def ask(webhook: str, note: str) -> FakeTracker:
     return chat
 
 
-def answer(webhook: str, chat: FakeTracker, action: str, intent: str) -> list[str]:
-    chat.user(intent, intent)
+def answer(webhook: str, chat: FakeTracker, action: str, text: str, intent: str) -> list[str]:
+    chat.user(text, intent)
     status, body, _ = call_action(webhook, action, chat)
     assert status == 200, body
     chat.apply(action, body)
@@ -104,11 +105,11 @@ def test_metrics_count_real_conversations_and_need_the_token(
 
     notes = [f"metrics note {i} {uuid.uuid4().hex}" for i in range(3)]
     confirmed, denied, tampered = (ask(webhook, note) for note in notes)
-    assert answer(webhook, confirmed, "action_confirm_tool", "affirm") == ["utter_note_saved"]
-    assert answer(webhook, denied, "action_deny_tool", "deny") == ["utter_note_cancelled"]
+    assert answer(webhook, confirmed, "action_confirm_tool", "yes", "affirm") == ["utter_note_saved"]
+    assert answer(webhook, denied, "action_deny_tool", "no", "deny") == ["utter_note_cancelled"]
     pending = tampered.slots["pending_confirmation"]
     pending["arguments"] = {**pending["arguments"], "text": "not what was asked about"}
-    assert answer(webhook, tampered, "action_confirm_tool", "affirm") == ["utter_confirmation_invalid"]
+    assert answer(webhook, tampered, "action_confirm_tool", "yes", "affirm") == ["utter_confirmation_invalid"]
 
     status, text = scrape(f"{metrics_url}?token={TOKEN}")
     assert status == 200
@@ -162,11 +163,9 @@ async def test_expired_confirmation_is_counted_once(crm_tools: ModuleType, tmp_p
     )
     executor = Executor(
         skills,
-        crm_tool_functions.TOOLS,
-        None,
+        ToolBox(crm_tool_functions.TOOLS, None),
         audit=AuditLog(None, observers=[metrics.count_confirmation]),
         clock=lambda: now[0],
-        secret=b"metrics-test",
     )
     counted = metrics.REGISTRY.get_sample_value
 

@@ -12,6 +12,7 @@ from crm import tools as crm_tools
 from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
 from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
+from mcp_bridge.tools import ToolBox
 from tests.bench.stats import Series, Variant, round_robin
 from tests.support.conversation import skills_with_source
 from tests.support.mcp_client import mcp_session
@@ -84,7 +85,7 @@ def _executor(skills_dir: Path, mcp_url: str, token: str) -> Executor:
         mcp_servers=servers,
         responses=domain_responses(REPO / "domain.yml"),
     )
-    return Executor(skills, crm_tools.TOOLS, MCPRuntime(servers))
+    return Executor(skills, ToolBox(crm_tools.TOOLS, MCPRuntime(servers)))
 
 
 async def _confirmation_cycle(executor: Executor, label: str) -> None:

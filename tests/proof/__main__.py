@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from types import FrameType
 
+from tests.proof.answers import answer_checks
 from tests.proof.chat import RasaChat
 from tests.proof.checks import identical_transcripts
 from tests.proof.conversations import Responses, ScriptBook, load_phrasings
@@ -49,11 +50,17 @@ def run(stack: ProofStack, report: Report) -> None:
     report.section("conversations, MCP tools (every tool-source line `mcp:crm`)")
     over_mcp = conversations(ctx, "mcp")
     report.add(mcp_outage(ctx))
+    report.section("answering the question: edits, redirects, ways out, buttons, interruptions (MCP tools)")
+    for result in answer_checks(ctx, "mcp", sample=True):
+        report.add(result)
 
     stack.use_skills("local")
     report.section("the same conversations, local tools (the same skills, tool-source lines `local`)")
     over_local = conversations(ctx, "local")
     report.add(identical_transcripts(("MCP", over_mcp), ("local", over_local)))
+    report.section("answering the question, local tools")
+    for result in answer_checks(ctx, "local", sample=False):
+        report.add(result)
 
     report.section("a constrained tool imported from an MCP server that does not serve it")
     report.add(unresolvable_tool(ctx))

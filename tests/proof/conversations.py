@@ -135,7 +135,7 @@ class ScriptBook:
         if contact is not None:
             final = r.text("utter_confirm_note", contact_name=contact.name, arg_text=note)
         else:
-            final = r.text("utter_contact_not_found", contact_email=email)
+            final = r.text("utter_contact_not_found", arg_email=email)
         turns: list[Turn] = []
         has_note = "{note}" in request
         if "{email}" not in request:

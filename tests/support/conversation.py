@@ -7,7 +7,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.executor import Decision, Executor, Turn
+from mcp_bridge.executor import PENDING_SLOT, Decision, Executor, Turn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,27 +50,62 @@ class Conversation:
         self.slots: dict[str, Any] = dict(slots)
         self.user_turn = 0
 
-    def turn(self, intent: str | None, confidence: float = 0.98, deny: float = 0.0) -> Turn:
+    def turn(
+        self,
+        intent: str | None,
+        confidence: float = 0.98,
+        deny: float = 0.0,
+        *,
+        text: str = "",
+        new_message: bool = True,
+        loop_active: bool | None = None,
+    ) -> Turn:
         ranking = {intent: confidence} if intent else {}
         if deny:
             ranking["deny"] = deny
-        return Turn(self.conversation_id, dict(self.slots), self.user_turn, intent, confidence, ranking)
+        return Turn(
+            self.conversation_id,
+            dict(self.slots),
+            self.user_turn,
+            intent,
+            confidence,
+            ranking,
+            text=text,
+            new_message=new_message,
+            # As in Rasa: the confirmation loop is active while a question is pending.
+            loop_active=self.slots.get(PENDING_SLOT) is not None if loop_active is None else loop_active,
+        )
 
     def absorb(self, decision: Decision) -> Decision:
         self.slots.update(decision.slots)
         return decision
 
-    async def start(self, skill: str = "log_interaction") -> Decision:
+    async def start(self, skill: str = "log_interaction", *, interrupting: bool = False) -> Decision:
+        """A request that starts ``skill``.
+
+        A new request replaces the confirmation loop in Rasa (a form starts), so the loop is not
+        active; ``interrupting`` is a request handed back from the loop (a lookup in the middle).
+        """
         self.user_turn += 1
-        return self.absorb(await self.executor.start(skill, self.turn(skill)))
+        return self.absorb(await self.executor.start(skill, self.turn(skill, loop_active=interrupting)))
+
+    async def say(
+        self, text: str, intent: str | None = None, confidence: float = 0.98, deny: float = 0.0
+    ) -> Decision:
+        """The person answers the pending question with ``text`` (NLU: ``intent``)."""
+        self.user_turn += 1
+        turn = self.turn(intent, confidence, deny, text=text)
+        return self.absorb(await self.executor.answer(turn))
 
     async def yes(self, confidence: float = 0.98, deny: float = 0.0, intent: str = "affirm") -> Decision:
-        self.user_turn += 1
-        return self.absorb(await self.executor.confirm(self.turn(intent, confidence, deny)))
+        return await self.say("yes", intent, confidence, deny)
 
     async def no(self) -> Decision:
-        self.user_turn += 1
-        return self.absorb(await self.executor.deny(self.turn("deny")))
+        return await self.say("no", "deny")
+
+    async def resume(self) -> Decision:
+        """Rasa runs the loop again after the bot handled a message that was not an answer."""
+        return self.absorb(await self.executor.answer(self.turn(None, new_message=False)))
 
     def other_message(self) -> None:
         """The person said something else; the executor is not involved."""

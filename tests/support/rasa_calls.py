@@ -43,6 +43,8 @@ class FakeTracker:
             {"event": "action", "name": "action_listen", "timestamp": time.time()},
         ]
         self.latest_message: dict[str, Any] = {}
+        # The active loop, as Rasa keeps it (action_confirm_tool while a question is pending).
+        self.active_loop: str | None = None
 
     def user(self, text: str, intent: str, confidence: float = 1.0, **ranking: float) -> FakeTracker:
         """The person says ``text``; the NLU reads ``intent`` (and ``ranking`` for the others)."""
@@ -77,7 +79,7 @@ class FakeTracker:
                 "events": list(self.events),
                 "paused": False,
                 "followup_action": None,
-                "active_loop": {},
+                "active_loop": {"name": self.active_loop} if self.active_loop else {},
                 "latest_action_name": "action_listen",
             },
             "domain": domain(),
@@ -93,6 +95,8 @@ class FakeTracker:
             self.events.append(event)
             if event.get("event") == "slot":
                 self.slots[event["name"]] = event["value"]
+            elif event.get("event") == "active_loop":
+                self.active_loop = event.get("name")
         self.events.append({"event": "action", "name": "action_listen", "timestamp": time.time()})
 
 

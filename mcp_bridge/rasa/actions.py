@@ -1,0 +1,109 @@
+"""The plugin's Rasa actions: the confirmation loop, the explicit "drop it", one action per skill.
+
+Each action hands the tracker to the executor through the adapter and never lets an exception reach
+rasa_sdk (which would answer 500 with the whole tracker, and Rasa would drop the action's events).
+The base classes are abstract, so rasa_sdk registers only the concrete actions.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rasa_sdk import Action, Tracker
+from rasa_sdk.executor import CollectingDispatcher
+from rasa_sdk.types import DomainDict
+
+from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
+from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
+from mcp_bridge.rasa.build import executor
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorAction(Action, ABC):
+    """Runs one executor entry point for the action named ``action_name``.
+
+    Abstract members are overridden by class attributes in the concrete actions, which is what
+    makes them concrete (rasa_sdk registers only classes that ``inspect.isabstract`` says are not).
+    """
+
+    @property
+    @abstractmethod
+    def action_name(self) -> str: ...
+
+    def name(self) -> str:
+        return self.action_name
+
+    @abstractmethod
+    async def decide(self, turn: Turn) -> Decision: ...
+
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[dict[str, Any]]:
+        turn = turn_from_tracker(tracker)
+        try:
+            decision = await self.decide(turn)
+        except Exception:
+            log.exception(
+                "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id
+            )
+            decision = Decision("failed", slots={PENDING_SLOT: None})
+            dispatcher.utter_message(response="utter_tool_unavailable")
+        return apply_decision(decision, dispatcher, action=self.name(), loop_active=turn.loop_active)
+
+
+class ConfirmTool(ExecutorAction):
+    """The confirmation loop: every message while a question is pending comes here first."""
+
+    action_name = CONFIRMATION_LOOP
+
+    async def decide(self, turn: Turn) -> Decision:
+        return await executor().answer(turn)
+
+
+class DenyTool(ExecutorAction):
+    """Drops the pending question without running anything (for a bot's own "stop" rule)."""
+
+    action_name = "action_deny_tool"
+
+    async def decide(self, turn: Turn) -> Decision:
+        return await executor().deny(turn)
+
+
+class SkillAction(ExecutorAction, ABC):
+    @property
+    @abstractmethod
+    def skill_id(self) -> str: ...
+
+    async def decide(self, turn: Turn) -> Decision:
+        return await executor().start(self.skill_id, turn)
+
+
+# rasa_sdk finds actions through Action.__subclasses__(), which holds weak references: keep them.
+_SKILL_ACTIONS: dict[str, type[SkillAction]] = {}
+
+
+def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
+    """Define one action class per skill file (its ``action:``, default ``action_<skill>``).
+
+    Only names are read here; the files are checked in full when the action server starts.
+    """
+    for path in sorted([*Path(skills_dir).glob("*.yml"), *Path(skills_dir).glob("*.yaml")]):
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # reported with file and place by the start-up check
+        if not isinstance(document, dict) or not isinstance(document.get("skill"), str):
+            continue
+        skill_id = document["skill"]
+        action = document.get("action") or f"action_{skill_id}"
+        if not isinstance(action, str) or action in _SKILL_ACTIONS:
+            continue
+        class_name = "".join(part.capitalize() for part in action.split("_")) or "SkillAction_"
+        attributes = {"action_name": action, "skill_id": skill_id, "__module__": __name__}
+        _SKILL_ACTIONS[action] = type(class_name, (SkillAction,), attributes)
+    return dict(_SKILL_ACTIONS)

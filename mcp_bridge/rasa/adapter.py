@@ -1,0 +1,62 @@
+"""The one module that speaks rasa_sdk: tracker in, :class:`Turn` out; :class:`Decision` in, events out.
+
+A pending question is a Rasa *loop*: the action that asks it activates ``action_confirm_tool`` as
+the conversation's active loop, so Rasa sends the person's next message to that action whatever
+intent the NLU gave it. The loop reads the answer; an answer that is not about the question is
+handed back (the action rejects, Rasa's own rules handle the message), and Rasa runs the loop again
+afterwards, which asks the question again.
+"""
+
+from typing import Any
+
+from rasa_sdk import Tracker
+from rasa_sdk.events import ActiveLoop, SlotSet
+from rasa_sdk.executor import CollectingDispatcher
+from rasa_sdk.interfaces import ActionExecutionRejection
+
+from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
+
+CONFIRMATION_LOOP = "action_confirm_tool"
+
+
+def turn_from_tracker(tracker: Tracker) -> Turn:
+    latest = tracker.latest_message or {}
+    intent = latest.get("intent") or {}
+    ranking = {
+        str(item.get("name")): float(item.get("confidence") or 0.0)
+        for item in latest.get("intent_ranking") or []
+        if isinstance(item, dict)
+    }
+    return Turn(
+        conversation_id=str(tracker.sender_id),
+        slots=dict(tracker.slots),
+        user_turn=sum(1 for event in tracker.events if event.get("event") == "user"),
+        intent=intent.get("name"),
+        intent_confidence=float(intent.get("confidence") or 0.0),
+        intent_ranking=ranking,
+        text=str(latest.get("text") or ""),
+        new_message=tracker.latest_action_name == "action_listen",
+        loop_active=tracker.active_loop_name == CONFIRMATION_LOOP,
+    )
+
+
+def apply_decision(
+    decision: Decision, dispatcher: CollectingDispatcher, *, action: str, loop_active: bool
+) -> list[dict[str, Any]]:
+    """Responses to the dispatcher, events to return; raises the rejection that hands a message back."""
+    if decision.outcome == "handed_back":
+        # Rasa records the rejection and lets the bot's own rules answer; the loop stays active.
+        # Rasa logs this at ERROR level ("handed back ..."); it is the normal way out of a loop.
+        raise ActionExecutionRejection(
+            action, f"{action} handed the message back to the bot: it does not answer the pending question"
+        )
+    for say in decision.say:
+        dispatcher.utter_message(response=say.response, **say.variables)
+    events = [SlotSet(slot, value) for slot, value in decision.slots.items()]
+    question_gone = PENDING_SLOT in decision.slots and decision.slots[PENDING_SLOT] is None
+    if decision.waiting:
+        events.append(ActiveLoop(CONFIRMATION_LOOP))
+    elif action == CONFIRMATION_LOOP or (loop_active and question_gone):
+        events.append(ActiveLoop(None))
+    # Otherwise (a lookup that interrupted the question) the loop stays, and Rasa runs it next.
+    return events

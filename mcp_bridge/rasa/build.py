@@ -1,0 +1,99 @@
+"""The one Executor of this action server, built from files and environment variables on first use.
+
+ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
+AUDIT_LOG (var/audit.jsonl), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
+confirmations; give every replica the same value, or a question asked before a restart cannot be
+confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults).
+Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
+
+Everything is checked here, so the action server refuses to start on a bad file, naming the file,
+the place and the reason; ``mcp-bridge check`` runs the same checks offline.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Mapping
+
+from mcp_bridge import metrics
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.config import load_mcp_servers
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
+from mcp_bridge.reader import ConfirmationReader, load_words
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.sealing import Seal
+from mcp_bridge.skills import check_question_buttons, domain_responses, load_skills
+from mcp_bridge.tools import ToolBox, registered_local_tools
+
+log = logging.getLogger(__name__)
+
+
+def build_executor(env: Mapping[str, str] | None = None) -> Executor:
+    """An executor from the files ``env`` names; raises ConfigError (file, place, reason)."""
+    env = os.environ if env is None else env
+    endpoints = env.get("ENDPOINTS", "endpoints.yml")
+    skills_dir = env.get("SKILLS_DIR", "skills")
+    domain = env.get("DOMAIN", "domain.yml")
+    servers = load_mcp_servers(endpoints)
+    responses = Responses()
+    known_responses = domain_responses(domain)
+    missing = sorted(responses.names() - known_responses)
+    if missing:
+        raise ConfigError(
+            f"{domain}: the executor needs these responses, which are missing: {', '.join(missing)} "
+            "(`mcp-bridge init` adds them)"
+        )
+    local = registered_local_tools()
+    skills = load_skills(skills_dir, local_tools=local, mcp_servers=servers, responses=known_responses)
+    questions = {responses.confirm_tool_call} | {
+        rule.utter_for_confirmation
+        for skill in skills.values()
+        for tool in skill.constraints
+        if (rule := skill.confirmation_for(tool)) is not None and rule.utter_for_confirmation
+    }
+    policy = ConfirmationPolicy(ttl_seconds=_positive_float(env, "CONFIRMATION_TTL_SECONDS", 300.0))
+    check_question_buttons(domain, questions, {f"/{policy.affirm_intent}", f"/{policy.deny_intent}"})
+    extra_words = [env["CONFIRMATION_WORDS"]] if env.get("CONFIRMATION_WORDS") else []
+    reader = ConfirmationReader(
+        load_words(*extra_words),
+        affirm_intent=policy.affirm_intent,
+        deny_intent=policy.deny_intent,
+        min_confidence=policy.min_confidence,
+        deny_margin=policy.deny_margin,
+    )
+    secret = env.get("CONFIRMATION_SECRET")
+    built = Executor(
+        skills,
+        ToolBox(local, MCPRuntime(servers)),
+        policy=policy,
+        responses=responses,
+        audit=AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation]),
+        seal=Seal(secret.encode()) if secret else Seal.ephemeral(),
+        reader=reader,
+    )
+    for skill in skills.values():
+        sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
+        log.info("skill %s (%s) from %s: %s", skill.id, skill.action, skill.path, sources)
+    return built
+
+
+@functools.cache
+def executor() -> Executor:
+    """This action server's executor, built once (see :func:`build_executor`)."""
+    return build_executor()
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}: {raw!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"environment variable {name}: must be a positive number")
+    return value

@@ -1,0 +1,447 @@
+"""What counts as "yes": the confirmation reader. The one place that decides it.
+
+While a question is pending, every message the person sends is read here first, from its *text*,
+with the NLU's intent as a second opinion. The reading is one of a closed set of answers:
+
+* :class:`Yes`: every word of the answer is a plain yes ("yes", "sure, go ahead", "👍", "yse") or a
+  polite filler, there is no question mark, no number the pending call does not contain, and the
+  NLU also read it as the affirm intent. Anything else is never a yes.
+* :class:`No`: every word is a plain no or a filler ("no", "nope, cancel", "👎", "never mind").
+* :class:`Edit`: "change it to: ...", "make it say ...", "actually: ..." replace the call's text.
+* :class:`Redirect`: an email address beside a redirecting word ("no, it's for x@y.com",
+  "save it to x@y.com instead") moves the call to that contact.
+* :class:`Other`: a message for the bot's normal handling (a lookup, help, a new request): the NLU
+  gave another of the bot's intents and the text holds no yes, no or hedge at all.
+* :class:`Unclear`: everything else, among them negations beside a yes ("yes but..."), questions,
+  hedges, a bare name, unknown words and unknown emoji. The person is asked again.
+
+A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
+naming another intent or carrying entities is not a yes.
+
+The words live in a data file (``confirmation_words.yml`` beside this module, English); a bot adds
+its own (other languages) with :func:`load_words`. A word the reader does not know makes an answer
+unclear, so an unlisted language is asked again, never written.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mcp_bridge.errors import ConfigError
+
+DEFAULT_WORDS = Path(__file__).with_name("confirmation_words.yml")
+
+
+# -- answers: a closed set -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Yes:
+    kind: Literal["yes"] = "yes"
+
+
+@dataclass(frozen=True)
+class No:
+    kind: Literal["no"] = "no"
+
+
+@dataclass(frozen=True)
+class Edit:
+    text: str
+    kind: Literal["edit"] = "edit"
+
+
+@dataclass(frozen=True)
+class Redirect:
+    email: str
+    kind: Literal["redirect"] = "redirect"
+
+
+@dataclass(frozen=True)
+class Other:
+    kind: Literal["other"] = "other"
+
+
+@dataclass(frozen=True)
+class Unclear:
+    # Why, in a few words, for the audit trail; never the person's text.
+    reason: str
+    kind: Literal["unclear"] = "unclear"
+
+
+Answer = Yes | No | Edit | Redirect | Other | Unclear
+
+
+@dataclass(frozen=True)
+class NluOpinion:
+    """What the NLU made of the message: the intent it chose and how sure it was."""
+
+    intent: str | None
+    confidence: float = 1.0
+    ranking: Mapping[str, float] | None = None
+
+
+# -- the word lists --------------------------------------------------------------------------
+
+
+class _WordFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    yes: list[str] = Field(default_factory=list)
+    no: list[str] = Field(default_factory=list)
+    polite: list[str] = Field(default_factory=list)
+    not_a_yes: list[str] = Field(default_factory=list)
+    edit: list[str] = Field(default_factory=list)
+    edit_with_colon: list[str] = Field(default_factory=list)
+    edit_lead_in: list[str] = Field(default_factory=list)
+    redirect: list[str] = Field(default_factory=list)
+    redirect_also: list[str] = Field(default_factory=list)
+    new_request: list[str] = Field(default_factory=list)
+    cancel: list[str] = Field(default_factory=list)
+    help: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Words:
+    """The reader's vocabulary, each entry as a tuple of normalised tokens."""
+
+    yes: frozenset[tuple[str, ...]]
+    no: frozenset[tuple[str, ...]]
+    polite: frozenset[tuple[str, ...]]
+    not_a_yes: frozenset[tuple[str, ...]]
+    edit: tuple[str, ...]
+    edit_with_colon: tuple[str, ...]
+    edit_lead_in: frozenset[str]
+    redirect: frozenset[tuple[str, ...]]
+    redirect_also: frozenset[tuple[str, ...]]
+    new_request: tuple[tuple[str, ...], ...]
+    cancel: frozenset[tuple[str, ...]]
+    help: frozenset[tuple[str, ...]]
+
+
+def load_words(*extra: str | Path) -> Words:
+    """The default words plus each file in ``extra``; :class:`ConfigError` names file, place, reason."""
+    merged: dict[str, list[str]] = {}
+    for path in (DEFAULT_WORDS, *extra):
+        for key, values in _read_word_file(Path(path)).model_dump().items():
+            merged.setdefault(key, []).extend(values)
+    words = _compile(merged)
+    clash = (words.yes & (words.no | words.not_a_yes)) | (words.polite & (words.no | words.not_a_yes))
+    if clash:
+        listed = ", ".join(sorted(" ".join(entry) for entry in clash))
+        sources = ", ".join(str(p) for p in (DEFAULT_WORDS, *extra))
+        raise ConfigError(f"{sources}: listed both as a yes (or polite) and as a no or hedge: {listed}")
+    return words
+
+
+def _read_word_file(path: Path) -> _WordFile:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(document, dict):
+        # YAML 1.1 reads an unquoted `yes:` / `no:` key as a boolean; mean what the author meant.
+        booleans = {True: "yes", False: "no"}
+        document = {booleans[k] if isinstance(k, bool) else k: v for k, v in document.items()}
+    try:
+        parsed = _WordFile.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+    for key, values in parsed.model_dump().items():
+        for index, value in enumerate(values):
+            if not _tokens(value):
+                raise ConfigError(f"{path}: {key}[{index}]: an empty entry matches nothing")
+    return parsed
+
+
+def _compile(lists: Mapping[str, list[str]]) -> Words:
+    def phrases(key: str) -> frozenset[tuple[str, ...]]:
+        return frozenset(tuple(_tokens(value)) for value in lists.get(key, []))
+
+    def longest_first(key: str) -> tuple[str, ...]:
+        return tuple(sorted({" ".join(_tokens(v)) for v in lists.get(key, [])}, key=len, reverse=True))
+
+    return Words(
+        yes=phrases("yes"),
+        no=phrases("no"),
+        polite=phrases("polite"),
+        not_a_yes=phrases("not_a_yes"),
+        edit=longest_first("edit"),
+        edit_with_colon=longest_first("edit_with_colon"),
+        edit_lead_in=frozenset(" ".join(_tokens(v)) for v in lists.get("edit_lead_in", [])),
+        redirect=phrases("redirect"),
+        redirect_also=phrases("redirect_also"),
+        new_request=tuple(sorted(phrases("new_request"), key=len, reverse=True)),
+        cancel=phrases("cancel"),
+        help=phrases("help"),
+    )
+
+
+# -- normalising text ------------------------------------------------------------------------
+
+# Emoji modifiers that do not change meaning: variation selectors, skin tones, joiners.
+_MODIFIERS = re.compile("[\ufe0e\ufe0f\u200d\U0001f3fb-\U0001f3ff]")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+_TOKEN = re.compile(r"\w+(?:'\w+)*|\?|[^\w\s]", re.UNICODE)
+# Punctuation that separates words and means nothing on its own; "?" is kept (a question).
+_SEPARATORS = set(".,!;:-–—…\"'()[]«»“”*~") | {"¡", "¿"}
+_QUESTION = {"?", "？", "¿"}
+EMAIL = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+\.[^\s<>(),;:\"'\[\]]+")
+
+
+def _normalise(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES)
+    return _MODIFIERS.sub("", text).casefold()
+
+
+def _tokens(text: str) -> list[str]:
+    out = []
+    for token in _TOKEN.findall(_normalise(text)):
+        if token in _QUESTION:
+            out.append("?")
+        elif token not in _SEPARATORS:
+            out.append(token)
+    return out
+
+
+def _squeeze(word: str) -> str:
+    """Runs of one letter to one letter: "yesss" -> "yes", "okkk" -> "ok"."""
+    return re.sub(r"(.)\1+", r"\1", word)
+
+
+def _swaps(word: str) -> Iterable[str]:
+    """Every spelling with two neighbouring letters swapped: "yse" -> "yes"."""
+    for i in range(len(word) - 1):
+        yield word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+
+
+# -- the reader ------------------------------------------------------------------------------
+
+
+class ConfirmationReader:
+    """Reads one answer to a pending question. Pure: no I/O, no state."""
+
+    def __init__(
+        self,
+        words: Words | None = None,
+        *,
+        affirm_intent: str = "affirm",
+        deny_intent: str = "deny",
+        fallback_intents: Iterable[str] = ("nlu_fallback",),
+        min_confidence: float = 0.6,
+        deny_margin: float = 0.25,
+    ) -> None:
+        self.words = words or load_words()
+        self.affirm_intent = affirm_intent
+        self.deny_intent = deny_intent
+        self._fallback = frozenset(fallback_intents)
+        self.min_confidence = min_confidence
+        self.deny_margin = deny_margin
+        self._single_yes = {entry[0] for entry in self.words.yes if len(entry) == 1}
+        self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
+
+    def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
+        """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
+
+        ``nlu`` is the NLU's reading of the same message. Without it (offline) the text decides
+        alone; with it, a yes needs the NLU's affirm as well.
+        """
+        stripped = text.strip()
+        if stripped.startswith("/"):
+            return self._payload(stripped)
+        text_answer = self._read_text(stripped, nlu, call or {})
+        if isinstance(text_answer, Yes) and nlu is not None and not self._nlu_says_yes(nlu):
+            return Unclear("the NLU did not read it as a yes")
+        return text_answer
+
+    def way_out(self, text: str) -> Literal["cancel", "help"] | None:
+        """For a bot's own questions (a form): is the whole answer a "cancel" or a "help"?"""
+        tokens = _tokens(text)
+        if tokens and self._covered(tokens, self.words.cancel):
+            return "cancel"
+        if tokens and self._covered(tokens, self.words.help):
+            return "help"
+        return None
+
+    def _covered(self, tokens: list[str], phrases: frozenset[tuple[str, ...]], need_hit: bool = True) -> bool:
+        """Every token belongs to one of ``phrases`` or to a polite filler (and one to ``phrases``)."""
+        i, hit = 0, False
+        while i < len(tokens):
+            length = max(
+                (len(p) for p in phrases if tuple(tokens[i : i + len(p)]) == p),
+                default=0,
+            )
+            if length:
+                hit, i = True, i + length
+                continue
+            polite = max((len(p) for p in self.words.polite if tuple(tokens[i : i + len(p)]) == p), default=0)
+            if not polite:
+                return False
+            i += polite
+        return hit or not need_hit
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def _payload(self, payload: str) -> Answer:
+        """A button's payload: exactly ``/affirm`` or ``/deny``, nothing else, is an answer."""
+        if payload == f"/{self.affirm_intent}":
+            return Yes()
+        if payload == f"/{self.deny_intent}":
+            return No()
+        return Unclear("a payload that is not a plain yes or no button")
+
+    def _nlu_says_yes(self, nlu: NluOpinion) -> bool:
+        if nlu.intent != self.affirm_intent or nlu.confidence < self.min_confidence:
+            return False
+        deny = (nlu.ranking or {}).get(self.deny_intent, 0.0)
+        return nlu.confidence - deny >= self.deny_margin
+
+    def _nlu_says_other(self, nlu: NluOpinion | None) -> bool:
+        if nlu is None or nlu.intent is None:
+            return False
+        if nlu.intent in {self.affirm_intent, self.deny_intent} | self._fallback:
+            return False
+        return nlu.confidence >= self.min_confidence
+
+    def _read_text(self, text: str, nlu: NluOpinion | None, call: Mapping[str, Any]) -> Answer:
+        if not text:
+            return Unclear("empty")
+        tokens = _tokens(text)
+        if self._starts_with(tokens, self.words.new_request):
+            # A new request takes all of its own values; it never edits or moves this one.
+            return Other() if self._nlu_says_other(nlu) else Unclear("looks like a new request")
+        edit = self._edit(text)
+        if edit is not None:
+            return edit
+        emails = EMAIL.findall(text)
+        if emails:
+            return self._with_email(text, emails, nlu)
+        kinds = set(self._label(tokens, call)) - {"polite"}
+        if kinds == {"yes"}:
+            return Yes()
+        if "no" in kinds and kinds <= {"no", "not_a_yes"}:
+            return No()  # "no", "actually no", "no, not now": plainly a no, hedged or not
+        if not kinds & {"yes", "no", "not_a_yes"} and self._nlu_says_other(nlu):
+            return Other()
+        return Unclear(_why(kinds))
+
+    def _with_email(self, text: str, emails: list[str], nlu: NluOpinion | None) -> Answer:
+        addresses = {email.rstrip(".!?").casefold() for email in emails}
+        if len(addresses) != 1:
+            return Unclear("more than one email address")
+        rest = _tokens(EMAIL.sub(" ", text))
+        if "?" not in rest and self._is_redirect(rest):
+            return Redirect(next(iter(addresses)))
+        if self._nlu_says_other(nlu):
+            return Other()
+        return Unclear("an email address without a plain request to move the note")
+
+    def _is_redirect(self, tokens: list[str]) -> bool:
+        """A redirecting word, and nothing but the few words a redirect is made of."""
+        if not any(_contains(tokens, phrase) for phrase in self.words.redirect):
+            return False
+        allowed = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
+        return self._covered(tokens, frozenset(allowed), need_hit=False)
+
+    def _edit(self, text: str) -> Edit | Unclear | None:
+        """ "change it to: <new text>" and the like; the new text exactly as typed."""
+        markers = [(m, False) for m in self.words.edit] + [(m, True) for m in self.words.edit_with_colon]
+        for marker, needs_colon in markers:
+            pattern = r"\s+".join(re.escape(part) for part in marker.split())
+            tail = r"\s*:\s*" if needs_colon else r"\s*:?\s*"
+            match = re.match(rf"^(?P<lead>.*?)\b{pattern}{tail}(?P<new>.*)$", text, re.IGNORECASE | re.DOTALL)
+            if match is None:
+                continue
+            if any(t not in self.words.edit_lead_in for t in _tokens(match.group("lead"))):
+                continue
+            new = match.group("new").strip()
+            if len(new) >= 2 and new[0] in "\"'“‘" and new[-1] in "\"'”’":
+                new = new[1:-1].strip()
+            if not new:
+                return Unclear("an edit without the new text")
+            return Edit(new)
+        return None
+
+    def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[str]:
+        """One label per phrase found, longest phrases first, left to right."""
+        known_numbers = set(re.findall(r"\d+", " ".join(str(v) for v in call.values())))
+        labels: list[str] = []
+        i = 0
+        while i < len(tokens):
+            if tokens[i] == "?":
+                labels.append("question")
+                i += 1
+                continue
+            found = self._phrase_at(tokens, i)
+            if found is not None:
+                label, length = found
+                labels.append(label)
+                i += length
+                continue
+            word = tokens[i]
+            if word.endswith("n't"):
+                labels.append("not_a_yes")
+            elif word.isdigit() and word in known_numbers:
+                labels.append("polite")  # a number from the call itself says nothing new
+            else:
+                labels.append(self._typo(word))
+            i += 1
+        return labels
+
+    def _phrase_at(self, tokens: list[str], i: int) -> tuple[str, int] | None:
+        best: tuple[str, int] | None = None
+        for label, phrases in (
+            ("no", self.words.no),
+            ("not_a_yes", self.words.not_a_yes),
+            ("yes", self.words.yes),
+            ("polite", self.words.polite),
+        ):
+            for phrase in phrases:
+                n = len(phrase)
+                if tuple(tokens[i : i + n]) == phrase and (best is None or n > best[1]):
+                    best = (label, n)
+        return best
+
+    def _typo(self, word: str) -> str:
+        """A common slip of a one-word yes or no ("yess", "yse", "nooo"), else unknown."""
+        if len(word) < 3 or not word.isalpha():
+            return "unknown"
+        candidates = {_squeeze(word), *_swaps(word)}
+        if candidates & self._single_no or {_squeeze(w) for w in self._single_no} & {_squeeze(word)}:
+            return "no"
+        squeezed_yes = {_squeeze(w) for w in self._single_yes}
+        if candidates & self._single_yes or _squeeze(word) in squeezed_yes:
+            return "yes"
+        return "unknown"
+
+    @staticmethod
+    def _starts_with(tokens: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
+        return any(tuple(tokens[: len(p)]) == p for p in phrases)
+
+
+def _contains(tokens: list[str], phrase: tuple[str, ...]) -> bool:
+    n = len(phrase)
+    return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
+
+
+def _why(kinds: set[str]) -> str:
+    for label, reason in (
+        ("question", "a question"),
+        ("not_a_yes", "a negation, hedge or change"),
+        ("unknown", "words that are not a plain yes or no"),
+    ):
+        if label in kinds:
+            return reason
+    return "both yes and no" if {"yes", "no"} <= kinds else "neither yes nor no"

@@ -1,0 +1,108 @@
+"""Pending confirmations, sealed: the state a question leaves in the tracker, and its signature.
+
+The tracker carries the pending call between turns, so any replica can serve the "yes". Whatever
+comes back from the tracker is untrusted: :class:`Seal` signs every field of a
+:class:`PendingConfirmation` together with the conversation id (HMAC-SHA256, keyed with the action
+servers' shared secret), and a value built or edited outside the action server, or replayed in
+another conversation, fails :meth:`Seal.verify`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PendingConfirmation:
+    """The exact call a question asks about, as it travels in the ``pending_confirmation`` slot."""
+
+    id: str
+    skill: str
+    tool: str
+    step: int
+    source: str
+    arguments: dict[str, Any]
+    digest: str
+    asked_at: float
+    # How many messages the person had sent when asked; binds a "yes" to the next one.
+    user_turn: int
+    mac: str = ""
+
+    def to_slot(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_slot(cls, value: Any) -> PendingConfirmation | None:
+        """Parse the slot; anything malformed is treated as no confirmation at all."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            return cls(
+                id=str(value["id"]),
+                skill=str(value["skill"]),
+                tool=str(value["tool"]),
+                step=int(value["step"]),
+                source=str(value["source"]),
+                arguments=dict(value["arguments"]),
+                digest=str(value["digest"]),
+                asked_at=float(value["asked_at"]),
+                user_turn=int(value["user_turn"]),
+                mac=str(value.get("mac", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
+    """A digest of exactly the call a confirmation authorises (for the audit trail and binding)."""
+    canonical = _canonical({"skill": skill, "tool": tool, "source": source, "arguments": arguments})
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    # ASCII escapes: any text a person can type, unpaired surrogates included, has one encoding.
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+
+class Seal:
+    """Signs and verifies pending confirmations with a secret every replica shares."""
+
+    def __init__(self, secret: bytes) -> None:
+        if not secret:
+            raise ValueError("a confirmation secret must not be empty")
+        self._secret = secret
+
+    @classmethod
+    def ephemeral(cls) -> Seal:
+        """A key for this process only: a question asked before a restart, or by another replica,
+        cannot be confirmed after it. For tests and single-process trials."""
+        log.warning(
+            "no confirmation secret configured: using one for this process only, so a question "
+            "asked before a restart (or by another replica) cannot be confirmed after it"
+        )
+        return cls(secrets.token_bytes(32))
+
+    def sign(self, pending: PendingConfirmation, conversation_id: str) -> PendingConfirmation:
+        return replace(pending, mac=self._mac(pending, conversation_id))
+
+    def verify(self, pending: PendingConfirmation, conversation_id: str) -> bool:
+        """The signature matches, and the digest is the digest of exactly these arguments."""
+        if not hmac.compare_digest(pending.mac, self._mac(pending, conversation_id)):
+            return False
+        expected = call_digest(pending.skill, pending.tool, pending.source, pending.arguments)
+        return hmac.compare_digest(expected, pending.digest)
+
+    def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
+        fields = {key: value for key, value in asdict(pending).items() if key != "mac"}
+        fields["conversation"] = conversation_id
+        signed = _canonical(fields).encode("ascii")
+        return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()

@@ -1,0 +1,45 @@
+"""The Rasa adapter: which loop events each decision becomes, and the hand-back."""
+
+from __future__ import annotations
+
+import pytest
+from rasa_sdk.events import ActiveLoop, SlotSet
+from rasa_sdk.executor import CollectingDispatcher
+from rasa_sdk.interfaces import ActionExecutionRejection
+
+from mcp_bridge.executor import PENDING_SLOT, Decision, Say
+from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision
+
+LOOP = CONFIRMATION_LOOP
+
+
+def events(decision: Decision, action: str, loop_active: bool) -> list[dict[str, object]]:
+    return apply_decision(decision, CollectingDispatcher(), action=action, loop_active=loop_active)
+
+
+def test_a_question_asked_activates_the_loop() -> None:
+    asked = Decision("pending", [Say("utter_confirm_note")], {PENDING_SLOT: {"id": "x"}})
+    assert events(asked, "action_log_interaction", False)[-1] == ActiveLoop(LOOP)
+    assert events(asked, LOOP, True)[-1] == ActiveLoop(LOOP)
+
+
+def test_an_answered_question_ends_the_loop() -> None:
+    saved = Decision("done", [Say("utter_note_saved")], {PENDING_SLOT: None})
+    assert events(saved, LOOP, True)[-1] == ActiveLoop(None)
+    cancelled = Decision("cancelled", [], {PENDING_SLOT: None})
+    assert events(cancelled, "action_deny_tool", True)[-1] == ActiveLoop(None)
+
+
+def test_a_lookup_in_the_middle_leaves_the_loop_so_rasa_asks_again() -> None:
+    found = Decision("done", [Say("utter_contact_found")], {})
+    assert events(found, "action_lookup_contact", True) == []
+    assert events(found, "action_lookup_contact", False) == []
+    filled = Decision("done", [], {"lookup_email": "priya@example.com"})
+    assert events(filled, "action_lookup_contact", True) == [SlotSet("lookup_email", "priya@example.com")]
+
+
+def test_a_message_that_is_not_an_answer_is_handed_back_with_no_events() -> None:
+    dispatcher = CollectingDispatcher()
+    with pytest.raises(ActionExecutionRejection):
+        apply_decision(Decision("handed_back"), dispatcher, action=LOOP, loop_active=True)
+    assert dispatcher.messages == []

@@ -1,0 +1,146 @@
+"""The confirmation reader against a labelled set of answers (tests/confirmation_answers.yml).
+
+Each answer is read twice: with no NLU opinion, and with an NLU that says "affirm" at 0.99 whatever
+it hears (as DIET does on text it has never seen). An unsafe write is an answer that is not a yes
+but was read as one; the suite fails on any. Yes recall must be at least 95 %.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.reader import (
+    ConfirmationReader,
+    Edit,
+    NluOpinion,
+    No,
+    Other,
+    Redirect,
+    Unclear,
+    Yes,
+    load_words,
+)
+
+ANSWERS: dict[str, Any] = yaml.safe_load((Path(__file__).with_name("confirmation_answers.yml")).read_text())
+CALL = ANSWERS["call"]
+OVERCONFIDENT = NluOpinion("affirm", 0.99, {"affirm": 0.99})
+READER = ConfirmationReader()
+
+
+def labelled() -> list[tuple[str, str]]:
+    pairs = [(text, label) for label in ("yes", "no", "unclear") for text in ANSWERS[label]]
+    return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
+
+
+def test_the_answer_set_covers_every_class() -> None:
+    counts = {
+        label: sum(1 for _, lab in labelled() if lab == label) for label in ("yes", "no", "edit", "unclear")
+    }
+    assert sum(counts.values()) >= 150, counts
+    assert all(count >= 15 for count in counts.values()), counts
+
+
+def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
+    unsafe: list[tuple[str, str, str]] = []
+    missed: list[str] = []
+    yes_total = 0
+    for text, label in labelled():
+        for opinion_name, opinion in (("no NLU", None), ("NLU says affirm", OVERCONFIDENT)):
+            reading = READER.read(text, opinion, CALL)
+            if label != "yes" and isinstance(reading, Yes):
+                unsafe.append((text, label, opinion_name))
+            if label == "yes" and opinion is OVERCONFIDENT:
+                yes_total += 1
+                if not isinstance(reading, Yes):
+                    missed.append(text)
+    recall = 1 - len(missed) / yes_total
+    with capsys.disabled():
+        print(
+            f"\nconfirmation reader on {len(labelled())} labelled answers: unsafe writes {len(unsafe)} "
+            f"(must be 0); yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
+        )
+    assert unsafe == []
+    assert recall >= 0.95
+
+
+@pytest.mark.parametrize("text", ANSWERS["no"])
+def test_plain_noes_are_read_as_no(text: str) -> None:
+    assert isinstance(READER.read(text, None, CALL), No)
+    assert isinstance(READER.read(text, NluOpinion("deny", 0.99), CALL), No)
+
+
+@pytest.mark.parametrize("entry", ANSWERS["edit"], ids=lambda entry: entry["answer"])
+def test_edits_carry_exactly_the_new_text_or_address(entry: dict[str, str]) -> None:
+    reading = READER.read(entry["answer"], OVERCONFIDENT, CALL)
+    if "text" in entry:
+        assert reading == Edit(entry["text"])
+    else:
+        assert reading == Redirect(entry["email"])
+
+
+@pytest.mark.parametrize("text", ANSWERS["unclear"])
+def test_unclear_answers_are_asked_again_offline(text: str) -> None:
+    assert isinstance(READER.read(text, None, CALL), Unclear)
+
+
+def test_yes_needs_the_nlu_to_agree() -> None:
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.98), CALL), Yes)
+    assert isinstance(READER.read("yes", NluOpinion("deny", 0.98), CALL), Unclear)
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.5), CALL), Unclear)
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.7, {"deny": 0.6}), CALL), Unclear)
+
+
+def test_a_message_for_the_bot_is_handed_back_only_when_it_holds_no_answer() -> None:
+    lookup = NluOpinion("lookup_contact", 0.97)
+    assert isinstance(READER.read("who is priya@example.com?", lookup, CALL), Other)
+    assert isinstance(READER.read("help", NluOpinion("help", 0.99), CALL), Other)
+    new_log = NluOpinion("log_interaction", 0.99)
+    assert isinstance(READER.read("log a call with priya@example.com: Second", new_log, CALL), Other)
+    # A yes, a no or a hedge in it keeps it with the question.
+    assert isinstance(READER.read("yes, who is priya?", lookup, CALL), Unclear)
+    assert isinstance(READER.read("maybe", NluOpinion("greet", 0.99), CALL), Unclear)
+    # The NLU's fallback is not another intent.
+    assert isinstance(READER.read("blorp", NluOpinion("nlu_fallback", 0.9), CALL), Unclear)
+
+
+def test_form_way_out_is_only_the_whole_answer() -> None:
+    for text in ("cancel", "Stop.", "never mind", "forget it", "quit", "cancel please"):
+        assert READER.way_out(text) == "cancel", text
+    assert READER.way_out("help") == "help"
+    for text in ("cancel the order for invoice 4471", "no", "stop by on Friday", "helpful call"):
+        assert READER.way_out(text) is None, text
+
+
+def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text('yes: ["sí", "claro"]\nno: ["no gracias"]\n')  # unquoted yes:/no: keys work too
+    reader = ConfirmationReader(load_words(words))
+    assert isinstance(reader.read("sí", None, CALL), Yes)
+    assert isinstance(reader.read("claro, gracias", None, CALL), Unclear)  # "gracias" is not listed
+    assert isinstance(reader.read("no gracias", None, CALL), No)
+    assert isinstance(READER.read("sí", None, CALL), Unclear)  # the defaults do not know it
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("yes: [1, 2]", "yes.0: Input should be a valid string"),
+        ("maybe: [perhaps]", "maybe: Extra inputs are not permitted"),
+        ('yes: [""]', "yes[0]: an empty entry matches nothing"),
+        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no or hedge: stop"),
+        ("yes: [unclosed", "not valid YAML"),
+    ],
+)
+def test_a_bad_word_file_stops_start_up_naming_file_place_and_reason(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        load_words(words)
+    assert str(words) in str(caught.value) and message in str(caught.value)
