@@ -8,7 +8,7 @@ PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench profile clean \
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof e2e bench profile clean \
 	services cluster-up cluster-down cluster-test
 
 help:
@@ -18,6 +18,7 @@ help:
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
@@ -86,6 +87,9 @@ actions: $(VENV)/.installed
 
 proof: setup train
 	@$(PY) -m tests.proof
+
+e2e: setup train
+	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
 
 bench: setup train services
 	@$(PY) -m tests.bench

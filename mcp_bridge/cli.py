@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from mcp_bridge.e2e import command as e2e_command
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -19,11 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handler(args)
 
 
-def _register_none(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Placeholder until the first subcommand registers itself here."""
-
-
-_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_register_none]
+_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    e2e_command.register,  # mcp-bridge test e2e
+]
 
 
 if __name__ == "__main__":

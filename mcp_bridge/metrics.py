@@ -32,6 +32,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from mcp_bridge.audit import CALLED
 from mcp_bridge.errors import (
     ServerUnavailableError,
     ToolArgumentsError,
@@ -96,9 +97,12 @@ for _decision in DECISIONS:
 
 
 def count_confirmation(entry: Mapping[str, Any]) -> None:
-    """An AuditLog observer: count one audit entry under its decision."""
+    """An AuditLog observer: count one confirmation entry under its decision.
+
+    Tool-call entries (``called``) are not confirmations; tool calls have their own counter.
+    """
     decision = entry.get("decision")
-    if isinstance(decision, str) and decision:
+    if isinstance(decision, str) and decision and decision != CALLED:
         CONFIRMATIONS.labels(decision=decision).inc()
 
 

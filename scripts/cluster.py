@@ -35,7 +35,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +109,7 @@ class Cluster:
         self.postgres = engines.Postgres(var / "postgres", self.secrets["postgres_password"], durable=durable)
         self.crm_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
-        self._factories: dict[str, Callable[[], ServiceProcess]] = {}
+        self._action_endpoints = self._rasa_endpoints_path = Path()
         self._lock = threading.Lock()
 
     # -- addresses ---------------------------------------------------------------------------
@@ -197,90 +196,93 @@ lock_store:
         return self.logs / f"{name}.log"
 
     def _define(self) -> None:
-        action_endpoints = services.write_endpoints(
+        """Write the configuration files every (re)start of a process uses."""
+        self._action_endpoints = services.write_endpoints(
             self.var / "run" / "endpoints-actions.yml", f"{self.actions_url}/webhook"
         )
-        rasa_endpoints = self._rasa_endpoints()
+        self._rasa_endpoints_path = self._rasa_endpoints()
+
+    def _service(self, name: str) -> ServiceProcess:
+        """A new (not yet started) process for `name`, on that name's port."""
         crm_rest_url = f"http://{HOST}:{self.rest_port}"
-        factories: dict[str, Callable[[], ServiceProcess]] = {
-            "postgres": lambda: self.postgres.service(
-                self.pg_port, log_path=self._log("postgres"), detached=self.detached
-            ),
-            "redis": lambda: engines.redis_server(
+        kind, _, number = name.rpartition("-")
+        replica = int(number) if number.isdigit() else 0
+        log_path, detached = self.logs / f"{name}.log", self.detached
+        if name == "postgres":
+            service = self.postgres.service(self.pg_port, log_path=log_path, detached=detached)
+            service.stop_signal = signal.SIGINT  # "fast" shutdown; SIGTERM waits for every client
+            return service
+        if name == "redis":
+            return engines.redis_server(
                 self.var / "redis",
                 self.secrets["redis_password"],
                 self.redis_port,
-                log_path=self._log("redis"),
-                detached=self.detached,
-            ),
-            "crm-rest": lambda: services.crm_rest(
-                port=self.rest_port,
-                database_url=self.crm_database_url,
-                log_path=self._log("crm-rest"),
-                detached=self.detached,
-            ),
-        }
-        for i, port in enumerate(self.mcp_ports, start=1):
-            factories[f"mcp-{i}"] = lambda port=port, i=i: services.crm_mcp(  # type: ignore[misc]
+                log_path=log_path,
+                detached=detached,
+            )
+        if name == "crm-rest":
+            return services.crm_rest(
+                port=self.rest_port, database_url=self.crm_database_url, log_path=log_path, detached=detached
+            )
+        if name == "nginx":
+            return engines.nginx_server(
+                self.var / "nginx",
+                {
+                    # A Rasa server that dies mid-message may have done part of the turn; nginx
+                    # does not send it again (the person sees the error and can say it again).
+                    "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports], False),
+                    # Repeating a webhook or MCP call cannot repeat a write: the idempotency key.
+                    "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports], True),
+                    "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports], True),
+                },
+                log_path=log_path,
+                detached=detached,
+            )
+        if kind == "mcp":
+            return services.crm_mcp(
                 crm_rest_url,
                 token=self.secrets["mcp_token"],
-                port=port,
+                port=self.mcp_ports[replica - 1],
                 stateless=True,
-                log_path=self._log(f"mcp-{i}"),
-                detached=self.detached,
+                log_path=log_path,
+                detached=detached,
             )
-        for i, port in enumerate(self.action_ports, start=1):
-            factories[f"action-{i}"] = lambda port=port, i=i: services.action_server(  # type: ignore[misc]
-                endpoints=action_endpoints,
+        if kind == "action":
+            return services.action_server(
+                endpoints=self._action_endpoints,
                 crm_url=crm_rest_url,
                 mcp_url=self.mcp_url,
                 mcp_token=self.secrets["mcp_token"],
-                audit_log=self.audit_log(i),
-                port=port,
-                log_path=self._log(f"action-{i}"),
-                detached=self.detached,
+                audit_log=self.audit_log(replica),
+                port=self.action_ports[replica - 1],
                 extra_env={
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
                 },
+                log_path=log_path,
+                detached=detached,
             )
-        factories["nginx"] = lambda: engines.nginx_server(
-            self.var / "nginx",
-            {
-                # A Rasa server that dies mid-message may have done part of the turn; nginx does
-                # not send that message again (the person sees the error and can say it again).
-                "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports], False),
-                # Repeating a webhook or MCP call cannot repeat a write: the idempotency key.
-                "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports], True),
-                "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports], True),
-            },
-            log_path=self._log("nginx"),
-            detached=self.detached,
-        )
-        rasa_env = {
-            "ACTION_SERVER_TOKEN": self.secrets["action_token"],
-            "RASA_DB_PASSWORD": self.secrets["rasa_db_password"],
-            "REDIS_PASSWORD": self.secrets["redis_password"],
-            "TICKET_LOCK_LIFETIME": str(LOCK_LIFETIME_SECONDS),
-            "SQLALCHEMY_SILENCE_UBER_WARNING": "1",
-            "PYTHONWARNINGS": "ignore",
-        }
-        for i, port in enumerate(self.rasa_ports, start=1):
-            factories[f"rasa-{i}"] = lambda port=port, i=i: services.rasa_server(  # type: ignore[misc]
+        if kind == "rasa":
+            return services.rasa_server(
                 model=self.model,
-                endpoints=rasa_endpoints,
-                port=port,
-                log_path=self._log(f"rasa-{i}"),
-                detached=self.detached,
+                endpoints=self._rasa_endpoints_path,
+                port=self.rasa_ports[replica - 1],
                 auth_token=self.secrets["rasa_auth_token"],
-                extra_env=rasa_env,
+                extra_env={
+                    "ACTION_SERVER_TOKEN": self.secrets["action_token"],
+                    "RASA_DB_PASSWORD": self.secrets["rasa_db_password"],
+                    "REDIS_PASSWORD": self.secrets["redis_password"],
+                    "TICKET_LOCK_LIFETIME": str(LOCK_LIFETIME_SECONDS),
+                    "SQLALCHEMY_SILENCE_UBER_WARNING": "1",
+                    "PYTHONWARNINGS": "ignore",
+                },
+                log_path=log_path,
+                detached=detached,
             )
-        self._factories = factories
+        raise KeyError(f"no process called {name!r} in the cluster")
 
     def _start(self, name: str) -> ServiceProcess:
-        service = self._factories[name]()
-        if name == "postgres":
-            service.stop_signal = signal.SIGINT  # "fast" shutdown; SIGTERM waits for every client
+        service = self._service(name)
         with self._lock:
             self.running[name] = service
         print(f"==> starting {name} ...", flush=True)

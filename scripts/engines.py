@@ -106,7 +106,7 @@ class Postgres:
             args,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
             ready_check=self.ready,
-            url=self.url("postgres"),
+            url=f"postgresql://{HOST}:{self.port}",  # no password: this one gets printed
             log_path=log_path,
             detached=detached,
             user=self.user,

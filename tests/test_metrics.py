@@ -131,6 +131,11 @@ def test_metrics_count_real_conversations_and_need_the_token(
         "edited": 0,
         "executed": 1,
     }
+    # The audit trail's tool-call entries are counted as tool calls, never as confirmations.
+    assert not any(
+        name == "mcp_bridge_confirmations_total" and dict(labels).get("decision") == "called"
+        for name, labels in after
+    )
     calls = {
         (dict(labels)["tool"], dict(labels)["source"], dict(labels)["outcome"]): count
         - before.get((name, labels), 0.0)
