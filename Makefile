@@ -10,7 +10,7 @@ RASA_VERSION := 3.6.21
 WEB_DEPS  := web/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e bench clean \
+.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e bench profile clean \
 	services cluster-up cluster-down cluster-test
 
 help:
@@ -22,6 +22,7 @@ help:
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
 	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
+	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
@@ -114,8 +115,11 @@ proof: setup train
 e2e: setup train
 	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
 
-bench: setup train
+bench: setup train services
 	@$(PY) -m tests.bench
+
+profile: $(VENV)/.installed
+	@$(PY) -m tests.bench.cpu_profile
 
 # PostgreSQL, Redis and nginx (Debian packages; apt-get as root, only when one is missing).
 services:

@@ -8,7 +8,8 @@ text ever being written down. Calls are attributed to the conversation being ser
 (:func:`serving`); the action server sets it for each webhook request it answers
 (:func:`mcp_bridge.rasa.server.attribute_calls`), so a call is attributed whichever action made it.
 
-Read it back with ``python -m mcp_bridge.audit PATH``.
+Read it back with ``python -m mcp_bridge.audit PATH``. Observers (the metrics, say) see every entry
+as it is recorded, so whatever counts confirmations counts exactly what the trail says.
 """
 
 import hashlib
@@ -17,13 +18,15 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+AuditObserver = Callable[[Mapping[str, Any]], None]
 
 CALLED = "called"
 
@@ -67,10 +70,14 @@ def argument_digests(arguments: Mapping[str, Any]) -> dict[str, str]:
 
 
 class AuditLog:
-    """Appends entries to ``path`` (and the ``mcp_bridge.audit`` logger); ``None`` logs only."""
+    """Appends entries to ``path`` (and the ``mcp_bridge.audit`` logger); ``None`` logs only.
 
-    def __init__(self, path: str | Path | None) -> None:
+    Each of ``observers`` is called with every entry after it is written.
+    """
+
+    def __init__(self, path: str | Path | None, *, observers: Iterable[AuditObserver] = ()) -> None:
         self.path = Path(path) if path else None
+        self.observers = list(observers)
         self._lock = threading.Lock()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +89,11 @@ class AuditLog:
         if self.path is not None:
             with self._lock, self.path.open("a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
+        for observe in self.observers:
+            try:
+                observe(entry)
+            except Exception:  # an observer's bug must not stop a confirmation
+                log.exception("audit observer %r failed", observe)
 
     def entries(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.exists():

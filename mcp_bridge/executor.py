@@ -269,7 +269,7 @@ class Executor:
         """A plain yes: run exactly the sealed call, once, if it still holds (rule 3)."""
         late = self._clock() - pending.asked_at > self.policy.ttl_seconds
         if turn.user_turn != pending.user_turn + 1 or late:
-            self._record(turn, pending, "asked_again", None)
+            self._record(turn, pending, "expired" if late else "asked_again", None)
             return await self._ask_again(skill, pending, turn, self.responses.confirm_again)
         current, _ = resolve_arguments(step, turn.slots)
         if current != pending.arguments:

@@ -15,8 +15,6 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -28,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, PaginatedRequestParams, Tool, ToolListChangedNotification
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
-from mcp_bridge import results
+from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
     OutcomeUnknownError,
@@ -39,42 +37,12 @@ from mcp_bridge.errors import (
     ToolTimeoutError,
 )
 from mcp_bridge.results import ToolResult
+from mcp_bridge.transport import AiohttpTransport, Delivery
 
 log = logging.getLogger(__name__)
 
 # Which tools each skill imports from which server: {skill_id: {tool_name: server_name}}.
 SkillImports = Mapping[str, Mapping[str, str]]
-
-
-@dataclass
-class _Delivery:
-    """Whether one call's HTTP request may have left this process."""
-
-    maybe_sent: bool = False
-
-
-# The SDK runs each POST in a task that carries the caller's context, so the transport below can
-# tell, per call, whether the request got past the TCP connect.
-_delivery: ContextVar[_Delivery | None] = ContextVar("mcp_bridge_delivery", default=None)
-
-
-class _DeliveryTrackingTransport(httpx2.AsyncHTTPTransport):
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        try:
-            response = await super().handle_async_request(request)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout):
-            raise  # refused before a byte was written: the request never left
-        except BaseException:
-            self._mark_sent(request)
-            raise
-        self._mark_sent(request)
-        return response
-
-    @staticmethod
-    def _mark_sent(request: httpx2.Request) -> None:
-        delivery = _delivery.get()
-        if delivery is not None and request.method == "POST":
-            delivery.maybe_sent = True
 
 
 class _Connection:
@@ -113,7 +81,7 @@ class _Connection:
                 httpx2.AsyncClient(
                     headers=self.config.headers(),
                     timeout=httpx2.Timeout(30.0, read=300.0),
-                    transport=_DeliveryTrackingTransport(),
+                    transport=AiohttpTransport(),
                 ) as http,
                 streamable_http_client(self.config.url, http_client=http) as (read, write),
                 ClientSession(read, write, message_handler=self._on_message) as session,
@@ -148,17 +116,17 @@ class _Connection:
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], timeout: float, meta: dict[str, Any] | None
-    ) -> tuple[CallToolResult | None, BaseException | None, _Delivery]:
+    ) -> tuple[CallToolResult | None, BaseException | None, Delivery]:
         """Call and return (result, failure, delivery); a dying connection ends the wait at once."""
         session = self._require_session()
-        delivery = _Delivery()
-        token = _delivery.set(delivery)
+        delivery = Delivery()
+        token = transport.delivery.set(delivery)
         try:
             call = asyncio.create_task(
                 session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta)  # type: ignore[arg-type]
             )
         finally:
-            _delivery.reset(token)
+            transport.delivery.reset(token)
         waiting: set[asyncio.Future[Any]] = {call, self._ended}
         done, _ = await asyncio.wait(waiting, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
         if call in done:
@@ -321,6 +289,7 @@ class MCPRuntime:
             connection = _Connection(self._servers[server], stale)
             await connection.open(self._connect_timeout)
             self.sessions_opened += 1
+            metrics.opened_session(server)
             # A new session may face a new server build: read its catalogue afresh.
             stale.set()
             self._connections[server] = connection
@@ -346,7 +315,7 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dic
         raise ToolArgumentsError(
             f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
         ) from None
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _validator(schema)
     if validator.is_valid(arguments):
         return
     problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
@@ -355,8 +324,24 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dic
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
 
 
+# Validators by schema object: a tool's schema object lives as long as its catalogue entry, so
+# the common case is an identity hit; equal schemas in new objects share one validator by value.
+_validators_by_id: dict[int, tuple[Mapping[str, Any], jsonschema.Draft202012Validator]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    cached = _validators_by_id.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    validator = _validator_for_json(json.dumps(schema, sort_keys=True))
+    if len(_validators_by_id) >= 1024:
+        _validators_by_id.clear()
+    _validators_by_id[id(schema)] = (schema, validator)  # holds the schema, so its id stays its own
+    return validator
+
+
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
+def _validator_for_json(schema_json: str) -> jsonschema.Draft202012Validator:
     # Building a validator costs more than using one, and every confirmed write validates twice.
     return jsonschema.Draft202012Validator(json.loads(schema_json))
 
@@ -378,7 +363,7 @@ def _describe_problem(problem: jsonschema.ValidationError) -> str:
     return f"{where}: fails {rule} {limit!r}"
 
 
-def _never_arrived(failure: BaseException, delivery: _Delivery) -> bool:
+def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:
     if (
         isinstance(failure, MCPError)
         and failure.code == INVALID_REQUEST

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 
 from mcp_bridge.audit import CALLED, AuditLog, argument_digests, current_conversation
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.metrics import timed_tool_call
 from mcp_bridge.results import ToolResult, from_local
 from mcp_bridge.runtime import MCPRuntime, validate_against_schema
 from mcp_bridge.sealing import call_digest
@@ -111,6 +112,7 @@ class LocalTool:
     async def trusted_read_only(self) -> bool:
         return True  # the bot's own code: confirmed only when a skill says so
 
+    @timed_tool_call
     async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
         validate_against_schema(self.name, local_input_schema(self.function), dict(arguments))
         kwargs = dict(arguments)
@@ -140,6 +142,7 @@ class MCPTool:
     async def trusted_read_only(self) -> bool:
         return await self.runtime.is_trusted_read_only(self.skill_id, self.name)
 
+    @timed_tool_call
     async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
         meta = {"idempotency_key": idempotency_key} if idempotency_key else None
         return await self.runtime.invoke(self.skill_id, self.name, arguments, meta=meta)

@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Mapping
 
+from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import load_mcp_servers
 from mcp_bridge.errors import ConfigError
@@ -64,7 +65,7 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         deny_margin=policy.deny_margin,
     )
     secret = env.get("CONFIRMATION_SECRET")
-    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
+    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
     built = Executor(
         skills,
         ToolBox(local, MCPRuntime(servers), audit=audit),  # every call is an entry too

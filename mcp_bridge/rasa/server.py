@@ -7,9 +7,10 @@ before it listens (``rasa_sdk_plugins.init_hooks`` registers this module). Here:
   the server with the file, the place and the reason (exit status 2);
 * the address: rasa_sdk binds 0.0.0.0 unless SANIC_HOST says otherwise; this plugin makes the
   default 127.0.0.1 (ACTION_SERVER_HOST or SANIC_HOST to change it; use 0.0.0.0 only behind a proxy);
-* the token: with ACTION_SERVER_TOKEN set, /webhook and /actions answer 401 unless the request
-  carries it the way Rasa's ``action_endpoint: {token: ...}`` sends it (``?token=...``), or as
+* the token: with ACTION_SERVER_TOKEN set, /webhook, /actions and /metrics answer 401 unless the
+  request carries it the way Rasa's ``action_endpoint: {token: ...}`` sends it (``?token=...``), or as
   ``Authorization: Bearer ...`` (rasa_sdk itself checks no credentials at all);
+* Prometheus metrics at /metrics (:mod:`mcp_bridge.metrics`), behind the token check;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
 * MCP sessions are closed when the server stops.
@@ -28,6 +29,7 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge import metrics
 from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.build import executor
@@ -51,6 +53,7 @@ def attach_sanic_app_extensions(app: Sanic) -> None:
     attribute_calls(app)
     if token:
         require_token(app, token)
+    metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 
     async def close_mcp_sessions(app: Sanic, loop: asyncio.AbstractEventLoop) -> None:

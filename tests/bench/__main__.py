@@ -17,6 +17,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass, replace
@@ -25,8 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crm import tools as crm_tools
-from tests.bench import micro, rasa_turns, report, webhook
-from tests.bench.stats import Series
+from tests.bench import cluster_line, micro, rasa_turns, report, webhook
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -43,13 +43,17 @@ class Config:
     cycles: int = 200  # section 3, per variant
     requests: int = 300  # section 4, per variant and concurrency level
     levels: tuple[int, ...] = (1, 8, 32)
-    turns: int = 20  # section 5, per variant
-    rounds: int = 2  # section 5: action-server phases per variant, in A B B A order
+    turns: int = 300  # section 5, per variant, in pairs (one local turn next to one MCP turn)
+    cluster_conversations: int = 40  # section 7, per round
+    cluster_rounds: int = 4  # section 7: rounds alternate 2 and 1 action servers
+    cluster_clients: int = 8
     out: Path = REPO / "bench-results"
     model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
 
 
-QUICK = Config(calls=30, sessions=10, cycles=20, requests=40, turns=4, rounds=2)
+QUICK = Config(
+    calls=30, sessions=10, cycles=20, requests=40, turns=6, cluster_conversations=8, cluster_rounds=2
+)
 
 
 def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -99,10 +103,23 @@ def _scratch_parent() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def _phases(rounds: int) -> list[str]:
-    """A B B A ...: each variant as often first as second, so drift hits both alike."""
-    names = list(VARIANTS)
-    return [name for r in range(rounds) for name in (names if r % 2 == 0 else names[::-1])]
+def _start_together(services: procs.Services, starting: list[procs.ServiceProcess]) -> None:
+    """Start slow services (Rasa servers) side by side; raise the first failure after all tried."""
+    failures: list[BaseException] = []
+
+    def start(service: procs.ServiceProcess) -> None:
+        try:
+            services.start(service)
+        except BaseException as exc:  # reported below, once every thread is done
+            failures.append(exc)
+
+    threads = [threading.Thread(target=start, args=(service,)) for service in starting]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _load_and_memory(
@@ -181,34 +198,50 @@ def run(config: Config) -> int:
                     port=port,
                 )
 
-            port = procs.free_port()
-            endpoints = procs.write_endpoints(
-                workdir / "endpoints.yml", f"http://{procs.HOST}:{port}/webhook"
-            )
-            _say("starting the Rasa server (takes about a minute)")
+            # Section 5: a Rasa server per variant, each calling an action server of its own.
+            ports = {name: procs.free_port() for name in VARIANTS}
+            endpoints_for = {
+                name: procs.write_endpoints(
+                    workdir / f"endpoints-{name}.yml", f"http://{procs.HOST}:{ports[name]}/webhook"
+                )
+                for name in VARIANTS
+            }
+            endpoints = endpoints_for["local"]  # the MCP server block is the same in both
+            _say("starting two Rasa servers, one per variant (takes a minute or two)")
             model = config.model or procs.current_model()
             meta["rasa_model"] = model.name
-            rasa = services.start(procs.rasa_server(model=model, endpoints=endpoints))
+            rasa = {name: procs.rasa_server(model=model, endpoints=endpoints_for[name]) for name in VARIANTS}
+            _start_together(services, list(rasa.values()))
 
             _say(f"sections 4 and 6: two action servers, {config.requests} requests per level")
             load, memory = _load_and_memory(
                 {name: action_server(name, procs.free_port()) for name in VARIANTS}, config
             )
 
-            turns = {name: Series(name) for name in VARIANTS}
-            phases = _phases(config.rounds)
-            meta["phases"] = " ".join(phases)
-            for index, name in enumerate(phases):
-                share = config.turns * (phases[: index + 1].count(name)) // config.rounds
-                share -= config.turns * (phases[:index].count(name)) // config.rounds
-                _say(f"section 5, phase {index + 1}/{len(phases)} ({name}): {share} Rasa turns")
-                with action_server(name, port):
-                    run_async(rasa_turns.yes_turns(rasa.url, name, share, turns[name]))
+            _say(f"section 5: {config.turns} Rasa turns per variant, alternating between the two servers")
+            with contextlib.ExitStack() as stack:
+                for name in VARIANTS:
+                    stack.enter_context(action_server(name, ports[name]))
+                turns = run_async(
+                    rasa_turns.interleaved_yes_turns(
+                        {name: rasa[name].url for name in VARIANTS}, config.turns
+                    )
+                )
         finally:
             services.close()
+        _say(
+            f"section 7: the cluster, {config.cluster_conversations} conversations per round from "
+            f"{config.cluster_clients} clients, {config.cluster_rounds} rounds (starting it takes minutes)"
+        )
+        cluster = cluster_line.measure(
+            REPO / "var" / "bench-cluster",
+            conversations=config.cluster_conversations,
+            clients=config.cluster_clients,
+            rounds=config.cluster_rounds,
+        )
     meta["wall_s"] = round(time.monotonic() - started, 1)
     meta["loadavg_end"] = _loadavg()
-    results = report.Results(tool_call, session, cycle, load, turns, memory)
+    results = report.Results(tool_call, session, cycle, load, turns, memory, cluster)
     print(report.write(results, meta, config.out))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0

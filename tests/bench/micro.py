@@ -100,7 +100,7 @@ async def _confirmation_cycle(executor: Executor, label: str) -> None:
     if asked.outcome != "pending" or [say.response for say in asked.say] != ["utter_confirm_note"]:
         raise RuntimeError(f"executor ({label}) did not ask before writing: {asked}")
     slots.update(asked.slots)
-    done = await executor.confirm(
+    done = await executor.answer(
         Turn(
             conversation,
             dict(slots),
@@ -108,6 +108,8 @@ async def _confirmation_cycle(executor: Executor, label: str) -> None:
             intent="affirm",
             intent_confidence=1.0,
             intent_ranking={"affirm": 1.0},
+            text="yes",
+            loop_active=True,
         )
     )
     if done.outcome != "done" or [say.response for say in done.say] != ["utter_note_saved"]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench.stats import Series, ratio
+from tests.bench.cluster_line import ClusterLine
+from tests.bench.stats import RatioSpread, Series, ratio, ratio_spread
 from tests.bench.webhook import LoadResult
 
 MIB = 1024.0
@@ -34,6 +35,7 @@ class Results:
     load: dict[str, list[LoadResult]]
     rasa_turn: dict[str, Series]
     memory: dict[str, dict[str, dict[str, int]]]
+    cluster: dict[int, ClusterLine]
 
 
 def _ms(value: float) -> str:
@@ -75,17 +77,45 @@ def targets(results: Results) -> list[Target]:
                 f"{top.latency.errors} errors in {top.latency.n} requests",
             )
         )
-    local, mcp = results.rasa_turn["local"], results.rasa_turn["mcp"]
-    extra = ratio(mcp.median_ms, local.median_ms) - 1
+    ex = results.executor_cycle
+    cycle = ratio(ex["mcp"].median_ms, ex["local"].median_ms)
     out.append(
         Target(
-            'MCP adds <= 10% to a whole Rasa "yes" turn vs local (median)',
+            "executor confirmation cycle over MCP <= 2x local (median)",
+            cycle <= 2.0,
+            f"{cycle:.2f}x ({ex['mcp'].median_ms:.2f} ms vs {ex['local'].median_ms:.2f} ms)",
+        )
+    )
+    at8 = {
+        variant: next((lv for lv in levels if lv.clients == 8), None)
+        for variant, levels in results.load.items()
+    }
+    local8, mcp8 = at8.get("local"), at8.get("mcp")
+    if local8 is not None and mcp8 is not None:
+        share = ratio(mcp8.throughput, local8.throughput)
+        out.append(
+            Target(
+                "action server with MCP tools >= 50% of local req/s at 8 clients",
+                share >= 0.5,
+                f"{share:.0%} ({mcp8.throughput:.0f} vs {local8.throughput:.0f} req/s)",
+            )
+        )
+    local, mcp = results.rasa_turn["local"], results.rasa_turn["mcp"]
+    spread = turn_spread(results)
+    extra = spread.ratio - 1
+    out.append(
+        Target(
+            'MCP adds <= 10% to a whole Rasa "yes" turn vs local (median, turns interleaved)',
             extra <= 0.10 and mcp.errors == 0 and local.errors == 0,
-            f"{extra:+.1%} ({mcp.median_ms:.2f} ms vs {local.median_ms:.2f} ms; "
-            f"errors {mcp.errors} / {local.errors})",
+            f"{extra:+.1%}, 95% CI {spread.low - 1:+.1%} to {spread.high - 1:+.1%} "
+            f"({mcp.median_ms:.2f} ms vs {local.median_ms:.2f} ms; errors {mcp.errors} / {local.errors})",
         )
     )
     return out
+
+
+def turn_spread(results: Results) -> RatioSpread:
+    return ratio_spread(results.rasa_turn["local"].samples, results.rasa_turn["mcp"].samples)
 
 
 def table(results: Results, meta: dict[str, Any]) -> str:
@@ -151,10 +181,17 @@ def table(results: Results, meta: dict[str, Any]) -> str:
             )
     add("")
     rt = results.rasa_turn
-    add('5. whole Rasa turn over the REST channel, the "yes" turn only (phases ' + meta["phases"] + ")")
+    add('5. whole Rasa turn over the REST channel, the "yes" turn only; a Rasa server per variant,')
+    add("   conversations alternating between them turn by turn")
     add(head)
     row("tools local", rt["local"], "1.00x local")
     row("tools over MCP", rt["mcp"], _times(rt["mcp"].median_ms, rt["local"].median_ms, "local"))
+    spread = turn_spread(results)
+    add(
+        f"  MCP/local {spread.ratio:.3f}, 95% bootstrap CI {spread.low:.3f} to {spread.high:.3f} "
+        f"(pairs resampled); per batch of {max(1, rt['local'].n // 5)} pairs: "
+        + " ".join(f"{r:.3f}" for r in spread.batches)
+    )
     add("")
     add("6. action server memory (VmRSS, MiB; peak = VmHWM)")
     add(f"  {'tools':<7}{'after start':>12}{'warm, idle':>12}{'after load':>12}{'peak':>8}")
@@ -167,6 +204,22 @@ def table(results: Results, meta: dict[str, Any]) -> str:
         add(
             f"  {variant:<7}{mib('start'):>12}{mib('rest'):>12}{mib('after_load'):>12}"
             f"{mib('after_load', 'VmHWM'):>8}"
+        )
+    add("")
+    add(
+        '7. the cluster (make cluster-up): conversations (ask, "yes") through nginx, 2 Rasa and 2 MCP '
+        "servers;"
+    )
+    add("   rounds alternate 2 and 1 action servers (the second stopped for its rounds)")
+    add(
+        f"  {'action servers':<16}{'conversations':>14}{'errors':>8}{'conv/s':>9}"
+        f"{'yes median ms':>15}{'yes p95 ms':>12}"
+    )
+    for count, line in results.cluster.items():
+        s = line.yes_turn
+        add(
+            f"  {count:<16}{line.conversations:>14}{s.errors:>8}{line.per_second:>9.2f}"
+            f"{_ms(s.median_ms):>15}{_ms(s.p95_ms):>12}"
         )
     add("")
     add("Targets")
@@ -188,7 +241,9 @@ def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
             variant: [level.summary() for level in levels] for variant, levels in results.load.items()
         },
         "rasa_turn": group(results.rasa_turn),
+        "rasa_turn_ratio": turn_spread(results).summary(),
         "memory_kib": results.memory,
+        "cluster": {str(count): line.summary() for count, line in results.cluster.items()},
         "targets": [target.summary() for target in targets(results)],
     }
 

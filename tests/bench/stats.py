@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -88,3 +89,52 @@ async def round_robin(
             await variants[name]()
             series[name].samples.append(time.perf_counter() - start)
     return series
+
+
+@dataclass
+class RatioSpread:
+    """How much slower `b` is than `a`, with its spread: median ratio, bootstrap CI, batch ratios."""
+
+    ratio: float
+    low: float
+    high: float
+    batches: list[float]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ratio_of_medians": round(self.ratio, 4),
+            "ci95": [round(self.low, 4), round(self.high, 4)],
+            "batch_ratios": [round(r, 4) for r in self.batches],
+        }
+
+
+def ratio_spread(
+    a: list[float], b: list[float], *, batches: int = 5, resamples: int = 2000, seed: int = 13
+) -> RatioSpread:
+    """median(b) / median(a) for samples taken in pairs (a[i] next to b[i]), and its spread.
+
+    The 95 % interval resamples whole pairs (percentile bootstrap), so noise that hit both
+    variants of a pair stays paired; the batch ratios are the same figure over consecutive
+    slices of the run, which shows drift that a single interval hides.
+    """
+    pairs = min(len(a), len(b))
+    if pairs == 0:
+        return RatioSpread(math.nan, math.nan, math.nan, [])
+    a, b = a[:pairs], b[:pairs]
+    rng = random.Random(seed)
+    boot = []
+    for _ in range(resamples):
+        picks = [rng.randrange(pairs) for _ in range(pairs)]
+        boot.append(statistics.median(b[i] for i in picks) / statistics.median(a[i] for i in picks))
+    boot.sort()
+    size = max(1, pairs // batches)
+    slices = [range(start, min(start + size, pairs)) for start in range(0, pairs, size)]
+    if len(slices) > 1 and len(slices[-1]) < size:  # fold a short tail into the last full batch
+        slices[-2] = range(slices[-2].start, pairs)
+        slices.pop()
+    return RatioSpread(
+        statistics.median(b) / statistics.median(a),
+        boot[int(0.025 * resamples)],
+        boot[int(0.975 * resamples) - 1],
+        [statistics.median(b[i] for i in s) / statistics.median(a[i] for i in s) for s in slices],
+    )
