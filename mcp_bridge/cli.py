@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from mcp_bridge import catalogue, check, init
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -23,7 +25,12 @@ def _register_none(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     """Placeholder until the first subcommand registers itself here."""
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_register_none]
+_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _register_none,
+    init.register,
+    check.register,
+    catalogue.register,
+]
 
 
 if __name__ == "__main__":
