@@ -51,6 +51,7 @@ def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
 
 def import_actions(bot: Path, package: str) -> None:
     """Import the bot's actions package the way rasa_sdk does, from the bot's folder."""
+    imported_before = "mcp_bridge.rasa" in sys.modules
     own_plugins = bot / "rasa_sdk_plugins" / "__init__.py"
     if own_plugins.exists() and "mcp_bridge" not in own_plugins.read_text(encoding="utf-8"):
         raise ConfigError(
@@ -68,7 +69,7 @@ def import_actions(bot: Path, package: str) -> None:
         raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
     except Exception as exc:
         raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
-    if "mcp_bridge.rasa" not in sys.modules:
+    if not imported_before and "mcp_bridge.rasa" not in sys.modules:
         raise ConfigError(
             f"{bot / package}: does not import mcp_bridge.rasa, so rasa_sdk would not serve the plugin's "
             f"actions; add `import mcp_bridge.rasa` to {package}/__init__.py"
@@ -175,11 +176,12 @@ def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[s
 
 async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
     """Run the checks for the bot in ``bot``; the summary line, or ConfigError with the first problem."""
-    from mcp_bridge.rasa.build import build_executor  # imports rasa_sdk, as the action server does
-
     env = bot_environment(bot, os.environ)
     os.environ.update({name: env[name] for name in _FILES})  # mcp_bridge.rasa reads SKILLS_DIR on import
     import_actions(bot, package)
+    # Only now: importing mcp_bridge.rasa serves the skills' actions, which the bot's import must do.
+    from mcp_bridge.rasa.build import build_executor
+
     executor = build_executor(env)
     try:
         check_domain(env["DOMAIN"], executor.skills)

@@ -209,7 +209,8 @@ def plain_dict_mcp(port: int | None = None) -> ServiceProcess:
     return ServiceProcess(
         "plain-dict-mcp",
         [sys.executable, str(PLAIN_DICT_SERVER), "--host", HOST, "--port", str(port)],
-        env=child_env(),
+        # It imports crm/, which is not installed (only the plugin is): run it from the checkout.
+        env=child_env({"PYTHONPATH": str(REPO_ROOT)}),
         ready_url=f"{base}/stats",
         url=f"{base}/mcp",
     )
