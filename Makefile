@@ -44,11 +44,11 @@ train: setup
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check crm mcp_bridge actions tests scripts
-	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
+	@$(VENV)/bin/ruff check crm mcp_bridge rasa_sdk_plugins actions tests scripts
+	@$(VENV)/bin/ruff format --check crm mcp_bridge rasa_sdk_plugins actions tests scripts
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy crm mcp_bridge"
+	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
 	@$(VENV)/bin/mypy
 
 pytest: setup train
