@@ -109,8 +109,8 @@ def _missing_executor_response(bot: Path) -> None:
 def _question_without_buttons(bot: Path) -> None:
     edit(
         bot / "domain.yml",
-        '      buttons:\n        - title: "Yes"\n          payload: /affirm\n        - title: "No"\n'
-        "          payload: /deny\n\n  utter_reminder_cancelled",
+        '      buttons:\n        - title: "No"\n          payload: /deny\n        - title: "Yes"\n'
+        "          payload: /affirm\n\n  utter_reminder_cancelled",
         "\n  utter_reminder_cancelled",
     )
 

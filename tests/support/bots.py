@@ -78,10 +78,10 @@ RESPONSES = {
 utter_confirm_reminder:
   - text: "Save the reminder \\"{arg_text}\\"?"
     buttons:
-      - title: "Yes"
-        payload: /affirm
       - title: "No"
         payload: /deny
+      - title: "Yes"
+        payload: /affirm
 """,
     "utter_reminder_cancelled": 'utter_reminder_cancelled:\n  - text: "OK, no reminder saved."\n',
     "utter_reminder_saved": 'utter_reminder_saved:\n  - text: "Reminder saved."\n',
