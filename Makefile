@@ -8,7 +8,7 @@ PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof bench clean
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof adoption bench clean
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -17,6 +17,7 @@ help:
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
 
@@ -63,7 +64,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof
+test: lint typecheck validate rasa-test pytest proof adoption
 
 chat: setup train
 	@scripts/chat.sh
@@ -81,6 +82,11 @@ actions: $(VENV)/.installed
 
 proof: setup train
 	@$(PY) -m tests.proof
+
+# A bot nobody here wrote (Rasa's starter bot) adopts the plugin the way docs/ADOPTING.md says.
+adoption: setup
+	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv (a few minutes)"
+	@$(PY) -m tests.adoption
 
 bench: setup train
 	@$(PY) -m tests.bench

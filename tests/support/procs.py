@@ -63,8 +63,10 @@ class ServiceProcess:
         start_timeout: float = START_TIMEOUT,
         log_path: Path | None = None,
         detached: bool = False,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
+        self.cwd = cwd or REPO_ROOT
         self.args = list(args)
         self.env = dict(env)
         self.ready_url = ready_url
@@ -108,7 +110,7 @@ class ServiceProcess:
             self.process = subprocess.Popen(
                 self.args,
                 env=self.env,
-                cwd=REPO_ROOT,
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
