@@ -75,6 +75,16 @@ def test_init_only_inserts_what_the_plugin_needs(bot: Path) -> None:
     assert "next:" in result.stdout
 
 
+def test_missing_intents_join_the_bots_list_in_its_indentation(bot: Path) -> None:
+    domain = bot / "domain.yml"
+    domain.write_text(domain.read_text().replace("  - affirm\n  - deny\n", ""))
+    assert init(bot).returncode == 0
+    text = domain.read_text()
+    assert "  - bot_challenge\n  - affirm\n  - deny\n" in text
+    intents = ["greet", "goodbye", "mood_great", "mood_unhappy", "bot_challenge", "affirm", "deny"]
+    assert yaml.safe_load(text)["intents"] == intents
+
+
 def test_a_second_run_changes_nothing(bot: Path) -> None:
     assert init(bot).returncode == 0
     first = snapshot(bot)
