@@ -46,6 +46,7 @@ def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
         else:
             env[name] = str(defaults[name] if name in defaults else domain_location(bot))
     env.setdefault("AUDIT_LOG", "")  # a check writes no audit trail
+    env.setdefault("CONFIRMATION_SECRET", "mcp-bridge-check")  # and seals nothing
     return env
 
 

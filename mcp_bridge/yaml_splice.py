@@ -168,7 +168,7 @@ class Splice:
             if text and not text.endswith("\n"):
                 text += "\n"
             for block in self.appended:
-                text += ("\n" if text.strip() else "") + block
+                text += ("\n" if text.strip() and not text.endswith("\n\n") else "") + block
         return text
 
 

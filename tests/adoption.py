@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from tests.support.bots import add_reminder_skill
 from tests.support.http import request_json
 
 T = TypeVar("T")
+STOPPING = threading.Event()
 REPO = procs.REPO_ROOT
 RASA_PYTHON = REPO / ".venv-rasa" / "bin" / "python"
 SMALL_CONFIG = """\
@@ -223,8 +225,12 @@ def run(work: Path, steps: Steps) -> None:
     bot, venv = work / "bot", work / "venv"
     services = procs.Services()
     try:
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            _run(work, bot, venv, pool, services, steps)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            try:
+                _run(work, bot, venv, pool, services, steps)
+            except BaseException:
+                STOPPING.set()  # steps still waiting for the training start nothing more
+                raise
     finally:
         services.close()
 
@@ -289,6 +295,8 @@ def _run(
     def after_training(name: str, step: Callable[[], T]) -> Callable[[], T]:
         def run() -> T:
             trained.result()
+            if STOPPING.is_set():
+                raise Failed(f"{name}: not started, an earlier step failed")
             return steps.run(name, step)
 
         return run
