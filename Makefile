@@ -8,7 +8,8 @@ PY        := $(VENV)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 
-.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof adoption bench clean
+.PHONY: help setup test lint typecheck pytest validate train rasa-test chat up down actions proof e2e adoption bench \
+	clean services cluster-up cluster-down cluster-test
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -17,8 +18,12 @@ help:
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
+	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
+	@echo "make cluster-down  stop what make cluster-up started"
+	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make setup    create .venv and .venv-rasa with pinned dependencies"
 
 setup: $(VENV)/.installed $(VENV_RASA)/.installed
@@ -52,7 +57,7 @@ typecheck: $(VENV)/.installed
 	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
 	@$(VENV)/bin/mypy
 
-pytest: setup train
+pytest: setup train services
 	@echo "==> pytest"
 	@$(VENV)/bin/pytest -q
 
@@ -64,7 +69,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof adoption
+test: lint typecheck validate rasa-test pytest proof cluster-test adoption
 
 chat: setup train
 	@scripts/chat.sh
@@ -83,6 +88,9 @@ actions: $(VENV)/.installed
 proof: setup train
 	@$(PY) -m tests.proof
 
+e2e: setup train
+	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
+
 # A bot nobody here wrote (Rasa's starter bot) adopts the plugin the way docs/ADOPTING.md says.
 adoption: setup
 	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv (a few minutes)"
@@ -90,6 +98,19 @@ adoption: setup
 
 bench: setup train
 	@$(PY) -m tests.bench
+
+# PostgreSQL, Redis and nginx (Debian packages; apt-get as root, only when one is missing).
+services:
+	@scripts/install-services.sh
+
+cluster-up: setup train services
+	@$(PY) -m scripts.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m scripts.cluster down; else echo "nothing to stop"; fi
+
+cluster-test: setup train services
+	@$(PY) -m tests.cluster
 
 clean:
 	rm -rf var models results bench-results

@@ -16,7 +16,7 @@ import uvicorn
 from aiohttp import web
 
 from crm import config, mcp_server, rest, tools
-from crm.store import CRMStore
+from crm.store import describe_store, open_store
 
 log = logging.getLogger("crm")
 
@@ -25,25 +25,30 @@ log = logging.getLogger("crm")
 _GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
-def _seed() -> int:
-    path = config.db_path()
-    added = CRMStore(path).seed()
+async def _seed() -> int:
+    store = open_store()
+    await store.open()
+    try:
+        added = await store.seed()
+    finally:
+        await store.close()
+    where = describe_store(store)
     if added:
-        print(f"Seeded {path}: added {len(added)} demo contact(s).")
+        print(f"Seeded {where}: added {len(added)} demo contact(s).")
         for contact in added:
             print(f"  {contact.contact_id}: {contact.name} <{contact.email}>, {contact.company}")
     else:
-        print(f"Seeded {path}: the demo contacts were already there; nothing added.")
+        print(f"Seeded {where}: the demo contacts were already there; nothing added.")
     return 0
 
 
 async def _serve_rest(host: str, port: int) -> None:
-    path = config.db_path().resolve()
-    runner = web.AppRunner(rest.create_app(CRMStore(path)), access_log=None)
-    await runner.setup()
+    store = open_store()
+    runner = web.AppRunner(rest.create_app(store), access_log=None)
+    await runner.setup()  # opens the store
     try:
         await web.TCPSite(runner, host, port).start()
-        log.info("CRM REST API listening on http://%s:%d (database %s)", host, port, path)
+        log.info("CRM REST API listening on http://%s:%d (%s)", host, port, describe_store(store))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -80,8 +85,9 @@ class _AnnouncingServer(uvicorn.Server):
 
 async def _serve_mcp(host: str, port: int) -> None:
     token = config.mcp_token()
+    stateless = config.mcp_stateless()
     uvicorn_config = uvicorn.Config(
-        mcp_server.create_app(token, host=host),
+        mcp_server.create_app(token, host=host, stateless=stateless),
         host=host,
         port=port,
         ws="none",  # rasa-sdk pins websockets 10, which uvicorn's auto-detection cannot import
@@ -92,7 +98,8 @@ async def _serve_mcp(host: str, port: int) -> None:
     )
     message = (
         f"CRM MCP server listening on http://{host}:{port}{mcp_server.MCP_PATH} "
-        f"(tools reach the CRM at {config.crm_url()}; bearer token {'required' if token else 'not required'})"
+        f"(tools reach the CRM at {config.crm_url()}; bearer token {'required' if token else 'not required'}"
+        f"{'; stateless' if stateless else ''})"
     )
     try:
         await _AnnouncingServer(uvicorn_config, message).serve()  # uvicorn handles SIGTERM and SIGINT
@@ -103,8 +110,10 @@ async def _serve_mcp(host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crm", description="The reference CRM and its MCP server")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("seed", help="add the demo contacts to the database at CRM_DB (idempotent)")
-    rest_cmd = commands.add_parser("rest", help="serve the REST API over the database at CRM_DB")
+    commands.add_parser(
+        "seed", help="add the demo contacts to the database (CRM_DATABASE_URL, else CRM_DB) (idempotent)"
+    )
+    rest_cmd = commands.add_parser("rest", help="serve the REST API over CRM_DATABASE_URL, else CRM_DB")
     rest_cmd.add_argument("--host", default="127.0.0.1", help="default: %(default)s")
     rest_cmd.add_argument("--port", type=int, default=config.DEFAULT_REST_PORT, help="default: %(default)s")
     mcp_cmd = commands.add_parser("mcp", help="serve the CRM tools over MCP; they call CRM_URL")
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mcp").setLevel(logging.WARNING)
 
     if args.command == "seed":
-        return _seed()
+        return asyncio.run(_seed())
     if args.command == "rest":
         asyncio.run(_serve_rest(args.host, args.port))
     else:

@@ -16,10 +16,19 @@ DEFAULT_MCP_PORT = 8200
 
 
 def db_path() -> Path:
-    """The SQLite file (`CRM_DB`, relative to the working directory); its parent is created."""
+    """The SQLite file (`CRM_DB`, relative to the working directory; used when `CRM_DATABASE_URL`
+    is unset); its parent is created."""
     path = Path(os.environ.get("CRM_DB") or DEFAULT_DB)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def database_url() -> str | None:
+    """PostgreSQL URL of the CRM store (`CRM_DATABASE_URL`); None keeps the SQLite file.
+
+    The URL may carry a password: callers may say whether one is set, never print it.
+    """
+    return os.environ.get("CRM_DATABASE_URL") or None
 
 
 def crm_url() -> str:
@@ -33,3 +42,9 @@ def mcp_token() -> str | None:
     The value is a secret: callers may say whether one is set, never what it is.
     """
     return os.environ.get("CRM_MCP_TOKEN") or None
+
+
+def mcp_stateless() -> bool:
+    """Serve MCP without sessions (`CRM_MCP_STATELESS=1`), so any replica behind a load balancer
+    can answer any request; the default keeps one session per client."""
+    return (os.environ.get("CRM_MCP_STATELESS") or "").strip().lower() in {"1", "true", "yes"}

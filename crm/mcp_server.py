@@ -148,14 +148,18 @@ class GuardedMCPApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def create_app(token: str | None, *, host: str = "127.0.0.1") -> GuardedMCPApp:
+def create_app(token: str | None, *, host: str = "127.0.0.1", stateless: bool = False) -> GuardedMCPApp:
     """The ASGI app: MCP over streamable HTTP at /mcp, plus /stats; `token` None means open.
 
     `host` is where the server binds; on loopback the SDK refuses requests whose Host header
-    names anything else (DNS-rebinding protection).
+    names anything else (DNS-rebinding protection). `stateless`: no MCP session, every request
+    stands alone (no server-to-client notifications), so replicas behind a load balancer need
+    no sticky routing and a replica's death loses no session.
     """
     # One JSON body per call instead of an SSE stream: measured about 1.5 ms less per call. The CRM
     # tools send no progress or log messages during a call, which is all an SSE reply would add;
     # server notifications such as tools/list_changed still travel on the session's GET stream.
-    inner = build_server().streamable_http_app(streamable_http_path=MCP_PATH, host=host, json_response=True)
+    inner = build_server().streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, json_response=True, stateless_http=stateless
+    )
     return GuardedMCPApp(inner, token)

@@ -1,8 +1,7 @@
-"""The CRM's REST API (aiohttp) over a CRMStore.
+"""The CRM's REST API (aiohttp) over a CRMStore (SQLite or PostgreSQL).
 
-Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing. The store is
-called synchronously from the handlers: SQLite answers in well under a millisecond here, and
-since handlers then never yield mid-operation, the event loop itself serialises requests.
+Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing. The app opens
+the store when it starts and closes it when it stops.
 """
 
 from __future__ import annotations
@@ -49,13 +48,13 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
         return _error(500, "The CRM failed unexpectedly.")
 
 
-_SQLITE_MAX_INT = 2**63 - 1
+_MAX_ID = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's BIGINT alike
 
 
 def _contact_id(request: web.Request) -> int:
-    # The route pattern only admits digits, so int() cannot fail; SQLite can still overflow.
+    # The route pattern only admits digits, so int() cannot fail; the database can still overflow.
     contact_id = int(request.match_info["contact_id"])
-    if contact_id > _SQLITE_MAX_INT:
+    if contact_id > _MAX_ID:
         raise NotFoundError(f"There is no contact with id {contact_id}.")
     return contact_id
 
@@ -72,14 +71,14 @@ async def find_contact(request: web.Request) -> web.Response:
     email = request.query.get("email")
     if email is None:
         raise ValidationError("Give the email address to look up as ?email=...")
-    contact = _store(request).find_contact_by_email(email)
+    contact = await _store(request).find_contact_by_email(email)
     if contact is None:
         return _error(404, f"No contact has the email address {email.strip()!r}.")
     return web.json_response(contact.as_dict())
 
 
 async def get_contact(request: web.Request) -> web.Response:
-    contact = _store(request).get_contact(_contact_id(request))
+    contact = await _store(request).get_contact(_contact_id(request))
     if contact is None:
         raise NotFoundError(f"There is no contact with id {_contact_id(request)}.")
     return web.json_response(contact.as_dict())
@@ -96,9 +95,9 @@ async def list_notes(request: web.Request) -> web.Response:
             limit = raw_limit  # validate_limit refuses it with the usual message
     limit = validate_limit(limit)
     store = _store(request)
-    if store.get_contact(contact_id) is None:
+    if await store.get_contact(contact_id) is None:
         raise NotFoundError(f"There is no contact with id {contact_id}.")
-    notes = store.list_notes(contact_id, limit)
+    notes = await store.list_notes(contact_id, limit)
     return web.json_response({"contact_id": contact_id, "notes": [note.as_dict() for note in notes]})
 
 
@@ -116,13 +115,24 @@ async def add_note(request: web.Request) -> web.Response:
         raise ValidationError(f"Unknown field(s): {', '.join(unknown)}. Expected text and idempotency_key.")
     if "text" not in body:
         raise ValidationError("The note text is missing.")
-    note, created = _store(request).add_note(_contact_id(request), body["text"], body.get("idempotency_key"))
+    note, created = await _store(request).add_note(
+        _contact_id(request), body["text"], body.get("idempotency_key")
+    )
     return web.json_response(note.as_dict(), status=201 if created else 200)
 
 
 def create_app(store: CRMStore) -> web.Application:
     app = web.Application(middlewares=[_errors_as_json])
     app[STORE_KEY] = store
+
+    async def open_store(app: web.Application) -> None:
+        await store.open()
+
+    async def close_store(app: web.Application) -> None:
+        await store.close()
+
+    app.on_startup.append(open_store)
+    app.on_cleanup.append(close_store)
     app.router.add_get("/health", health)
     app.router.add_get("/contacts", find_contact)
     app.router.add_get(r"/contacts/{contact_id:\d+}", get_contact)

@@ -1,8 +1,15 @@
-"""The system of record: contacts and their timeline notes in SQLite.
+"""The system of record: contacts and their timeline notes, in SQLite or PostgreSQL.
 
-Each operation opens its own short-lived connection. That makes a `CRMStore` safe to share
-between threads and lets several processes (the REST server, `python -m crm seed`, a test
-reading the file) use one database; WAL mode lets readers run while a write is in progress.
+`CRMStore` is the interface the REST API and `python -m crm seed` use; `open_store()` picks the
+engine from the environment: PostgreSQL (`crm.pg_store`) when `CRM_DATABASE_URL` is set, else the
+embedded SQLite file at `CRM_DB`. Both keep the same schema and the same rule for a repeated
+idempotency key (the first note stored under it is returned, nothing is written again), and both
+enforce it in the database: the key column is UNIQUE.
+
+`SQLiteStore`: each operation opens its own short-lived connection. That lets several processes
+(the REST server, `python -m crm seed`, a test reading the file) use one database; WAL mode lets
+readers run while a write is in progress. Its methods are coroutines for the shared interface but
+never yield: SQLite answers in well under a millisecond here.
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from crm import config
 from crm.errors import NotFoundError
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
@@ -81,6 +89,58 @@ class Note:
         }
 
 
+class CRMStore(Protocol):
+    """What the CRM keeps, whatever the engine. `open()` before use, `close()` after."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def find_contact_by_email(self, email: str) -> Contact | None:
+        """The contact with this address (case-insensitive), or None. Raises ValidationError."""
+        ...
+
+    async def get_contact(self, contact_id: int) -> Contact | None: ...
+
+    async def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
+        """The contact's notes, newest first. Raises ValidationError for a bad limit."""
+        ...
+
+    async def add_note(
+        self, contact_id: int, text: str, idempotency_key: str | None = None
+    ) -> tuple[Note, bool]:
+        """Add a note to the contact's timeline; returns (note, created).
+
+        A key seen before returns the note first stored under it and created=False, whatever the
+        other arguments say: a retried request must never write twice. Raises ValidationError or
+        NotFoundError, in which case nothing is written.
+        """
+        ...
+
+    async def count_notes(self, contact_id: int | None = None) -> int: ...
+
+    async def seed(self) -> list[Contact]:
+        """Add the demo contacts that are missing; returns those added (none on a second run)."""
+        ...
+
+
+def open_store() -> CRMStore:
+    """The store the environment names (not yet opened): PostgreSQL or the SQLite file."""
+    url = config.database_url()
+    if url:
+        from crm.pg_store import PostgresStore
+
+        return PostgresStore(url)
+    return SQLiteStore(config.db_path())
+
+
+def describe_store(store: CRMStore) -> str:
+    """Where the store keeps its data, for a log line; never a password."""
+    if isinstance(store, SQLiteStore):
+        return f"SQLite {store.path.resolve()}"
+    return str(store)
+
+
 def _utc_now() -> str:
     # "+00:00" rather than "Z": datetime.fromisoformat on Python 3.10 cannot parse "Z".
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -96,7 +156,7 @@ def _note(row: sqlite3.Row) -> Note:
     )
 
 
-class CRMStore:
+class SQLiteStore:
     """Contacts and timeline notes in one SQLite file; the schema is created on first use."""
 
     def __init__(self, path: str | Path) -> None:
@@ -105,6 +165,12 @@ class CRMStore:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
+
+    async def open(self) -> None:
+        """Nothing to open: every operation has its own connection."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -118,20 +184,18 @@ class CRMStore:
         finally:
             conn.close()
 
-    def find_contact_by_email(self, email: str) -> Contact | None:
-        """The contact with this address (case-insensitive), or None. Raises ValidationError."""
+    async def find_contact_by_email(self, email: str) -> Contact | None:
         address = validate_email(email)
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM contacts WHERE email = ?", (address,)).fetchone()
         return None if row is None else _contact(row)
 
-    def get_contact(self, contact_id: int) -> Contact | None:
+    async def get_contact(self, contact_id: int) -> Contact | None:
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM contacts WHERE id = ?", (contact_id,)).fetchone()
         return None if row is None else _contact(row)
 
-    def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
-        """The contact's notes, newest first. Raises ValidationError for a bad limit."""
+    async def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
         count = validate_limit(limit)
         with self._connect() as conn:
             rows = conn.execute(
@@ -139,13 +203,9 @@ class CRMStore:
             ).fetchall()
         return [_note(row) for row in rows]
 
-    def add_note(self, contact_id: int, text: str, idempotency_key: str | None = None) -> tuple[Note, bool]:
-        """Add a note to the contact's timeline; returns (note, created).
-
-        A key seen before returns the note first stored under it and created=False, whatever the
-        other arguments say: a retried request must never write twice. Raises ValidationError or
-        NotFoundError, in which case nothing is written.
-        """
+    async def add_note(
+        self, contact_id: int, text: str, idempotency_key: str | None = None
+    ) -> tuple[Note, bool]:
         body = validate_note_text(text)
         key = validate_idempotency_key(idempotency_key)
         with self._connect() as conn:
@@ -169,7 +229,7 @@ class CRMStore:
                 raise
         return _note(row), True
 
-    def count_notes(self, contact_id: int | None = None) -> int:
+    async def count_notes(self, contact_id: int | None = None) -> int:
         with self._connect() as conn:
             if contact_id is None:
                 row = conn.execute("SELECT COUNT(*) FROM notes").fetchone()
@@ -179,8 +239,7 @@ class CRMStore:
                 ).fetchone()
         return int(row[0])
 
-    def seed(self) -> list[Contact]:
-        """Add the demo contacts that are missing; returns those added (none on a second run)."""
+    async def seed(self) -> list[Contact]:
         added: list[Contact] = []
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")

@@ -52,6 +52,9 @@ def validate_note_text(text: object) -> str:
         raise ValidationError(
             "The note contains a character that cannot be stored (an unpaired surrogate)."
         ) from None
+    if "\x00" in text:
+        # PostgreSQL's text type cannot hold it; refused on every engine so both keep the same notes.
+        raise ValidationError("The note contains a NUL character, which cannot be stored.")
     return text
 
 
@@ -63,6 +66,8 @@ def validate_idempotency_key(key: object) -> str | None:
         raise ValidationError("The idempotency key must be a string.")
     if not key.strip():
         raise ValidationError("The idempotency key is empty.")
+    if "\x00" in key:
+        raise ValidationError("The idempotency key contains a NUL character.")
     if len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
         raise ValidationError(f"The idempotency key is longer than {IDEMPOTENCY_KEY_MAX_CHARS} characters.")
     return key

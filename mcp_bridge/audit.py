@@ -1,18 +1,69 @@
-"""The audit trail: every question, answer and outcome of a confirmation, one JSON line each.
+"""The audit trail: every question, answer and outcome of a confirmation, and every tool call
+the executor makes, one JSON line each.
 
-Entries carry the argument digest, never the arguments: note text stays out of logs.
+Entries carry digests, never the arguments: note text stays out of logs. A call entry
+(``decision: "called"``) has the digest of the whole call and one digest per argument
+(:func:`argument_digest`), so a test can check "this tool was called with this text" without the
+text ever being written down. Calls are attributed to the conversation being served
+(:func:`serving`); the action server sets it for each webhook request it answers
+(:func:`mcp_bridge.rasa.server.attribute_calls`), so a call is attributed whichever action made it.
+
 Read it back with ``python -m mcp_bridge.audit PATH``.
 """
 
+import hashlib
 import json
 import logging
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+CALLED = "called"
+
+_serving: ContextVar[str | None] = ContextVar("mcp_bridge_conversation", default=None)
+
+
+@contextmanager
+def serving(conversation_id: str) -> Iterator[None]:
+    """Attribute every tool call made inside this block to ``conversation_id``."""
+    token = _serving.set(conversation_id)
+    try:
+        yield
+    finally:
+        _serving.reset(token)
+
+
+def attribute_to(conversation_id: str | None) -> None:
+    """Attribute the calls that follow, in this task, to ``conversation_id``.
+
+    For a framework hook that runs at the start of each request, in the request's own task (a
+    web server's request middleware); everywhere else use :func:`serving`.
+    """
+    _serving.set(conversation_id)
+
+
+def current_conversation() -> str | None:
+    """The conversation being served (see :func:`serving`), or None outside any."""
+    return _serving.get()
+
+
+def argument_digest(name: str, value: Any) -> str:
+    """The digest of one argument of a call, as call entries record it under ``arguments``."""
+    canonical = json.dumps(
+        {"name": name, "value": value}, sort_keys=True, ensure_ascii=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def argument_digests(arguments: Mapping[str, Any]) -> dict[str, str]:
+    return {name: argument_digest(name, value) for name, value in arguments.items()}
 
 
 class AuditLog:
@@ -45,7 +96,7 @@ def main(argv: list[str]) -> int:
         return 2
     for entry in AuditLog(argv[0]).entries():
         print(
-            f"{entry['time']}  {entry['conversation']:<24} {entry['skill']}.{entry['tool']:<22} "
+            f"{entry['time']}  {entry.get('conversation') or '-':<24} {entry['skill']}.{entry['tool']:<22} "
             f"{entry['decision']:<12} {entry.get('result') or ''}  digest={entry['digest'][:12]}"
         )
     return 0

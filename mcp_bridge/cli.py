@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mcp_bridge import catalogue, check, init
+from mcp_bridge.e2e import command as e2e_command
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -21,12 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handler(args)
 
 
-def _register_none(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Placeholder until the first subcommand registers itself here."""
-
-
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
-    _register_none,
+    e2e_command.register,  # mcp-bridge test e2e
     init.register,
     check.register,
     catalogue.register,

@@ -13,6 +13,9 @@ Local tools are the bot's own functions, registered by the bot (never by this pa
 
 A confirmed write carries an idempotency key. :func:`call_exactly_once` repeats a call whose
 outcome is unknown once, with the same key, which a store that honours keys turns into one write.
+
+With an audit trail, every call of a resolved tool is an entry of it (``decision: "called"``,
+see :mod:`mcp_bridge.audit`), whoever made the call: what the action server really called.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from typing import Any, Protocol
 
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 
+from mcp_bridge.audit import CALLED, AuditLog, argument_digests, current_conversation
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.results import ToolResult, from_local
 from mcp_bridge.runtime import MCPRuntime, validate_against_schema
+from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import Skill
 
 log = logging.getLogger(__name__)
@@ -143,14 +148,77 @@ class MCPTool:
 # -- resolution ------------------------------------------------------------------------------
 
 
-class ToolBox:
-    """Resolves a skill's tool name to a :class:`Tool`: the local function, else the MCP tool."""
+@dataclass(frozen=True)
+class RecordedTool:
+    """A resolved tool whose every call is an audit entry of the conversation being served."""
 
-    def __init__(self, local: Mapping[str, ToolFunction], runtime: MCPRuntime | None) -> None:
+    tool: Tool
+    skill_id: str
+    audit: AuditLog
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def source(self) -> str:
+        return self.tool.source
+
+    async def input_schema(self) -> Mapping[str, Any]:
+        return await self.tool.input_schema()
+
+    async def trusted_read_only(self) -> bool:
+        return await self.tool.trusted_read_only()
+
+    async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
+        try:
+            result = await self.tool.call(arguments, idempotency_key=idempotency_key)
+        except ToolCallError as exc:
+            self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", exc.may_have_run)
+            raise
+        except ToolArgumentsError as exc:
+            self._record(arguments, idempotency_key, f"refused: {type(exc).__name__}", False)
+            raise
+        except Exception as exc:  # unforeseen: it may have reached the tool
+            self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", True)
+            raise
+        self._record(arguments, idempotency_key, "ok" if result.ok else f"error: {result.error}", True)
+        return result
+
+    def _record(self, arguments: Mapping[str, Any], key: str | None, result: str, sent: bool) -> None:
+        self.audit.record(
+            conversation=current_conversation(),
+            skill=self.skill_id,
+            tool=self.name,
+            source=self.source,
+            confirmation=key,
+            digest=call_digest(self.skill_id, self.name, self.source, arguments),
+            arguments=argument_digests(arguments),
+            decision=CALLED,
+            result=result,
+            # False when the request provably never reached the tool (server unreachable, refused).
+            sent=sent,
+        )
+
+
+class ToolBox:
+    """Resolves a skill's tool name to a :class:`Tool`: the local function, else the MCP tool.
+
+    With ``audit``, the tools it resolves record every call there (:class:`RecordedTool`).
+    """
+
+    def __init__(
+        self, local: Mapping[str, ToolFunction], runtime: MCPRuntime | None, *, audit: AuditLog | None = None
+    ) -> None:
         self._local = dict(local)
         self.runtime = runtime
+        self.audit = audit
 
     def resolve(self, skill: Skill, name: str) -> Tool:
+        tool = self._resolve(skill, name)
+        return tool if self.audit is None else RecordedTool(tool, skill.id, self.audit)
+
+    def _resolve(self, skill: Skill, name: str) -> Tool:
         source = skill.tools.get(name)
         if source is not None and source.kind == "local" and name in self._local:
             return LocalTool(name, self._local[name])

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support import procs  # noqa: E402
+from scripts import services as procs  # noqa: E402
 
 # Everything the stack writes (database, tokens, logs, PIDs) goes here; tests point it elsewhere.
 VAR = Path(os.environ.get("STACK_VAR", REPO / "var"))

@@ -42,7 +42,7 @@ STORED_VERBATIM = {
     "sql": "'); DROP TABLE notes; --",
     "padded": "  leading and trailing spaces  ",
     "multiline": "line one\nline two\r\nline three\ttabbed",
-    "control characters": "a\x00b \x1b[31mred\x1b[0m \x07",
+    "control characters": "a\x01b \x1b[31mred\x1b[0m \x07",
     "looks like a result": '{"ok": false, "error": "fake", "idempotency_key": "x"}',
 }
 
@@ -53,6 +53,8 @@ REFUSED = {
     "whitespace": (" \n\t\r\n ", "note_text"),
     "4001 characters": ("x" * 4001, "4000"),
     "4001 emoji": ("😀" * 4001, "4000"),
+    # PostgreSQL's text cannot hold NUL; the CRM refuses it on every engine alike.
+    "NUL character": ("a\x00b", "NUL"),
 }
 
 
@@ -276,7 +278,9 @@ def test_rest_api_refuses_bad_notes_clearly(crm_rest: str, crm_db: Path, note: s
         "POST", f"{crm_rest}/contacts/{contact_id(crm_db, DANA)}/notes", {"text": note}
     )
     assert status == 400, body
-    assert body["error"] and ("4000" in body["error"] or "empty" in body["error"].lower())
+    assert body["error"] and (
+        "4000" in body["error"] or "empty" in body["error"].lower() or "NUL" in body["error"]
+    )
     assert count_notes(crm_db) == before
 
 

@@ -7,6 +7,7 @@ file, the place and the reason; `--live` asks real MCP servers (tests/fixtures/)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def reminders_mcp() -> Iterator[str]:
     port = procs.free_port()
     server = procs.ServiceProcess(
         "reminders-mcp",
-        [procs.sys.executable, str(procs.REPO_ROOT / "tests" / "fixtures" / "reminder_server.py")]
+        [sys.executable, str(procs.REPO_ROOT / "tests" / "fixtures" / "reminder_server.py")]
         + ["--port", str(port)],
         env=procs.child_env(),
         ready_url=f"http://{procs.HOST}:{port}/writes",

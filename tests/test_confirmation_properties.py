@@ -225,6 +225,10 @@ class ConfirmationMachine(RuleBasedStateMachine):
             # Nothing to answer: a plain yes hears so, anything else is the bot's to handle.
             assert said == (["utter_nothing_pending"] if sure else [])
             assert decision.outcome == ("nothing_pending" if sure else "handed_back")
+            if decision.outcome == "handed_back":
+                # As in Rasa: the bot's rules answer it, then the loop runs again and ends itself.
+                resumed = self.run(self.chat.resume())
+                assert resumed.outcome == "nothing_pending" and responses(resumed) == []
             self.asked = None
         elif self.tampered == "forged":
             assert said == ["utter_confirmation_invalid"]
@@ -286,8 +290,12 @@ class ConfirmationMachine(RuleBasedStateMachine):
         """ "no, it's for <email>": looked up again and asked again, or the old question if unknown."""
         slots_before = dict(self.chat.slots)
         decision = self.run(self.chat.say(f"no, it's for {email}", "deny", 0.9))
-        if email in CONTACTS:
-            note = slots_before.get("note_text")
+        note = slots_before.get("note_text")
+        if email in CONTACTS and _missing(note):
+            # The note slot was emptied after the question: the new question cannot be asked, and
+            # neither can the old one, asked again from the same slots.
+            self.expect_question(decision, ["utter_tool_failed"], slots_before)
+        elif email in CONTACTS:
             self.expect_question(decision, [], {"contact_id": CONTACTS[email], "note_text": note})
             if self.asked is not None:
                 assert self.chat.slots["contact_email"] == email

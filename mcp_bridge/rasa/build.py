@@ -64,12 +64,13 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         deny_margin=policy.deny_margin,
     )
     secret = env.get("CONFIRMATION_SECRET")
+    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
     built = Executor(
         skills,
-        ToolBox(local, MCPRuntime(servers)),
+        ToolBox(local, MCPRuntime(servers), audit=audit),  # every call is an entry too
         policy=policy,
         responses=responses,
-        audit=AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl")),
+        audit=audit,
         seal=Seal(secret.encode()) if secret else Seal.ephemeral(),
         reader=reader,
     )

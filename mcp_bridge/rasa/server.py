@@ -10,6 +10,8 @@ before it listens (``rasa_sdk_plugins.init_hooks`` registers this module). Here:
 * the token: with ACTION_SERVER_TOKEN set, /webhook and /actions answer 401 unless the request
   carries it the way Rasa's ``action_endpoint: {token: ...}`` sends it (``?token=...``), or as
   ``Authorization: Bearer ...`` (rasa_sdk itself checks no credentials at all);
+* every tool call is attributed to the conversation of the webhook request it answers (the audit
+  trail records it under that conversation, whichever action made the call);
 * MCP sessions are closed when the server stops.
 """
 
@@ -26,6 +28,7 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.build import executor
 
@@ -45,6 +48,7 @@ def attach_sanic_app_extensions(app: Sanic) -> None:
     host = os.environ.get("ACTION_SERVER_HOST") or os.environ.get("SANIC_HOST") or "127.0.0.1"
     os.environ["SANIC_HOST"] = host  # rasa_sdk reads it right after this hook
     token = os.environ.get("ACTION_SERVER_TOKEN") or None
+    attribute_calls(app)
     if token:
         require_token(app, token)
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
@@ -53,6 +57,26 @@ def attach_sanic_app_extensions(app: Sanic) -> None:
         await executor().aclose()
 
     app.register_listener(close_mcp_sessions, "after_server_stop")
+
+
+def attribute_calls(app: Sanic) -> None:
+    """Every tool call made while answering a webhook request is recorded under its conversation.
+
+    Rasa names the conversation in the request body (``sender_id``). Request middleware runs in
+    the request's own task, before the handler, so the attribution holds for the whole request.
+    """
+
+    @app.middleware("request")
+    async def attribute(request: Request) -> None:
+        sender = None
+        if request.method == "POST":
+            try:
+                body = request.json
+            except Exception:  # not JSON: rasa_sdk refuses the request itself
+                body = None
+            if isinstance(body, dict) and body.get("sender_id") is not None:
+                sender = str(body["sender_id"])
+        attribute_to(sender)
 
 
 def require_token(app: Sanic, token: str) -> None:

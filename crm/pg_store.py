@@ -1,0 +1,172 @@
+"""The CRM store on PostgreSQL (asyncpg), used when `CRM_DATABASE_URL` is set.
+
+Same tables and columns as the SQLite store, and the same rules:
+
+* An email address is unique whatever its case: a UNIQUE index on `lower(email)` (SQLite: the
+  column's NOCASE collation).
+* An idempotency key is stored at most once: the column is UNIQUE and a note is written with
+  `INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`. Two requests with one key, on two
+  CRM processes at the same moment, leave one note: the second insert waits for the first to
+  commit, then does nothing, and both answer with the first note. The database enforces it, not
+  a check-then-insert in this process.
+* An unknown contact is refused by the foreign key; nothing is written.
+
+Several processes may open the store at once (replicas starting together): the schema is
+created under a transaction-scoped advisory lock, so `CREATE ... IF NOT EXISTS` never races.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from crm.errors import NotFoundError
+from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now
+from crm.validation import (
+    NOTES_LIMIT_DEFAULT,
+    validate_email,
+    validate_idempotency_key,
+    validate_limit,
+    validate_note_text,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS contacts (
+    id BIGSERIAL PRIMARY KEY,
+    email TEXT NOT NULL,
+    name TEXT NOT NULL,
+    company TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS contacts_email_nocase ON contacts (lower(email));
+CREATE TABLE IF NOT EXISTS notes (
+    id BIGSERIAL PRIMARY KEY,
+    contact_id BIGINT NOT NULL REFERENCES contacts(id),
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
+"""
+# Any fixed number: every process creating the schema takes this lock first.
+_SCHEMA_LOCK = 0x43524D  # "CRM"
+_POOL_MAX = 10
+
+
+def _contact(row: asyncpg.Record) -> Contact:
+    return Contact(contact_id=row["id"], email=row["email"], name=row["name"], company=row["company"])
+
+
+def _note(row: asyncpg.Record) -> Note:
+    return Note(
+        note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
+    )
+
+
+class PostgresStore:
+    """Contacts and timeline notes in a PostgreSQL database; a pool of connections per process."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pool: asyncpg.Pool | None = None
+
+    def __str__(self) -> str:
+        # Host, port and database; the URL's user and password stay out of logs.
+        parts = urlsplit(self._url)
+        return f"PostgreSQL {parts.hostname}:{parts.port or 5432}{parts.path}"
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool = await asyncpg.create_pool(self._url, min_size=1, max_size=_POOL_MAX)
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                await conn.execute(_SCHEMA)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("PostgresStore used before open()")
+        return self._pool
+
+    async def find_contact_by_email(self, email: str) -> Contact | None:
+        address = validate_email(email)
+        row = await self.pool.fetchrow("SELECT * FROM contacts WHERE lower(email) = lower($1)", address)
+        return None if row is None else _contact(row)
+
+    async def get_contact(self, contact_id: int) -> Contact | None:
+        row = await self.pool.fetchrow("SELECT * FROM contacts WHERE id = $1", contact_id)
+        return None if row is None else _contact(row)
+
+    async def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
+        count = validate_limit(limit)
+        rows = await self.pool.fetch(
+            "SELECT * FROM notes WHERE contact_id = $1 ORDER BY id DESC LIMIT $2", contact_id, count
+        )
+        return [_note(row) for row in rows]
+
+    async def add_note(
+        self, contact_id: int, text: str, idempotency_key: str | None = None
+    ) -> tuple[Note, bool]:
+        body = validate_note_text(text)
+        key = validate_idempotency_key(idempotency_key)
+        async with self.pool.acquire() as conn:
+            if key is not None:
+                # A key seen before wins over the other arguments, as in the SQLite store.
+                row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
+                if row is not None:
+                    return _note(row), False
+            try:
+                row = await conn.fetchrow(
+                    "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
+                    " VALUES ($1, $2, $3, $4)"
+                    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING *",
+                    contact_id,
+                    body,
+                    _utc_now(),
+                    key,
+                )
+            except asyncpg.ForeignKeyViolationError:
+                raise NotFoundError(f"There is no contact with id {contact_id}.") from None
+            if row is not None:
+                return _note(row), True
+            # Another request stored this key between our look-up and our insert; it has committed
+            # (ON CONFLICT waited for it), so its note is there to return.
+            row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
+            if row is None:  # pragma: no cover - the conflicting row cannot vanish: notes are never deleted
+                raise RuntimeError("idempotency key conflicted but no note carries it")
+            return _note(row), False
+
+    async def count_notes(self, contact_id: int | None = None) -> int:
+        value: Any
+        if contact_id is None:
+            value = await self.pool.fetchval("SELECT COUNT(*) FROM notes")
+        else:
+            value = await self.pool.fetchval("SELECT COUNT(*) FROM notes WHERE contact_id = $1", contact_id)
+        return int(value)
+
+    async def seed(self) -> list[Contact]:
+        added: list[Contact] = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            for email, name, company in DEMO_CONTACTS:
+                row = await conn.fetchrow(
+                    "INSERT INTO contacts (email, name, company) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (lower(email)) DO NOTHING RETURNING id",
+                    email,
+                    name,
+                    company,
+                )
+                if row is not None:
+                    added.append(Contact(int(row["id"]), email, name, company))
+        return added

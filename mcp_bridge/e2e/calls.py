@@ -1,0 +1,89 @@
+"""What the action server really called, read from its audit trail (see :mod:`mcp_bridge.audit`).
+
+Each call entry names the tool, where it ran, the conversation, whether the request could have
+reached the tool, and one digest per argument, never the values. An expected argument is
+checked by computing its digest the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_bridge.audit import CALLED, argument_digest
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    source: str
+    result: str
+    sent: bool
+    confirmation: str | None = None
+    arguments: Mapping[str, str] = field(default_factory=dict)  # name -> digest
+
+    def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
+        """The expected arguments this call did not have (by name), empty when all match."""
+        wrong = []
+        for name, value in expected.items():
+            digest = self.arguments.get(name)
+            if digest is None:
+                wrong.append(f"{name} (not passed)")
+            elif digest != argument_digest(name, value):
+                wrong.append(f"{name} (other value)")
+        return wrong
+
+    def describe(self) -> str:
+        reached = "" if self.sent else ", never reached the tool"
+        confirmed = f", confirmation {self.confirmation[:8]}" if self.confirmation else ""
+        return f"{self.tool} ({self.source}, {self.result}{confirmed}{reached})"
+
+
+class CallLog:
+    """The call entries of one audit trail file, by conversation, read again on every look."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def conversations(self) -> set[str]:
+        """Every conversation with an entry of any kind (question, answer, call)."""
+        found: set[str] = set()
+        if self.path.exists():
+            with self.path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(entry, dict) and entry.get("conversation"):
+                        found.add(str(entry["conversation"]))
+        return found
+
+    def calls(self, conversation_id: str) -> list[Call]:
+        if not self.path.exists():
+            return []
+        calls = []
+        with self.path.open(encoding="utf-8") as handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line being written right now
+                if entry.get("decision") != CALLED or entry.get("conversation") != conversation_id:
+                    continue
+                calls.append(
+                    Call(
+                        tool=str(entry.get("tool")),
+                        source=str(entry.get("source")),
+                        result=str(entry.get("result")),
+                        sent=bool(entry.get("sent", True)),
+                        confirmation=entry.get("confirmation"),
+                        arguments=dict(entry.get("arguments") or {}),
+                    )
+                )
+        return calls

@@ -1,0 +1,461 @@
+"""`make cluster-up` / `make cluster-down`: the bot as a small production deployment, on loopback.
+
+    python -m scripts.cluster up      # start everything, print what runs where, write urls.json
+    python -m scripts.cluster down    # stop exactly what `up` started
+
+What runs (every process on 127.0.0.1, every port free unless configured):
+
+    person ─► nginx :rasa ─► Rasa server 1, 2 ── tracker store: PostgreSQL (database `rasa`)
+                                  │               lock store:    Redis
+                                  ▼
+              nginx :actions ─► action server 1, 2 (shared CONFIRMATION_SECRET, token)
+                                  │
+              nginx :mcp ─────► CRM MCP server 1, 2 (stateless streamable HTTP, bearer token)
+                                  │
+                                CRM REST API ── CRM store: PostgreSQL (database `crm`)
+
+Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it). Secrets are
+generated once into files there (mode 0600), or taken from the environment: CRM_MCP_TOKEN,
+ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN. The nginx front ports can be fixed with
+CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
+
+`var/cluster/urls.json` says where to reach it (`rasa`: the REST channel's base URL through
+nginx; `mcp`: the MCP endpoint through nginx; `metrics`: the action servers' metrics through
+nginx; the secrets' file names; each replica's own address). scripts/install-services.sh
+installs PostgreSQL, Redis and nginx (Debian packages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scripts import engines, services
+from scripts.services import HOST, ServiceProcess, free_port
+
+REPO = services.REPO_ROOT
+DEFAULT_VAR = Path(os.environ.get("CLUSTER_VAR") or REPO / "var" / "cluster")
+REPLICAS = 2
+# How long a Rasa server's lock on a conversation outlives it when it dies holding the lock: the
+# next message of that conversation waits at most this long. Far above one turn (about 0.1 s).
+LOCK_LIFETIME_SECONDS = 20
+
+# name -> (environment variable, file in var/cluster)
+SECRETS = {
+    "mcp_token": ("CRM_MCP_TOKEN", "crm_mcp_token"),
+    "action_token": ("ACTION_SERVER_TOKEN", "action_server_token"),
+    "confirmation_secret": ("CONFIRMATION_SECRET", "confirmation_secret"),
+    "rasa_auth_token": ("RASA_AUTH_TOKEN", "rasa_auth_token"),
+    "postgres_password": ("", "postgres_password"),
+    "crm_db_password": ("", "crm_db_password"),
+    "rasa_db_password": ("", "rasa_db_password"),
+    "redis_password": ("", "redis_password"),
+}
+
+
+def _secret(var: Path, variable: str, file_name: str) -> str:
+    if variable and os.environ.get(variable):
+        return os.environ[variable]
+    path = var / file_name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _ports(count: int) -> list[int]:
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = free_port()
+        if port not in chosen:
+            chosen.append(port)
+    return chosen
+
+
+class Cluster:
+    """The whole deployment. `start()` brings it up; `kill(name)` / `restart(name)` act on one
+    process (the fault test); `stop()` stops all of it, newest first.
+
+    Names: postgres, redis, crm-rest, mcp-1, mcp-2, action-1, action-2, nginx, rasa-1, rasa-2.
+    """
+
+    def __init__(self, var: Path = DEFAULT_VAR, *, detached: bool = False, durable: bool = True) -> None:
+        self.var = var.resolve()
+        self.detached = detached
+        self.logs = var / "log"
+        self.secrets = {name: _secret(var, *where) for name, where in SECRETS.items()}
+        self.model = services.current_model()
+        (self.pg_port, self.redis_port, self.rest_port, *rest) = _ports(3 + 3 * REPLICAS)
+        self.mcp_ports = rest[:REPLICAS]
+        self.action_ports = rest[REPLICAS : 2 * REPLICAS]
+        self.rasa_ports = rest[2 * REPLICAS :]
+        front = _ports(3)
+        self.front = {
+            "rasa": int(os.environ.get("CLUSTER_RASA_PORT") or front[0]),
+            "actions": int(os.environ.get("CLUSTER_ACTIONS_PORT") or front[1]),
+            "mcp": int(os.environ.get("CLUSTER_MCP_PORT") or front[2]),
+        }
+        self.postgres = engines.Postgres(var / "postgres", self.secrets["postgres_password"], durable=durable)
+        self.crm_database_url = ""
+        self.running: dict[str, ServiceProcess] = {}
+        self._action_endpoints = self._rasa_endpoints_path = Path()
+        self._lock = threading.Lock()
+
+    # -- addresses ---------------------------------------------------------------------------
+
+    @property
+    def rasa_url(self) -> str:
+        return f"http://{HOST}:{self.front['rasa']}"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://{HOST}:{self.front['mcp']}/mcp"
+
+    @property
+    def actions_url(self) -> str:
+        return f"http://{HOST}:{self.front['actions']}"
+
+    def audit_log(self, replica: int) -> Path:
+        return self.var / f"audit-action-{replica}.jsonl"
+
+    def urls(self) -> dict[str, Any]:
+        return {
+            "rasa": self.rasa_url,
+            "mcp": self.mcp_url,
+            # The action servers' Prometheus metrics (same token rule as /webhook). Through nginx
+            # this reaches one replica per scrape; a Prometheus scrapes each of `action_servers`.
+            "metrics": f"{self.actions_url}/metrics",
+            "action_webhook": f"{self.actions_url}/webhook",
+            "rasa_servers": [f"http://{HOST}:{port}" for port in self.rasa_ports],
+            "action_servers": [f"http://{HOST}:{port}" for port in self.action_ports],
+            "mcp_servers": [f"http://{HOST}:{port}/mcp" for port in self.mcp_ports],
+            "crm_rest": f"http://{HOST}:{self.rest_port}",
+            "postgres": f"postgresql://{HOST}:{self.pg_port}",
+            "redis": f"redis://{HOST}:{self.redis_port}",
+            "secrets": {
+                "rasa_auth_token": str(self.var / SECRETS["rasa_auth_token"][1]),
+                "action_server_token": str(self.var / SECRETS["action_token"][1]),
+                "crm_mcp_token": str(self.var / SECRETS["mcp_token"][1]),
+                "confirmation_secret": str(self.var / SECRETS["confirmation_secret"][1]),
+            },
+            "audit_logs": [str(self.audit_log(i)) for i in range(1, REPLICAS + 1)],
+            "logs": str(self.logs),
+        }
+
+    # -- configuration files -----------------------------------------------------------------
+
+    def _rasa_endpoints(self) -> Path:
+        """Rasa's endpoints: the action servers through nginx, PostgreSQL, Redis. Secrets stay
+        `${VAR}` (unquoted, so Rasa fills them from its environment); the bridge's `mcp_servers`
+        stay quoted, for Rasa to leave alone."""
+        document = yaml.safe_load((REPO / "endpoints.yml").read_text())
+        mcp_servers = yaml.safe_dump(
+            {"mcp_servers": document.get("mcp_servers", [])}, default_style='"', sort_keys=False
+        )
+        text = f"""# Written by scripts/cluster.py for the cluster's Rasa servers.
+action_endpoint:
+  url: "{self.actions_url}/webhook"
+  # In a header, not as ?token=: a URL's query ends up in access and error logs.
+  headers:
+    Authorization: Bearer ${{ACTION_SERVER_TOKEN}}
+tracker_store:
+  type: SQL
+  dialect: postgresql
+  url: {HOST}
+  port: {self.pg_port}
+  db: rasa
+  username: rasa
+  password: ${{RASA_DB_PASSWORD}}
+lock_store:
+  type: redis
+  url: {HOST}
+  port: {self.redis_port}
+  password: ${{REDIS_PASSWORD}}
+  db: 1
+  key_prefix: cluster
+{mcp_servers}"""
+        path = self.var / "run" / "endpoints-rasa.yml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    # -- the processes -----------------------------------------------------------------------
+
+    def _log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def _define(self) -> None:
+        """Write the configuration files every (re)start of a process uses."""
+        self._action_endpoints = services.write_endpoints(
+            self.var / "run" / "endpoints-actions.yml", f"{self.actions_url}/webhook"
+        )
+        self._rasa_endpoints_path = self._rasa_endpoints()
+
+    def _service(self, name: str) -> ServiceProcess:
+        """A new (not yet started) process for `name`, on that name's port."""
+        crm_rest_url = f"http://{HOST}:{self.rest_port}"
+        kind, _, number = name.rpartition("-")
+        replica = int(number) if number.isdigit() else 0
+        log_path, detached = self.logs / f"{name}.log", self.detached
+        if name == "postgres":
+            service = self.postgres.service(self.pg_port, log_path=log_path, detached=detached)
+            service.stop_signal = signal.SIGINT  # "fast" shutdown; SIGTERM waits for every client
+            return service
+        if name == "redis":
+            return engines.redis_server(
+                self.var / "redis",
+                self.secrets["redis_password"],
+                self.redis_port,
+                log_path=log_path,
+                detached=detached,
+            )
+        if name == "crm-rest":
+            return services.crm_rest(
+                port=self.rest_port, database_url=self.crm_database_url, log_path=log_path, detached=detached
+            )
+        if name == "nginx":
+            return engines.nginx_server(
+                self.var / "nginx",
+                {
+                    # A Rasa server that dies mid-message may have done part of the turn; nginx
+                    # does not send it again (the person sees the error and can say it again).
+                    "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports], False),
+                    # Repeating a webhook or MCP call cannot repeat a write: the idempotency key.
+                    "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports], True),
+                    "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports], True),
+                },
+                log_path=log_path,
+                detached=detached,
+            )
+        if kind == "mcp":
+            return services.crm_mcp(
+                crm_rest_url,
+                token=self.secrets["mcp_token"],
+                port=self.mcp_ports[replica - 1],
+                stateless=True,
+                log_path=log_path,
+                detached=detached,
+            )
+        if kind == "action":
+            return services.action_server(
+                endpoints=self._action_endpoints,
+                crm_url=crm_rest_url,
+                mcp_url=self.mcp_url,
+                mcp_token=self.secrets["mcp_token"],
+                audit_log=self.audit_log(replica),
+                port=self.action_ports[replica - 1],
+                extra_env={
+                    "ACTION_SERVER_TOKEN": self.secrets["action_token"],
+                    "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
+                },
+                log_path=log_path,
+                detached=detached,
+            )
+        if kind == "rasa":
+            return services.rasa_server(
+                model=self.model,
+                endpoints=self._rasa_endpoints_path,
+                port=self.rasa_ports[replica - 1],
+                auth_token=self.secrets["rasa_auth_token"],
+                extra_env={
+                    "ACTION_SERVER_TOKEN": self.secrets["action_token"],
+                    "RASA_DB_PASSWORD": self.secrets["rasa_db_password"],
+                    "REDIS_PASSWORD": self.secrets["redis_password"],
+                    "TICKET_LOCK_LIFETIME": str(LOCK_LIFETIME_SECONDS),
+                    "SQLALCHEMY_SILENCE_UBER_WARNING": "1",
+                    "PYTHONWARNINGS": "ignore",
+                },
+                log_path=log_path,
+                detached=detached,
+            )
+        raise KeyError(f"no process called {name!r} in the cluster")
+
+    def _start(self, name: str) -> ServiceProcess:
+        service = self._service(name)
+        with self._lock:
+            self.running[name] = service
+        print(f"==> starting {name} ...", flush=True)
+        service.start()
+        return service
+
+    def start(self) -> None:
+        self.var.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._define()
+        try:
+            self._start("postgres")
+            self.crm_database_url = self.postgres.create_database(
+                "crm", "crm", self.secrets["crm_db_password"]
+            )
+            self.postgres.create_database("rasa", "rasa", self.secrets["rasa_db_password"])
+            self._start("redis")
+            services.seed_db(database_url=self.crm_database_url)
+            self._start("crm-rest")
+            for i in range(1, REPLICAS + 1):
+                self._start(f"mcp-{i}")
+            for i in range(1, REPLICAS + 1):
+                self._start(f"action-{i}")
+            self._start("nginx")
+            self._start_rasa_servers()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_rasa_servers(self) -> None:
+        """Both load their model at once; the second starts once the first has created the
+        tracker store's table, so two servers never race to create it."""
+        errors: list[BaseException] = []
+
+        def run(name: str) -> None:
+            try:
+                self._start(name)
+            except BaseException as exc:  # reported below, after both threads end
+                errors.append(exc)
+
+        first = threading.Thread(target=run, args=("rasa-1",))
+        first.start()
+        deadline = time.monotonic() + services.RASA_START_TIMEOUT
+        while first.is_alive() and time.monotonic() < deadline and not self._tracker_table_exists():
+            time.sleep(0.5)
+        others = [threading.Thread(target=run, args=(f"rasa-{i}",)) for i in range(2, REPLICAS + 1)]
+        for thread in others:
+            thread.start()
+        for thread in [first, *others]:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    def _tracker_table_exists(self) -> bool:
+        try:
+            return (
+                self.postgres.sql(["SELECT to_regclass('public.events')"], database="rasa").strip()
+                == "events"
+            )
+        except RuntimeError:
+            return False
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: the process gets no chance to finish what it is doing."""
+        service = self.running[name]
+        if service.process is not None:
+            service.process.kill()
+            service.process.wait()
+        service.process = None
+
+    def restart(self, name: str) -> ServiceProcess:
+        """Start `name` again on the same port, with the same configuration."""
+        return self._start(name)
+
+    def stop(self) -> None:
+        for name in reversed(list(self.running)):
+            service = self.running.pop(name)
+            service.stop()
+            print(f"stopped {name}", flush=True)
+
+    # -- make cluster-up / cluster-down ---------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            name: {
+                "pid": service.pid,
+                "url": service.url,
+                "stop_signal": int(service.stop_signal),
+            }
+            for name, service in self.running.items()
+        }
+
+    def table(self) -> str:
+        lines = [f"  {'rasa (REST channel, via nginx)':<36} {self.rasa_url}/webhooks/rest/webhook"]
+        lines.append(f"  {'mcp (via nginx)':<36} {self.mcp_url}")
+        lines.append(f"  {'action servers (via nginx)':<36} {self.actions_url}/webhook")
+        for name, service in self.running.items():
+            lines.append(f"  {name:<36} {service.url}  (pid {service.pid})")
+        return "\n".join(lines)
+
+
+STATE = "cluster.json"
+
+
+def up(var: Path) -> int:
+    state = var / STATE
+    if state.exists():
+        running = json.loads(state.read_text())
+        if any(_alive(int(info["pid"])) for info in running.values() if info.get("pid")):
+            print(f"already running (see {state}); run `make cluster-down` first", file=sys.stderr)
+            return 1
+        state.unlink()
+    cluster = Cluster(var, detached=True)
+    try:
+        cluster.start()
+    except Exception as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    state.write_text(json.dumps(cluster.state(), indent=2))
+    urls = var / "urls.json"
+    urls.write_text(json.dumps(cluster.urls(), indent=2))
+    print("\nrunning:")
+    print(cluster.table())
+    print(f"\nURLs as JSON in {urls}; secrets in {var} (mode 0600); logs in {cluster.logs}")
+    print(
+        f"Rasa's HTTP API needs ?token=$(cat {var / SECRETS['rasa_auth_token'][1]}); "
+        "stop with `make cluster-down`"
+    )
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def down(var: Path) -> int:
+    state = var / STATE
+    if not state.exists():
+        print("nothing to stop")
+        return 0
+    running = json.loads(state.read_text())
+    for name, info in reversed(list(running.items())):
+        pid = info.get("pid")
+        if not pid or not _alive(int(pid)):
+            continue
+        os.kill(int(pid), int(info.get("stop_signal", signal.SIGTERM)))
+        for _ in range(100):
+            if not _alive(int(pid)):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(int(pid), signal.SIGKILL)
+        print(f"stopped {name} (pid {pid})")
+    state.unlink()
+    (var / "urls.json").unlink(missing_ok=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--var", type=Path, default=DEFAULT_VAR, help="where data, logs and secrets go")
+    args = parser.parse_args()
+    return up(args.var) if args.command == "up" else down(args.var)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""PostgreSQL, Redis and nginx (Debian's packages) as `ServiceProcess`es on loopback.
+
+Each keeps its data and configuration in a folder of ours (var/cluster/, or a temporary folder
+in tests), listens on 127.0.0.1 only, on a port we pass, and never touches the system's own
+instance (/etc/postgresql, /var/lib/redis, /etc/nginx). scripts/install-services.sh installs the
+packages.
+
+Running as root (CI does): PostgreSQL refuses to, so its processes run as the `postgres` user
+the Debian package creates, and its data folder belongs to that user; nginx's master runs as
+root and its workers as `nobody`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from scripts.services import HOST, ServiceProcess, free_port
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def postgres_bin(program: str) -> str:
+    """Path of a PostgreSQL server program (initdb, postgres, pg_isready, psql)."""
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True
+    )
+    for folder in versions:
+        if (folder / program).exists():
+            return str(folder / program)
+    found = shutil.which(program)
+    if found:
+        return found
+    raise RuntimeError(f"PostgreSQL's {program} is not installed: run scripts/install-services.sh")
+
+
+class Postgres:
+    """One PostgreSQL cluster in `data_dir`; `service(port)` runs it.
+
+    Password authentication (SCRAM) for every TCP connection; the superuser is `postgres` with
+    `password`. No Unix socket: TCP on 127.0.0.1 only. `durable=False` (tests) turns fsync off.
+    """
+
+    def __init__(self, data_dir: Path, password: str, *, durable: bool = True) -> None:
+        self.data_dir = data_dir.resolve()
+        self.password = password
+        self.durable = durable
+        self.user = "postgres" if _as_root() else None
+        self.port = 0
+
+    def _chown(self, path: Path) -> None:
+        if self.user:
+            shutil.chown(path, self.user, self.user)
+
+    def init(self) -> None:
+        """initdb, once: a second call on an initialised folder does nothing."""
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)
+        self._chown(self.data_dir)
+        pwfile = self.data_dir.parent / f".{self.data_dir.name}.pw"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o600)
+        self._chown(pwfile)
+        try:
+            result = subprocess.run(
+                [postgres_bin("initdb"), "-D", str(self.data_dir), "-U", "postgres", "-E", "UTF8"]
+                + ["--locale=C", "--auth-host=scram-sha-256", "--auth-local=scram-sha-256"]
+                + [f"--pwfile={pwfile}", "--no-instructions"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                user=self.user,
+                group=self.user,
+                cwd=self.data_dir.parent,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"initdb failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+
+    def service(
+        self, port: int | None = None, *, log_path: Path | None = None, detached: bool = False
+    ) -> ServiceProcess:
+        self.init()
+        self.port = port or free_port()
+        args = [postgres_bin("postgres"), "-D", str(self.data_dir), "-h", HOST, "-p", str(self.port)]
+        args += ["-c", "unix_socket_directories=", "-c", "shared_buffers=32MB", "-c", "max_connections=100"]
+        if not self.durable:
+            args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.touch()
+        return ServiceProcess(
+            "postgres",
+            args,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            ready_check=self.ready,
+            url=f"postgresql://{HOST}:{self.port}",  # no password: this one gets printed
+            log_path=log_path,
+            detached=detached,
+            user=self.user,
+            start_timeout=60.0,
+        )
+
+    def ready(self) -> bool:
+        result = subprocess.run(
+            [postgres_bin("pg_isready"), "-q", "-h", HOST, "-p", str(self.port)], capture_output=True
+        )
+        return result.returncode == 0
+
+    def url(self, database: str, user: str = "postgres", password: str | None = None) -> str:
+        secret = self.password if password is None else password
+        return f"postgresql://{user}:{secret}@{HOST}:{self.port}/{database}"
+
+    def sql(self, statements: Sequence[str], database: str = "postgres") -> str:
+        """Run SQL as the superuser with psql; its output. Raises when a statement fails."""
+        args = [postgres_bin("psql"), "-h", HOST, "-p", str(self.port), "-U", "postgres", "-d", database]
+        args += ["-v", "ON_ERROR_STOP=1", "-qAt"]
+        for statement in statements:
+            args += ["-c", statement]
+        result = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PGPASSWORD": self.password, "PGCONNECT_TIMEOUT": "5"},
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"psql failed ({result.returncode}): {result.stderr.strip()}")
+        return result.stdout
+
+    def create_database(self, name: str, owner: str, password: str) -> str:
+        """A role `owner` with `password` and a database `name` it owns (both kept if present);
+        returns the database's URL for that role."""
+        exists = self.sql([f"SELECT 1 FROM pg_roles WHERE rolname = '{owner}'"]).strip()
+        verb = "ALTER" if exists else "CREATE"
+        self.sql([f"{verb} ROLE {owner} LOGIN PASSWORD '{password}'"])
+        if not self.sql([f"SELECT 1 FROM pg_database WHERE datname = '{name}'"]).strip():
+            self.sql([f"CREATE DATABASE {name} OWNER {owner}"])
+        return self.url(name, owner, password)
+
+
+def redis_server(
+    folder: Path,
+    password: str,
+    port: int | None = None,
+    *,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A Redis server on 127.0.0.1 with `password`, nothing persisted (a lock store needs no
+    history); its configuration file (with the password) is private to us."""
+    port = port or free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = folder / "redis.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"bind {HOST}",
+                f"port {port}",
+                "protected-mode yes",
+                f"dir {folder}",
+                'save ""',
+                "appendonly no",
+                "daemonize no",
+                'logfile ""',
+                f"requirepass {password}",
+            ]
+        )
+        + "\n"
+    )
+    conf.chmod(0o600)
+
+    def ready() -> bool:
+        try:
+            with socket.create_connection((HOST, port), timeout=1.0) as sock:
+                sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+                answer = b""
+                while answer.count(b"\r\n") < 2:
+                    chunk = sock.recv(256)
+                    if not chunk:
+                        return False
+                    answer += chunk
+                return answer.endswith(b"+PONG\r\n")
+        except OSError:
+            return False
+
+    return ServiceProcess(
+        "redis",
+        [REDIS_SERVER, str(conf)],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        ready_check=ready,
+        url=f"redis://{HOST}:{port}/0",
+        log_path=log_path,
+        detached=detached,
+    )
+
+
+HEALTH_PATH = "/__nginx"
+
+
+def nginx_config(
+    folder: Path, listeners: dict[str, tuple[int, Sequence[str], bool]], access_log: Path
+) -> Path:
+    """nginx.conf in `folder`: for each name, a server on 127.0.0.1:port balancing over the
+    upstream addresses (round robin).
+
+    `listeners[name] = (port, ["127.0.0.1:5005", ...], retry_posts)`. nginx passes a request
+    on to the next replica when one refuses the connection or times out; with `retry_posts` it
+    does so for POSTs that already reached a replica too (`non_idempotent`): safe only where a
+    repeated request cannot repeat a write (the action and MCP servers: a confirmed write carries
+    its idempotency key). Every answer says which replica gave it (`X-Upstream`), and the access
+    log has one line per request with the replica and the status.
+    """
+    temp = folder / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
+    if _as_root():
+        shutil.chown(temp, "nobody")
+    blocks = []
+    for name, (port, upstreams, retry_posts) in listeners.items():
+        servers = "".join(f"        server {address} max_fails=1 fail_timeout=3s;\n" for address in upstreams)
+        retry = "error timeout http_502 http_503" + (" non_idempotent" if retry_posts else "")
+        blocks.append(
+            f"""    upstream {name} {{
+{servers}        keepalive 32;
+    }}
+    server {{
+        listen {HOST}:{port};
+        location = {HEALTH_PATH} {{ return 200 "ok\\n"; }}
+        location / {{
+            proxy_pass http://{name};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_connect_timeout 2s;
+            proxy_read_timeout 90s;
+            proxy_next_upstream {retry};
+            proxy_next_upstream_tries 2;
+            proxy_buffering off;
+            add_header X-Upstream $upstream_addr always;
+        }}
+    }}
+"""
+        )
+    user = "user nobody nogroup;\n" if _as_root() else ""
+    conf = folder / "nginx.conf"
+    conf.write_text(
+        f"""# Written by scripts/cluster.py; regenerated on every start.
+{user}worker_processes 1;
+daemon off;
+pid {folder / "nginx.pid"};
+error_log {folder / "error.log"} warn;
+events {{ worker_connections 1024; }}
+http {{
+    log_format upstream '$time_iso8601 $server_port "$request_method $uri" $status '
+                        '$upstream_addr $upstream_status $request_time';
+    client_body_temp_path {temp / "body"};
+    proxy_temp_path {temp / "proxy"};
+    fastcgi_temp_path {temp / "fastcgi"};
+    uwsgi_temp_path {temp / "uwsgi"};
+    scgi_temp_path {temp / "scgi"};
+    client_max_body_size 10m;
+    client_body_buffer_size 1m;
+    server_tokens off;
+{"".join(blocks)}    access_log {access_log} upstream;
+}}
+"""
+    )
+    return conf
+
+
+def nginx_server(
+    folder: Path,
+    listeners: dict[str, tuple[int, Sequence[str], bool]],
+    *,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """nginx with `nginx_config`; ready when the first listener answers its health path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = nginx_config(folder, listeners, folder / "access.log")
+    first_port = next(iter(listeners.values()))[0]
+    return ServiceProcess(
+        "nginx",
+        [NGINX, "-p", str(folder), "-c", str(conf), "-e", str(folder / "error.log")],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        ready_url=f"http://{HOST}:{first_port}{HEALTH_PATH}",
+        url=f"http://{HOST}:{first_port}",
+        log_path=log_path,
+        detached=detached,
+    )

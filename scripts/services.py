@@ -1,0 +1,379 @@
+"""Start the project's services as real processes on free local ports, and stop them again.
+
+`ServiceProcess` runs a command, waits until it is ready (a readiness URL answers 200, or a check
+of its own says so), and on stop sends SIGTERM (then SIGKILL after a grace period). Its combined
+stdout/stderr goes to a file so a chatty process can never block on a full pipe, and is quoted
+in every error. Used by `make up` (scripts/stack.py), `make cluster-up` (scripts/cluster.py) and
+the tests (through tests/support/procs.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 8.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment without any CRM_* setting, plus `extra` (None values dropped).
+
+    Starting from a clean CRM_* slate keeps a developer's shell settings (a real token, the
+    default database) out of the tests.
+    """
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CRM_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in (extra or {}).items():
+        if value is not None:
+            env[key] = value
+    return env
+
+
+class ServiceProcess:
+    """One service process: `start()` returns once `ready_url` answers 200; `stop()` ends it."""
+
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        ready_url: str = "",
+        ready_headers: Mapping[str, str] | None = None,
+        ready_check: Callable[[], bool] | None = None,
+        url: str,
+        start_timeout: float = START_TIMEOUT,
+        log_path: Path | None = None,
+        detached: bool = False,
+        user: str | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.cwd = cwd or REPO_ROOT
+        self.args = list(args)
+        self.env = dict(env)
+        self.ready_url = ready_url
+        self.ready_headers = dict(ready_headers or {})
+        self.ready_check = ready_check
+        # Run as this system user (PostgreSQL refuses to run as root); None: as ourselves.
+        self.user = user
+        # How to ask it to stop; SIGKILL follows after STOP_TIMEOUT.
+        self.stop_signal: signal.Signals = signal.SIGTERM
+        self.url = url
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+        # A detached process outlives this Python process (`make up`); its log stays where given.
+        self.detached = detached
+        self.keep_log = log_path is not None
+        if log_path is None:
+            fd, log_name = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
+            os.close(fd)
+            log_path = Path(log_name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+
+    def output(self) -> str:
+        """Everything the process wrote to stdout and stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _failure(self, what: str) -> RuntimeError:
+        return RuntimeError(
+            f"{self.name}: {what}\ncommand: {' '.join(self.args)}\n--- output ---\n{self.output()}"
+        )
+
+    def _answers(self) -> bool:
+        if self.ready_check is not None:
+            return self.ready_check()
+        request = urllib.request.Request(self.ready_url, headers=self.ready_headers)
+        try:
+            with urllib.request.urlopen(request, timeout=1.0) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def start(self) -> ServiceProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args,
+                env=self.env,
+                cwd=self.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=self.detached,
+                user=self.user,
+                group=self.user,
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.returncode = self.process.returncode
+                raise self._failure(f"exited with code {self.returncode} before answering {self._ready_what}")
+            if self._answers():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise self._failure(f"did not answer {self._ready_what} within {self.start_timeout:.0f} s")
+
+    @property
+    def _ready_what(self) -> str:
+        return self.ready_url or "its readiness check"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def stop(self) -> int | None:
+        """`stop_signal` (SIGTERM), then SIGKILL after STOP_TIMEOUT; the exit code (None if never started)."""
+        process, self.process = self.process, None
+        if process is None:
+            return self.returncode
+        if process.poll() is None:
+            process.send_signal(self.stop_signal)
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.returncode = process.returncode
+        return self.returncode
+
+    def close(self) -> None:
+        self.stop()
+        if not self.keep_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> ServiceProcess:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def seed_db(db: Path | None = None, *, database_url: str | None = None) -> Path | None:
+    """Create and seed a CRM database with `python -m crm seed`: the SQLite file `db`, or the
+    PostgreSQL database at `database_url`. Returns `db`."""
+    result = subprocess.run(
+        [sys.executable, "-m", "crm", "seed"],
+        env=child_env({"CRM_DB": str(db) if db else None, "CRM_DATABASE_URL": database_url}),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"python -m crm seed failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+        )
+    return db
+
+
+def crm_rest(
+    db: Path | None = None,
+    port: int | None = None,
+    *,
+    database_url: str | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) `python -m crm rest` over the SQLite file `db` or the PostgreSQL
+    database at `database_url`; `.url` is its base URL."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    return ServiceProcess(
+        "crm-rest",
+        [sys.executable, "-m", "crm", "rest", "--host", HOST, "--port", str(port)],
+        env=child_env({"CRM_DB": str(db) if db else None, "CRM_DATABASE_URL": database_url}),
+        ready_url=f"{base}/health",
+        url=base,
+        log_path=log_path,
+        detached=detached,
+    )
+
+
+def crm_mcp(
+    crm_url: str,
+    *,
+    token: str | None = None,
+    port: int | None = None,
+    stateless: bool = False,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) `python -m crm mcp` whose tools call `crm_url`; `.url` ends in /mcp.
+
+    `stateless`: every request stands alone (no MCP session), so any replica can answer it.
+    """
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    return ServiceProcess(
+        "crm-mcp",
+        [sys.executable, "-m", "crm", "mcp", "--host", HOST, "--port", str(port)],
+        env=child_env(
+            {"CRM_URL": crm_url, "CRM_MCP_TOKEN": token, "CRM_MCP_STATELESS": "1" if stateless else None}
+        ),
+        ready_url=f"{base}/stats",
+        ready_headers={"Authorization": f"Bearer {token}"} if token else None,
+        url=f"{base}/mcp",
+        log_path=log_path,
+        detached=detached,
+    )
+
+
+def base_url(mcp_url: str) -> str:
+    """`http://host:port` of an MCP endpoint URL such as `http://host:port/mcp`."""
+    return mcp_url.rsplit("/", 1)[0]
+
+
+class Services:
+    """Starts services on demand and stops all of them in `close()` (newest first)."""
+
+    def __init__(self) -> None:
+        self._started: list[ServiceProcess] = []
+
+    def start(self, service: ServiceProcess) -> ServiceProcess:
+        self._started.append(service)
+        return service.start()
+
+    def close(self) -> None:
+        while self._started:
+            self._started.pop().close()
+
+
+RASA = REPO_ROOT / ".venv-rasa" / "bin" / "rasa"
+RASA_START_TIMEOUT = 240.0
+
+
+def current_model() -> Path:
+    """The trained model for the current domain, config and data (`make train` builds it)."""
+    out = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "model-path.sh")], capture_output=True, text=True, check=True
+    )
+    model = REPO_ROOT / out.stdout.strip()
+    if not model.exists():
+        raise RuntimeError(f"{model} does not exist: run `make train` first")
+    return model
+
+
+def write_endpoints(path: Path, action_url: str, action_token: str | None = None) -> Path:
+    """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
+
+    With `action_token`, Rasa sends it to the action server as `?token=...`.
+    """
+    import yaml
+
+    document = yaml.safe_load((REPO_ROOT / "endpoints.yml").read_text())
+    document["action_endpoint"] = {"url": action_url}
+    if action_token:
+        document["action_endpoint"]["token"] = action_token
+    # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    return path
+
+
+def action_server(
+    *,
+    endpoints: Path,
+    crm_url: str,
+    mcp_url: str,
+    mcp_token: str,
+    skills_dir: Path | None = None,
+    audit_log: Path | None = None,
+    port: int | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServiceProcess:
+    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    env = child_env(
+        {
+            "ACTION_SERVER_HOST": HOST,
+            "ACTION_SERVER_PORT": str(port),
+            "ENDPOINTS": str(endpoints),
+            "SKILLS_DIR": str(skills_dir or REPO_ROOT / "skills"),
+            "CRM_URL": crm_url,
+            "CRM_MCP_URL": mcp_url,
+            "CRM_MCP_TOKEN": mcp_token,
+            "AUDIT_LOG": str(audit_log) if audit_log else None,
+            # Shared by every action server a test starts, as replicas of one deployment share it.
+            "CONFIRMATION_SECRET": "test-confirmation-secret",
+            **(extra_env or {}),
+        }
+    )
+    return ServiceProcess(
+        "action-server",
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
+        env=env,
+        ready_url=f"{base}/health",
+        url=f"{base}/webhook",
+        log_path=log_path,
+        detached=detached,
+        start_timeout=60.0,
+    )
+
+
+def rasa_server(
+    *,
+    model: Path,
+    endpoints: Path,
+    port: int | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+    auth_token: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServiceProcess:
+    """A (not yet started) `rasa run --enable-api` with the REST channel; `.url` is its base URL.
+
+    With `auth_token`, Rasa's HTTP API (trackers, /model/parse) requires `?token=...`; the REST
+    channel and /status do not.
+    """
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    args = [str(RASA), "run", "--enable-api", "--model", str(model), "--endpoints", str(endpoints)]
+    args += ["--credentials", str(REPO_ROOT / "credentials.yml"), "-i", HOST, "-p", str(port)]
+    if auth_token:
+        args += ["--auth-token", auth_token]
+    return ServiceProcess(
+        "rasa-server",
+        args,
+        env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}),
+        # /status is part of the HTTP API: with a token it answers 401 without one.
+        ready_url=f"{base}/status" + (f"?token={auth_token}" if auth_token else ""),
+        url=base,
+        log_path=log_path,
+        detached=detached,
+        start_timeout=RASA_START_TIMEOUT,
+    )
