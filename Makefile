@@ -10,8 +10,8 @@ RASA_VERSION := 3.6.21
 WEB_DEPS  := web/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e bench profile clean \
-	services cluster-up cluster-down cluster-test
+.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e \
+	adoption bench profile clean services cluster-up cluster-down cluster-test
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -21,6 +21,7 @@ help:
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
 	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
+	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
@@ -89,7 +90,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof cluster-test
+test: lint typecheck validate rasa-test pytest proof cluster-test adoption
 
 chat: setup train
 	@scripts/chat.sh
@@ -114,6 +115,11 @@ proof: setup train
 
 e2e: setup train
 	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
+
+# A bot nobody here wrote (Rasa's starter bot) adopts the plugin the way docs/ADOPTING.md says.
+adoption: setup
+	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv (a few minutes)"
+	@$(PY) -m tests.adoption
 
 bench: setup train services
 	@$(PY) -m tests.bench

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from mcp_bridge import catalogue, check, init
 from mcp_bridge.e2e import command as e2e_command
 
 Command = Callable[[argparse.Namespace], int]
@@ -23,6 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     e2e_command.register,  # mcp-bridge test e2e
+    init.register,
+    check.register,
+    catalogue.register,
 ]
 
 

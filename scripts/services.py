@@ -66,8 +66,10 @@ class ServiceProcess:
         log_path: Path | None = None,
         detached: bool = False,
         user: str | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
+        self.cwd = cwd or REPO_ROOT
         self.args = list(args)
         self.env = dict(env)
         self.ready_url = ready_url
@@ -118,7 +120,7 @@ class ServiceProcess:
             self.process = subprocess.Popen(
                 self.args,
                 env=self.env,
-                cwd=REPO_ROOT,
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -1,0 +1,96 @@
+"""`mcp-bridge tools SERVER [DIR]`: an MCP server's tools as a table, with their annotations.
+
+SERVER is a name under ``mcp_servers:`` in the bot's endpoints.yml (ENDPOINTS overrides the file;
+its ``${...}`` values are expanded as for the action server) or a URL. The hints are the server's
+own claims; only a server marked ``trusted: true`` lets a read-only tool run unconfirmed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mcp.types import Tool
+
+from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.errors import ConfigError, ToolCallError
+from mcp_bridge.runtime import MCPRuntime
+
+HEADERS = ("name", "read-only", "destructive", "idempotent", "output schema", "description")
+
+
+def server_config(server: str, bot: Path) -> MCPServerConfig:
+    if server.startswith(("http://", "https://")):
+        return MCPServerConfig(name=server, url=server, type=server.split(":", 1)[0])
+    endpoints = os.environ.get("ENDPOINTS") or str(bot / "endpoints.yml")
+    servers = load_mcp_servers(endpoints)
+    if server not in servers:
+        known = ", ".join(sorted(servers)) or "none"
+        raise ConfigError(f"{endpoints}: mcp_servers: no server named {server!r} (servers: {known})")
+    return servers[server]
+
+
+async def list_tools(config: MCPServerConfig) -> list[Tool]:
+    runtime = MCPRuntime({config.name: config})
+    try:
+        return sorted((await runtime.tools(config.name)).values(), key=lambda tool: tool.name)
+    finally:
+        await runtime.aclose()
+
+
+def _hint(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
+
+
+def table(tools: Sequence[Tool], width: int = 60) -> str:
+    rows = [HEADERS]
+    for tool in tools:
+        notes = tool.annotations
+        description = (tool.description or "").strip().splitlines()
+        first = description[0] if description else ""
+        rows.append(
+            (
+                tool.name,
+                _hint(notes.read_only_hint if notes else None),
+                _hint(notes.destructive_hint if notes else None),
+                _hint(notes.idempotent_hint if notes else None),
+                "yes" if tool.output_schema is not None else "NO",
+                first if len(first) <= width else first[: width - 1] + "…",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(HEADERS))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = server_config(args.server, Path(args.dir).resolve())
+        tools = asyncio.run(list_tools(config))
+    except (ConfigError, ToolCallError) as exc:
+        print(f"mcp-bridge tools: {exc}", file=sys.stderr)
+        return 1
+    print(table(tools))
+    if any(tool.output_schema is None for tool in tools):
+        print(
+            "\nA tool without an output schema answers with text blocks only; return a pydantic model "
+            "from it so the server publishes outputSchema.",
+        )
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "tools",
+        help="list an MCP server's tools with their annotations, as a table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("server", help="a server name from endpoints.yml, or the server's URL")
+    parser.add_argument("dir", nargs="?", default=".", help="the bot's folder (default: this one)")
+    parser.set_defaults(handler=run)
