@@ -82,9 +82,12 @@ pytest: setup train services
 	@echo "==> pytest"
 	@$(VENV)/bin/pytest -q
 
-validate: $(VENV_RASA)/.installed
+validate: setup
 	@echo "==> rasa data validate"
 	@$(RASA) data validate --fail-on-warnings --quiet
+	@echo "==> mcp-bridge init (must find nothing to change) and check, on this bot"
+	@$(VENV)/bin/mcp-bridge init . | grep -q "nothing to change" || { echo "mcp-bridge init changed the bot: commit what it wrote"; exit 1; }
+	@CRM_MCP_TOKEN=$${CRM_MCP_TOKEN:-offline-check} $(VENV)/bin/mcp-bridge check .
 
 rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
