@@ -251,6 +251,8 @@ class ConfirmationReader:
         self.deny_margin = deny_margin
         self._single_yes = {entry[0] for entry in self.words.yes if len(entry) == 1}
         self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
+        self._squeezed_yes = {_squeeze(word) for word in self._single_yes}
+        self._squeezed_no = {_squeeze(word) for word in self._single_no}
 
     def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
@@ -419,10 +421,9 @@ class ConfirmationReader:
         if len(word) < 3 or not word.isalpha():
             return "unknown"
         candidates = {_squeeze(word), *_swaps(word)}
-        if candidates & self._single_no or {_squeeze(w) for w in self._single_no} & {_squeeze(word)}:
+        if candidates & self._single_no or _squeeze(word) in self._squeezed_no:
             return "no"
-        squeezed_yes = {_squeeze(w) for w in self._single_yes}
-        if candidates & self._single_yes or _squeeze(word) in squeezed_yes:
+        if candidates & self._single_yes or _squeeze(word) in self._squeezed_yes:
             return "yes"
         return "unknown"
 
