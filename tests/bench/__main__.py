@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crm import tools as crm_tools
-from tests.bench import cluster_line, micro, rasa_turns, report, webhook
+from tests.bench import cluster_line, floor_server, micro, rasa_turns, report, webhook
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -83,9 +83,11 @@ def _git_commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
-async def _in_process(workdir: Path, mcp_url: str, token: str, config: Config) -> tuple[Any, Any, Any]:
+async def _in_process(
+    workdir: Path, mcp_url: str, token: str, floor_url: str, config: Config
+) -> tuple[Any, Any, Any]:
     try:
-        tool_call = await micro.tool_call(mcp_url, token, config.calls)
+        tool_call = await micro.tool_call(mcp_url, token, config.calls, floor_url)
         session = await micro.session_reuse(mcp_url, token, config.sessions)
         cycle = await micro.executor_cycle(workdir, mcp_url, token, config.cycles)
         return tool_call, session, cycle
@@ -123,9 +125,12 @@ def _start_together(services: procs.Services, starting: list[procs.ServiceProces
 
 
 def _load_and_memory(
-    servers: dict[str, procs.ServiceProcess], config: Config
+    servers: dict[str, procs.ServiceProcess], others: dict[str, int], config: Config
 ) -> tuple[dict[str, list[webhook.LoadResult]], dict[str, dict[str, dict[str, int]]]]:
-    """Both action servers run at once; each concurrency level runs local and MCP back to back."""
+    """Both action servers run at once; each concurrency level runs local and MCP back to back.
+
+    `others`: the pids of the services behind them (MCP server, CRM REST), whose CPU is counted too.
+    """
     load: dict[str, list[webhook.LoadResult]] = {name: [] for name in servers}
     memory: dict[str, dict[str, dict[str, int]]] = {name: {} for name in servers}
     pids: dict[str, int] = {}
@@ -142,10 +147,26 @@ def _load_and_memory(
             names = list(servers) if level % 2 == 0 else list(servers)[::-1]
             for name in names:
                 _say(f"section 4: {name}, {clients} clients")
-                load[name].append(run_async(webhook.load(servers[name].url, name, config.requests, clients)))
+                counted = {"action server": pids[name], **others}
+                load[name].append(
+                    run_async(webhook.load(servers[name].url, name, config.requests, clients, counted))
+                )
         for name in servers:
             memory[name]["after_load"] = webhook.rss_kib(pids[name])
     return load, memory
+
+
+def floor_service() -> procs.ServiceProcess:
+    """tests/bench/floor_server.py on a free port: a tool that does nothing, over MCP and plain HTTP."""
+    port = procs.free_port()
+    base = f"http://{procs.HOST}:{port}"
+    return procs.ServiceProcess(
+        "floor",
+        [sys.executable, str(Path(floor_server.__file__)), str(port)],
+        env=procs.child_env({}),
+        ready_url=f"{base}/health",
+        url=base,
+    )
 
 
 def _say(message: str) -> None:
@@ -179,9 +200,10 @@ def run(config: Config) -> int:
             token = secrets.token_urlsafe(24)
             mcp = services.start(procs.crm_mcp(rest.url, token=token))
             os.environ["CRM_URL"] = rest.url  # the local tool functions of sections 1 and 3
+            floor = services.start(floor_service())
 
             _say(f"sections 1-3 in process (n = {config.calls}, {config.sessions}, {config.cycles})")
-            tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, config))
+            tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, floor.url, config))
 
             skills = {
                 name: skills_with_source(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
@@ -214,8 +236,11 @@ def run(config: Config) -> int:
             _start_together(services, list(rasa.values()))
 
             _say(f"sections 4 and 6: two action servers, {config.requests} requests per level")
+            assert mcp.process is not None and rest.process is not None
             load, memory = _load_and_memory(
-                {name: action_server(name, procs.free_port()) for name in VARIANTS}, config
+                {name: action_server(name, procs.free_port()) for name in VARIANTS},
+                {"MCP server": mcp.process.pid, "CRM REST": rest.process.pid},
+                config,
             )
 
             _say(f"section 5: {config.turns} Rasa turns per variant, alternating between the two servers")

@@ -35,17 +35,11 @@ from typing import Any
 from crm import tools as crm_tools
 from tests.bench import micro
 from tests.bench.__main__ import REPO, _loadavg, _scratch_parent, run_async
+from tests.bench.webhook import cpu_seconds
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
-TICKS = os.sysconf("SC_CLK_TCK")
 PROFILED_SERVER = Path(__file__).with_name("_profiled_server.py")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` so far, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def by_package(stats: pstats.Stats, top: int = 14) -> list[tuple[str, float]]:

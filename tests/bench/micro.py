@@ -8,11 +8,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from crm import tools as crm_tools
 from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
 from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
+from tests.bench import floor_server
 from tests.bench.stats import Series, Variant, round_robin
 from tests.support.conversation import skills_with_source
 from tests.support.mcp_client import mcp_session
@@ -26,6 +29,11 @@ SKILL = "bench"
 def _check_contact(data: Any) -> None:
     if not isinstance(data, dict) or data.get("ok") is not True or data.get("found") is not True:
         raise RuntimeError(f"{TOOL}({DANA!r}) did not find the seeded contact: {data!r}")
+
+
+def _check_noop(data: Any) -> None:
+    if not isinstance(data, dict) or data.get("ok") is not True or data.get("echo") != DANA:
+        raise RuntimeError(f"the floor server's noop({DANA!r}) did not answer as it should: {data!r}")
 
 
 def mcp_servers(mcp_url: str, token: str) -> dict[str, MCPServerConfig]:
@@ -42,11 +50,15 @@ async def bridge_runtime(mcp_url: str, token: str) -> AsyncIterator[MCPRuntime]:
         await runtime.aclose()
 
 
-async def tool_call(mcp_url: str, token: str, n: int) -> dict[str, Series]:
-    """Section 1: the same call through the bridge, a bare SDK session kept open, and locally."""
+async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[str, Series]:
+    """Section 1: the same call through the bridge, a bare SDK session kept open, and locally; and
+    the floor: a tool that does nothing, over plain HTTP and over the bare SDK (tests/bench/floor_server.py).
+    """
     async with AsyncExitStack() as stack:
         session = await stack.enter_async_context(mcp_session(mcp_url, token))
         runtime = await stack.enter_async_context(bridge_runtime(mcp_url, token))
+        floor = await stack.enter_async_context(mcp_session(floor_url + floor_server.MCP_PATH))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
 
         async def local() -> None:
             _check_contact((await crm_tools.find_contact_by_email(DANA)).model_dump())
@@ -58,7 +70,20 @@ async def tool_call(mcp_url: str, token: str, n: int) -> dict[str, Series]:
         async def bridge() -> None:
             _check_contact((await runtime.invoke(SKILL, TOOL, {"email": DANA})).data)
 
-        variants = {"local": local, "sdk": sdk, "bridge": bridge}
+        async def noop_plain() -> None:
+            async with http.post(floor_url + floor_server.PLAIN_PATH, json={"email": DANA}) as response:
+                _check_noop(await response.json())
+
+        async def noop_sdk() -> None:
+            _check_noop((await floor.call_tool("noop", {"email": DANA})).structured_content)
+
+        variants = {
+            "local": local,
+            "sdk": sdk,
+            "bridge": bridge,
+            "noop_plain": noop_plain,
+            "noop_sdk": noop_sdk,
+        }
         return await round_robin(variants, dict.fromkeys(variants, n))
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from tests.support.rasa_calls import FakeTracker, said
 
 DANA = "dana@example.com"
 JSON_HEADERS = {"Content-Type": "application/json"}
+TICKS = os.sysconf("SC_CLK_TCK")
 _T = TypeVar("_T")
 
 
@@ -45,6 +47,8 @@ class LoadResult:
     clients: int
     latency: Series
     wall_s: float
+    # CPU per request (ms) of each process named in load()'s `pids`, and of this one ("client").
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
@@ -57,6 +61,7 @@ class LoadResult:
             "errors": self.latency.errors,
             "wall_s": round(self.wall_s, 3),
             "throughput_rps": round(self.throughput, 2),
+            "cpu_ms_per_request": {name: round(ms, 3) for name, ms in self.cpu_ms.items()},
             **self.latency.summary(with_samples=False),
         }
 
@@ -71,9 +76,14 @@ async def _gather_limited(count: int, limit: int, make: Callable[[int], Awaitabl
     return list(await asyncio.gather(*(one(i) for i in range(count))))
 
 
-async def load(url: str, label: str, requests: int, clients: int) -> LoadResult:
+async def load(
+    url: str, label: str, requests: int, clients: int, pids: Mapping[str, int] | None = None
+) -> LoadResult:
     """POST `requests` confirming calls (`action_confirm_tool`), each a conversation of its own, from
-    `clients` concurrent clients. An error is a non-200 answer or any answer but "saved"."""
+    `clients` concurrent clients. An error is a non-200 answer or any answer but "saved".
+
+    `pids`: processes whose CPU time per request is recorded (the action server, the MCP server...).
+    """
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as http:
         tag = uuid.uuid4().hex[:8]
@@ -100,9 +110,22 @@ async def load(url: str, label: str, requests: int, clients: int) -> LoadResult:
                 if not ok:
                     series.errors += 1
 
+        pids = dict(pids or {})
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        own_before = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
-        return LoadResult(clients, series, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        cpu["client"] = time.process_time() - own_before
+        per_request = {name: seconds / max(1, requests) * 1000 for name, seconds in cpu.items()}
+        return LoadResult(clients, series, wall, per_request)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` so far, from /proc/<pid>/stat (in clock ticks, 10 ms here)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def rss_kib(pid: int) -> dict[str, int]:
