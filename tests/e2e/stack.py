@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import secrets
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import procs
 from tests.support.conversation import skills_with_source
+from tests.support.stack import LoggedStack
 
 
 @dataclass(frozen=True)
@@ -27,24 +27,18 @@ class Variant:
     actions_root: Path | None = None
 
 
-class E2EStack:
+class E2EStack(LoggedStack):
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.logs = workdir / "logs"
+        super().__init__(workdir)
         self.db = workdir / "crm.sqlite3"
         self.token = secrets.token_urlsafe(24)
-        self.services = procs.Services()
         self.action_port = procs.free_port()
         self.mcp_port = procs.free_port()
         self.endpoints = workdir / "endpoints.yml"
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
-        self.rasa: procs.ServiceProcess | None = None
         self.actions: procs.ServiceProcess | None = None
         self.variant: Variant | None = None
-        self._rasa_thread: threading.Thread | None = None
-        self._rasa_error: BaseException | None = None
-        self._starts: dict[str, int] = {}
 
     # -- variants -------------------------------------------------------------------------------
 
@@ -63,26 +57,10 @@ class E2EStack:
         """Start loading Rasa in the background, then the CRM and its MCP server (see wait_for_rasa)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         procs.write_endpoints(self.endpoints, f"http://{procs.HOST}:{self.action_port}/webhook")
-        self.rasa = self._logged(procs.rasa_server(model=procs.current_model(), endpoints=self.endpoints))
-        self._rasa_thread = threading.Thread(target=self._load_rasa, name="rasa-start", daemon=True)
-        self._rasa_thread.start()
+        self.start_rasa_in_background(self.endpoints)
         procs.seed_db(self.db)
-        self.crm = self.services.start(self._logged(procs.crm_rest(self.db)))
+        self.crm = self.start_logged(procs.crm_rest(self.db))
         self.start_mcp()
-
-    def _load_rasa(self) -> None:
-        assert self.rasa is not None
-        try:
-            self.rasa.start()
-        except BaseException as exc:  # reported by wait_for_rasa
-            self._rasa_error = exc
-
-    def wait_for_rasa(self) -> str:
-        assert self._rasa_thread is not None and self.rasa is not None
-        self._rasa_thread.join()
-        if self._rasa_error is not None:
-            raise self._rasa_error
-        return self.rasa.url
 
     @property
     def rasa_url(self) -> str:
@@ -110,7 +88,7 @@ class E2EStack:
             launch = f"import sys, runpy; sys.path.insert(0, {str(variant.actions_root)!r}); "
             launch += f"runpy.run_module({server.args[module + 1]!r}, run_name='__main__', alter_sys=True)"
             server.args = [sys.executable, "-c", launch, *server.args[module + 2 :]]
-        self.actions = self.services.start(self._logged(server))
+        self.actions = self.start_logged(server)
         self.variant = variant
         return self.actions
 
@@ -120,28 +98,4 @@ class E2EStack:
 
     def start_mcp(self) -> None:
         assert self.crm is not None
-        self.mcp = self.services.start(
-            self._logged(procs.crm_mcp(self.crm.url, token=self.token, port=self.mcp_port))
-        )
-
-    def _logged(self, service: procs.ServiceProcess) -> procs.ServiceProcess:
-        """Keep the service's output in workdir/logs/<name>[-n].log."""
-        count = self._starts.get(service.name, 0) + 1
-        self._starts[service.name] = count
-        service.log_path.unlink(missing_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        service.log_path = self.logs / f"{service.name}{'' if count == 1 else f'-{count}'}.log"
-        service.keep_log = True
-        return service
-
-    def close(self) -> None:
-        """Stop everything, Rasa first (even while it is still loading), then newest first."""
-        thread, rasa = self._rasa_thread, self.rasa
-        if rasa is not None:
-            rasa.close()
-            for _ in range(3):  # the loader thread may have spawned Rasa just after that stop
-                if thread is None or not thread.is_alive():
-                    break
-                thread.join(timeout=2.0)
-                rasa.close()
-        self.services.close()
+        self.mcp = self.start_logged(procs.crm_mcp(self.crm.url, token=self.token, port=self.mcp_port))

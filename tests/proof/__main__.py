@@ -32,7 +32,7 @@ def run(stack: ProofStack, report: Report) -> None:
     responses = Responses()
     report.section("starting the CRM REST API, the CRM MCP server and the Rasa server on 127.0.0.1")
     stack.start_backends()
-    stack.start_rasa_in_background()
+    stack.start_rasa_in_background(stack.endpoints)
     store = StoreReader(stack.db)
 
     report.section("CRM tools over MCP (raw mcp SDK client)")
