@@ -51,7 +51,7 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatStack]:
     stack = ProofStack(tmp_path_factory.mktemp("chat-stack"))
     try:
         stack.start_backends()
-        stack.start_rasa_in_background()
+        stack.start_rasa_in_background(stack.endpoints)
         stack.use_skills("mcp")  # every tool from the MCP server
         rasa_url = stack.wait_for_rasa()
         page = stack.services.start(procs.chat_page(rasa_url=rasa_url))
