@@ -41,7 +41,8 @@ class Config:
     calls: int = 300  # section 1, per variant
     sessions: int = 100  # section 2, per variant
     cycles: int = 200  # section 3, per variant
-    requests: int = 300  # section 4, per variant and concurrency level
+    requests: int = 300  # section 4, per variant, concurrency level and round
+    load_rounds: int = 5  # section 4: rounds per level, local and MCP alternating within each
     levels: tuple[int, ...] = (1, 8, 32)
     turns: int = 300  # section 5, per variant, in pairs (one local turn next to one MCP turn)
     cluster_conversations: int = 40  # section 7, per round
@@ -52,7 +53,14 @@ class Config:
 
 
 QUICK = Config(
-    calls=30, sessions=10, cycles=20, requests=40, turns=6, cluster_conversations=8, cluster_rounds=2
+    calls=30,
+    sessions=10,
+    cycles=20,
+    requests=40,
+    load_rounds=2,
+    turns=6,
+    cluster_conversations=8,
+    cluster_rounds=2,
 )
 
 
@@ -127,7 +135,8 @@ def _start_together(services: procs.Services, starting: list[procs.ServiceProces
 def _load_and_memory(
     servers: dict[str, procs.ServiceProcess], others: dict[str, int], config: Config
 ) -> tuple[dict[str, list[webhook.LoadResult]], dict[str, dict[str, dict[str, int]]]]:
-    """Both action servers run at once; each concurrency level runs local and MCP back to back.
+    """Both action servers run at once; each concurrency level runs rounds of local and MCP in
+    turn (the order flips every round), so both meet the same moments of the machine.
 
     `others`: the pids of the services behind them (MCP server, CRM REST), whose CPU is counted too.
     """
@@ -143,14 +152,17 @@ def _load_and_memory(
         for name, server in servers.items():
             run_async(webhook.load(server.url, name, WARMUP_REQUESTS, 1))
             memory[name]["rest"] = webhook.rss_kib(pids[name])
-        for level, clients in enumerate(config.levels):
-            names = list(servers) if level % 2 == 0 else list(servers)[::-1]
-            for name in names:
-                _say(f"section 4: {name}, {clients} clients")
-                counted = {"action server": pids[name], **others}
-                load[name].append(
-                    run_async(webhook.load(servers[name].url, name, config.requests, clients, counted))
-                )
+        for clients in config.levels:
+            _say(f"section 4: {clients} clients, {config.load_rounds} rounds of local and MCP in turn")
+            rounds: dict[str, list[webhook.LoadResult]] = {name: [] for name in servers}
+            for r in range(config.load_rounds):
+                for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
+                    counted = {"action server": pids[name], **others}
+                    rounds[name].append(
+                        run_async(webhook.load(servers[name].url, name, config.requests, clients, counted))
+                    )
+            for name in servers:
+                load[name].append(webhook.merge_rounds(rounds[name]))
         for name in servers:
             memory[name]["after_load"] = webhook.rss_kib(pids[name])
     return load, memory

@@ -49,6 +49,8 @@ class LoadResult:
     wall_s: float
     # CPU per request (ms) of each process named in load()'s `pids`, and of this one ("client").
     cpu_ms: dict[str, float] = field(default_factory=dict)
+    # Requests per second of each round, when this is several rounds merged (see merge_rounds).
+    round_rps: list[float] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
@@ -62,6 +64,7 @@ class LoadResult:
             "wall_s": round(self.wall_s, 3),
             "throughput_rps": round(self.throughput, 2),
             "cpu_ms_per_request": {name: round(ms, 3) for name, ms in self.cpu_ms.items()},
+            "round_rps": [round(rps, 2) for rps in self.round_rps],
             **self.latency.summary(with_samples=False),
         }
 
@@ -120,6 +123,22 @@ async def load(
         cpu["client"] = time.process_time() - own_before
         per_request = {name: seconds / max(1, requests) * 1000 for name, seconds in cpu.items()}
         return LoadResult(clients, series, wall, per_request)
+
+
+def merge_rounds(rounds: list[LoadResult]) -> LoadResult:
+    """One line from several rounds at one concurrency level: all samples, the summed wall time (so
+    `throughput` is requests over time under load), CPU per request weighted by requests."""
+    first = rounds[0]
+    merged = LoadResult(first.clients, Series(first.latency.name), 0.0)
+    for one in rounds:
+        merged.latency.samples.extend(one.latency.samples)
+        merged.latency.errors += one.latency.errors
+        merged.wall_s += one.wall_s
+        merged.round_rps.append(one.throughput)
+    total = max(1, merged.latency.n)
+    for name in first.cpu_ms:
+        merged.cpu_ms[name] = sum(one.cpu_ms.get(name, 0.0) * one.latency.n for one in rounds) / total
+    return merged
 
 
 def cpu_seconds(pid: int) -> float:
