@@ -15,6 +15,7 @@ from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
 from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
+from mcp_bridge.transport import AiohttpTransport
 from tests.bench import floor_server
 from tests.bench.stats import Series, Variant, round_robin
 from tests.support.conversation import skills_with_source
@@ -57,7 +58,10 @@ async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[st
     async with AsyncExitStack() as stack:
         session = await stack.enter_async_context(mcp_session(mcp_url, token))
         runtime = await stack.enter_async_context(bridge_runtime(mcp_url, token))
-        floor = await stack.enter_async_context(mcp_session(floor_url + floor_server.MCP_PATH))
+        # The floor's SDK client runs as the bridge runs it (aiohttp under httpx2): the lowest it gets.
+        floor = await stack.enter_async_context(
+            mcp_session(floor_url + floor_server.MCP_PATH, transport=AiohttpTransport())
+        )
         http = await stack.enter_async_context(aiohttp.ClientSession())
 
         async def local() -> None:

@@ -123,14 +123,14 @@ def targets(results: Results) -> list[Target]:
 class Floor:
     """Section 1's floor lines, read against the CRM call (medians, ms)."""
 
-    added: float  # bare SDK call to the CRM MCP server minus the local function
+    added: float  # the bridge's call to the CRM MCP server minus the local function
     noop: float  # a no-op tool over the bare SDK: the least any MCP call adds
     cycle_bound: float  # the best cycle ratio if each of its 2 calls added only `noop`
 
 
 def floor(results: Results) -> Floor:
     tc, ex = results.tool_call, results.executor_cycle
-    added = tc["sdk"].median_ms - tc["local"].median_ms
+    added = tc["bridge"].median_ms - tc["local"].median_ms
     noop = tc["noop_sdk"].median_ms
     local_cycle = ex["local"].median_ms
     return Floor(added, noop, ratio(local_cycle + 2 * noop, local_cycle))
@@ -175,12 +175,12 @@ def table(results: Results, meta: dict[str, Any]) -> str:
     if "noop_sdk" in tc:
         row("floor: no-op tool, plain HTTP POST", tc["noop_plain"], "")
         row(
-            "floor: no-op tool, bare SDK (MCPServer)",
+            "floor: no-op tool, SDK as the bridge runs it",
             tc["noop_sdk"],
             _times(tc["noop_sdk"].median_ms, tc["noop_plain"].median_ms, "plain HTTP"),
         )
         f = floor(results)
-        add(f"  MCP adds {f.added:.2f} ms to this call; a no-op tool on the bare SDK takes {f.noop:.2f} ms;")
+        add(f"  The bridge adds {f.added:.2f} ms to this call; a no-op tool over the SDK: {f.noop:.2f} ms;")
         if f.added > f.noop:
             add(
                 f"  the rest, {f.added - f.noop:.2f} ms, is the CRM MCP server's own work around the tool "

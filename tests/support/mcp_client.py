@@ -15,10 +15,17 @@ def auth_headers(token: str | None) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def mcp_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
-    """An initialized ClientSession to the MCP endpoint `url` (…/mcp), closed on exit."""
+async def mcp_session(
+    url: str, token: str | None = None, *, transport: httpx2.AsyncBaseTransport | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialized ClientSession to the MCP endpoint `url` (…/mcp), closed on exit.
+
+    `transport`: the HTTP transport under the SDK (None: httpx2's default, the SDK out of the box).
+    """
     async with (
-        httpx2.AsyncClient(headers=auth_headers(token), timeout=httpx2.Timeout(10.0, read=30.0)) as http,
+        httpx2.AsyncClient(
+            headers=auth_headers(token), timeout=httpx2.Timeout(10.0, read=30.0), transport=transport
+        ) as http,
         streamable_http_client(url, http_client=http) as (read_stream, write_stream),
         ClientSession(read_stream, write_stream) as session,
     ):
