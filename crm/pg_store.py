@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from crm.errors import NotFoundError
-from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now
+from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now, contact_from_row, note_from_row
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
     validate_email,
@@ -52,16 +52,6 @@ CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
 # Any fixed number: every process creating the schema takes this lock first.
 _SCHEMA_LOCK = 0x43524D  # "CRM"
 _POOL_MAX = 10
-
-
-def _contact(row: asyncpg.Record) -> Contact:
-    return Contact(contact_id=row["id"], email=row["email"], name=row["name"], company=row["company"])
-
-
-def _note(row: asyncpg.Record) -> Note:
-    return Note(
-        note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
-    )
 
 
 class PostgresStore:
@@ -103,18 +93,18 @@ class PostgresStore:
     async def find_contact_by_email(self, email: str) -> Contact | None:
         address = validate_email(email)
         row = await self.pool.fetchrow("SELECT * FROM contacts WHERE lower(email) = lower($1)", address)
-        return None if row is None else _contact(row)
+        return None if row is None else contact_from_row(row)
 
     async def get_contact(self, contact_id: int) -> Contact | None:
         row = await self.pool.fetchrow("SELECT * FROM contacts WHERE id = $1", contact_id)
-        return None if row is None else _contact(row)
+        return None if row is None else contact_from_row(row)
 
     async def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
         count = validate_limit(limit)
         rows = await self.pool.fetch(
             "SELECT * FROM notes WHERE contact_id = $1 ORDER BY id DESC LIMIT $2", contact_id, count
         )
-        return [_note(row) for row in rows]
+        return [note_from_row(row) for row in rows]
 
     async def add_note(
         self, contact_id: int, text: str, idempotency_key: str | None = None
@@ -126,7 +116,7 @@ class PostgresStore:
                 # A key seen before wins over the other arguments, as in the SQLite store.
                 row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
                 if row is not None:
-                    return _note(row), False
+                    return note_from_row(row), False
             try:
                 row = await conn.fetchrow(
                     "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
@@ -140,13 +130,13 @@ class PostgresStore:
             except asyncpg.ForeignKeyViolationError:
                 raise NotFoundError(f"There is no contact with id {contact_id}.") from None
             if row is not None:
-                return _note(row), True
+                return note_from_row(row), True
             # Another request stored this key between our look-up and our insert; it has committed
             # (ON CONFLICT waited for it), so its note is there to return.
             row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
             if row is None:  # pragma: no cover - the conflicting row cannot vanish: notes are never deleted
                 raise RuntimeError("idempotency key conflicted but no note carries it")
-            return _note(row), False
+            return note_from_row(row), False
 
     async def count_notes(self, contact_id: int | None = None) -> int:
         value: Any

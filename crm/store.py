@@ -146,11 +146,17 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _contact(row: sqlite3.Row) -> Contact:
+class Row(Protocol):
+    """A database row read by column name: sqlite3.Row here, asyncpg.Record in crm.pg_store."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
+def contact_from_row(row: Row) -> Contact:
     return Contact(contact_id=row["id"], email=row["email"], name=row["name"], company=row["company"])
 
 
-def _note(row: sqlite3.Row) -> Note:
+def note_from_row(row: Row) -> Note:
     return Note(
         note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
     )
@@ -188,12 +194,12 @@ class SQLiteStore:
         address = validate_email(email)
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM contacts WHERE email = ?", (address,)).fetchone()
-        return None if row is None else _contact(row)
+        return None if row is None else contact_from_row(row)
 
     async def get_contact(self, contact_id: int) -> Contact | None:
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM contacts WHERE id = ?", (contact_id,)).fetchone()
-        return None if row is None else _contact(row)
+        return None if row is None else contact_from_row(row)
 
     async def list_notes(self, contact_id: int, limit: int = NOTES_LIMIT_DEFAULT) -> list[Note]:
         count = validate_limit(limit)
@@ -201,7 +207,7 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT * FROM notes WHERE contact_id = ? ORDER BY id DESC LIMIT ?", (contact_id, count)
             ).fetchall()
-        return [_note(row) for row in rows]
+        return [note_from_row(row) for row in rows]
 
     async def add_note(
         self, contact_id: int, text: str, idempotency_key: str | None = None
@@ -215,7 +221,7 @@ class SQLiteStore:
                     row = conn.execute("SELECT * FROM notes WHERE idempotency_key = ?", (key,)).fetchone()
                     if row is not None:
                         conn.execute("ROLLBACK")
-                        return _note(row), False
+                        return note_from_row(row), False
                 if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
                     raise NotFoundError(f"There is no contact with id {contact_id}.")
                 cursor = conn.execute(
@@ -227,7 +233,7 @@ class SQLiteStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        return _note(row), True
+        return note_from_row(row), True
 
     async def count_notes(self, contact_id: int | None = None) -> int:
         with self._connect() as conn:
