@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from mcp_types import LATEST_PROTOCOL_VERSION
 
 from crm import tools as crm_tools
 from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
@@ -63,6 +65,9 @@ async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[st
             mcp_session(floor_url + floor_server.MCP_PATH, transport=AiohttpTransport())
         )
         http = await stack.enter_async_context(aiohttp.ClientSession())
+        raw_url = floor_url + floor_server.MCP_PATH
+        raw_headers = await _hand_written_session(http, raw_url)
+        raw_ids = itertools.count(1)
 
         async def local() -> None:
             _check_contact((await crm_tools.find_contact_by_email(DANA)).model_dump())
@@ -81,14 +86,42 @@ async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[st
         async def noop_sdk() -> None:
             _check_noop((await floor.call_tool("noop", {"email": DANA})).structured_content)
 
+        async def noop_jsonrpc() -> None:
+            call = {"name": "noop", "arguments": {"email": DANA}}
+            body = {"jsonrpc": "2.0", "id": next(raw_ids), "method": "tools/call", "params": call}
+            async with http.post(raw_url, json=body, headers=raw_headers) as response:
+                _check_noop((await response.json()).get("result", {}).get("structuredContent"))
+
         variants = {
             "local": local,
             "sdk": sdk,
             "bridge": bridge,
             "noop_plain": noop_plain,
+            "noop_jsonrpc": noop_jsonrpc,
             "noop_sdk": noop_sdk,
         }
         return await round_robin(variants, dict.fromkeys(variants, n))
+
+
+async def _hand_written_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """Open an MCP session with two plain POSTs (initialize, initialized); return the headers a
+    request in it carries. For the floor only: the least a client can do, with no SDK client."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    client = {"name": "bench", "version": "0"}
+    hello = {"protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": client}
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    async with http.post(url, json=body, headers=headers) as response:
+        answer = await response.json()
+        session_id = response.headers.get("mcp-session-id")
+    version = answer.get("result", {}).get("protocolVersion")
+    if not session_id or not version:
+        raise RuntimeError(f"the floor server did not open a session: {answer!r}")
+    headers |= {"mcp-session-id": session_id, "mcp-protocol-version": version}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, json=note, headers=headers) as response:
+        if response.status >= 300:
+            raise RuntimeError(f"the floor server refused notifications/initialized: HTTP {response.status}")
+    return headers
 
 
 async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:

@@ -124,16 +124,19 @@ class Floor:
     """Section 1's floor lines, read against the CRM call (medians, ms)."""
 
     added: float  # the bridge's call to the CRM MCP server minus the local function
-    noop: float  # a no-op tool over the bare SDK: the least any MCP call adds
+    noop: float  # a no-op tool over the SDK as the bridge runs it: the least an MCP call adds
+    http: float  # the same function behind a plain POST: the HTTP hop alone
+    sdk_server: float  # hand-written JSON-RPC to the SDK's server, minus the HTTP hop
+    sdk_client: float  # the SDK's client against the same server, minus hand-written JSON-RPC
     cycle_bound: float  # the best cycle ratio if each of its 2 calls added only `noop`
 
 
 def floor(results: Results) -> Floor:
     tc, ex = results.tool_call, results.executor_cycle
     added = tc["bridge"].median_ms - tc["local"].median_ms
-    noop = tc["noop_sdk"].median_ms
+    noop, http, raw = tc["noop_sdk"].median_ms, tc["noop_plain"].median_ms, tc["noop_jsonrpc"].median_ms
     local_cycle = ex["local"].median_ms
-    return Floor(added, noop, ratio(local_cycle + 2 * noop, local_cycle))
+    return Floor(added, noop, http, raw - http, noop - raw, ratio(local_cycle + 2 * noop, local_cycle))
 
 
 def turn_spread(results: Results) -> RatioSpread:
@@ -175,19 +178,24 @@ def table(results: Results, meta: dict[str, Any]) -> str:
     if "noop_sdk" in tc:
         row("floor: no-op tool, plain HTTP POST", tc["noop_plain"], "")
         row(
+            "floor: no-op tool, hand-written JSON-RPC POST",
+            tc["noop_jsonrpc"],
+            _times(tc["noop_jsonrpc"].median_ms, tc["noop_plain"].median_ms, "plain HTTP"),
+        )
+        row(
             "floor: no-op tool, SDK as the bridge runs it",
             tc["noop_sdk"],
             _times(tc["noop_sdk"].median_ms, tc["noop_plain"].median_ms, "plain HTTP"),
         )
         f = floor(results)
-        add(f"  The bridge adds {f.added:.2f} ms to this call; a no-op tool over the SDK: {f.noop:.2f} ms;")
-        if f.added > f.noop:
-            add(
-                f"  the rest, {f.added - f.noop:.2f} ms, is the CRM MCP server's own work around the tool "
-                "function and the third process in the chain."
-            )
-        else:
-            add("  the SDK's own round trip is all of it, nothing measurable is left to the CRM MCP server.")
+        add(
+            f"  A no-op tool over MCP: {f.noop:.2f} ms = HTTP hop {f.http:.2f} + the SDK's server "
+            f"{f.sdk_server:.2f} + the SDK's client {f.sdk_client:.2f}."
+        )
+        add(
+            f"  The bridge adds {f.added:.2f} ms to the CRM lookup: the CRM MCP server's own work and the "
+            f"third process in the chain {f.added - f.noop:+.2f}."
+        )
     add("")
     se = results.session
     add("2. MCP session reuse (bare SDK, interleaved)")
