@@ -166,6 +166,25 @@ async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: An
     assert notes_for(crm_db, DANA) == before
 
 
+async def test_a_genuine_question_copied_into_another_conversation_writes_nothing(
+    make_executor: Any, crm_db: Path
+) -> None:
+    executor = make_executor()
+    before = notes_for(crm_db, DANA)
+    asked = Conversation(executor, "the-asking-one", contact_email=DANA, note_text="asked elsewhere")
+    await asked.start()
+    # Same slots, same turn count, the seal untouched: only the conversation differs.
+    other = Conversation(executor, "another-one", **asked.slots)
+    other.user_turn = asked.user_turn
+    decision = await other.yes()
+    assert decision.outcome == "rejected"
+    assert [say.response for say in decision.say] == ["utter_confirmation_invalid"]
+    assert notes_for(crm_db, DANA) == before
+    # The same value in its own conversation still confirms: the refusal was the conversation's.
+    assert (await asked.yes()).outcome == "done"
+    assert len(notes_for(crm_db, DANA)) == len(before) + 1
+
+
 async def test_name_resolving_to_nothing_fails_loudly_on_yes(
     crm_db: Path, tmp_path: Path, crm_tools: object, caplog: pytest.LogCaptureFixture
 ) -> None:
