@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ class Seal:
         return hmac.compare_digest(expected, pending.digest)
 
     def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
-        fields = {key: value for key, value in asdict(pending).items() if key != "mac"}
-        fields["conversation"] = conversation_id
-        signed = _canonical(fields).encode("ascii")
+        # Every field but the signature itself, read as is (no deep copy: it is serialised at once).
+        signed_fields = {f.name: getattr(pending, f.name) for f in fields(pending) if f.name != "mac"}
+        signed_fields["conversation"] = conversation_id
+        signed = _canonical(signed_fields).encode("ascii")
         return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()

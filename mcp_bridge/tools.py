@@ -96,6 +96,11 @@ def local_input_schema(function: ToolFunction) -> dict[str, Any]:
     return schema
 
 
+@functools.cache
+def _takes_idempotency_key(function: ToolFunction) -> bool:
+    return "idempotency_key" in inspect.signature(function).parameters
+
+
 class _LocalToolFailed(ToolCallError):
     may_have_run = True
 
@@ -116,7 +121,7 @@ class LocalTool:
     async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
         validate_against_schema(self.name, local_input_schema(self.function), dict(arguments))
         kwargs = dict(arguments)
-        if idempotency_key is not None and "idempotency_key" in inspect.signature(self.function).parameters:
+        if idempotency_key is not None and _takes_idempotency_key(self.function):
             kwargs["idempotency_key"] = idempotency_key
         try:
             value = await self.function(**kwargs)
