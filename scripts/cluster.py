@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -63,17 +62,6 @@ SECRETS = {
 }
 
 
-def _secret(var: Path, variable: str, file_name: str) -> str:
-    if variable and os.environ.get(variable):
-        return os.environ[variable]
-    path = var / file_name
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
 def _ports(count: int) -> list[int]:
     chosen: list[int] = []
     while len(chosen) < count:
@@ -94,7 +82,7 @@ class Cluster:
         self.var = var.resolve()
         self.detached = detached
         self.logs = var / "log"
-        self.secrets = {name: _secret(var, *where) for name, where in SECRETS.items()}
+        self.secrets = {name: services.secret(var, *where) for name, where in SECRETS.items()}
         self.model = services.current_model()
         (self.pg_port, self.redis_port, self.rest_port, *rest) = _ports(3 + 3 * REPLICAS)
         self.mcp_ports = rest[:REPLICAS]

@@ -10,6 +10,7 @@ the tests (through tests/support/procs.py).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -33,6 +34,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def secret(var: Path, variable: str, file_name: str) -> str:
+    """The environment variable's value if set (`variable` may be ""), else a token generated once
+    into var/<file_name> (mode 600) and read from there on every later start."""
+    if variable and os.environ.get(variable):
+        return os.environ[variable]
+    path = var / file_name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:

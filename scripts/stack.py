@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import sys
 import time
@@ -35,15 +34,7 @@ DEFAULT_STATE = VAR / "run" / "stack.json"
 
 def secret(variable: str, file_name: str) -> str:
     """The variable's value, or a token generated once into var/<file_name>."""
-    token = os.environ.get(variable)
-    if token:
-        return token
-    path = VAR / file_name
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return procs.secret(VAR, variable, file_name)
 
 
 def port(name: str, default: int) -> int:
