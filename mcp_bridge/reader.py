@@ -253,6 +253,12 @@ class ConfirmationReader:
         self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
         self._squeezed_yes = {_squeeze(word) for word in self._single_yes}
         self._squeezed_no = {_squeeze(word) for word in self._single_no}
+        # "change it to: <new text>" and the like, one pattern per marker, in the word lists' order.
+        self._edit_patterns = tuple(
+            _edit_pattern(marker, needs_colon)
+            for marker, needs_colon in [(m, False) for m in self.words.edit]
+            + [(m, True) for m in self.words.edit_with_colon]
+        )
 
     def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
@@ -359,11 +365,8 @@ class ConfirmationReader:
 
     def _edit(self, text: str) -> Edit | Unclear | None:
         """ "change it to: <new text>" and the like; the new text exactly as typed."""
-        markers = [(m, False) for m in self.words.edit] + [(m, True) for m in self.words.edit_with_colon]
-        for marker, needs_colon in markers:
-            pattern = r"\s+".join(re.escape(part) for part in marker.split())
-            tail = r"\s*:\s*" if needs_colon else r"\s*:?\s*"
-            match = re.match(rf"^(?P<lead>.*?)\b{pattern}{tail}(?P<new>.*)$", text, re.IGNORECASE | re.DOTALL)
+        for pattern in self._edit_patterns:
+            match = pattern.match(text)
             if match is None:
                 continue
             if any(t not in self.words.edit_lead_in for t in _tokens(match.group("lead"))):
@@ -430,6 +433,12 @@ class ConfirmationReader:
     @staticmethod
     def _starts_with(tokens: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
         return any(tuple(tokens[: len(p)]) == p for p in phrases)
+
+
+def _edit_pattern(marker: str, needs_colon: bool) -> re.Pattern[str]:
+    words = r"\s+".join(re.escape(part) for part in marker.split())
+    tail = r"\s*:\s*" if needs_colon else r"\s*:?\s*"
+    return re.compile(rf"^(?P<lead>.*?)\b{words}{tail}(?P<new>.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def _contains(tokens: list[str], phrase: tuple[str, ...]) -> bool:
