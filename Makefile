@@ -2,20 +2,27 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
+# Two action-server environments, the two ends of the range the plugin supports:
+#   .venv        rasa-sdk 3.21 on Python 3.13 (what bot owners run today; the repository's own)
+#   .venv-sdk36  rasa-sdk 3.6 on Python 3.10 (the oldest supported)
+# and Rasa's own, .venv-rasa (rasa 3.6.21, Python 3.10).
 VENV      := .venv
+VENV_OLD  := .venv-sdk36
 VENV_RASA := .venv-rasa
 PY        := $(VENV)/bin/python
+PY_OLD    := $(VENV_OLD)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
 WEB_DEPS  := web/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: help setup test lint typecheck pytest browser-test validate train rasa-test chat up down actions proof e2e \
-	adoption bench profile clean services cluster-up cluster-down cluster-test
+.PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
+	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test quick
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
-	@echo "make test     everything CI runs: lint, types, pytest, rasa data validate, rasa test, the live proof"
+	@echo "make test     everything CI runs, at both ends (rasa-sdk 3.21 / Python 3.13 and rasa-sdk 3.6 / Python 3.10)"
+	@echo "make quick    the plugin's unit tests on rasa-sdk 3.21, lint and types (a couple of minutes)"
 	@echo "make up       start CRM, MCP server, action server, Rasa server and the chat page in the background"
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
@@ -28,20 +35,34 @@ help:
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv and .venv-rasa with pinned dependencies, the chat page's npm packages, Chromium"
+	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the chat page's npm packages, Chromium"
+	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
-setup: $(VENV)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(CHROMIUM)
+setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(CHROMIUM)
 
+# make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT: the action-server venv with the plugin (editable),
+# the example CRM and the dev tools, exactly as the constraints file pins them.
+define make_venv
+	@PYBIN=$$(scripts/find-python.sh $(2)) || exit 1; \
+	if [ -x $(1)/bin/python ] && ! $(1)/bin/python -c 'import sys; assert "%d.%d" % sys.version_info[:2] in "$(2)".split()' 2>/dev/null; then \
+		echo "==> $(1) was made with another Python: making it again"; rm -rf $(1); fi; \
+	if [ ! -x $(1)/bin/python ]; then echo "==> creating $(1) ($(4))"; "$$PYBIN" -m venv $(1); fi
+	@echo "==> installing pinned packages into $(1) ($(3))"
+	@$(1)/bin/python -m pip install -q --disable-pip-version-check -c $(3) -e '.[example,dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(1)/bin/python -m pip check >/dev/null || { $(1)/bin/python -m pip check; exit 1; }
+	@rm -rf build
+	@touch $(1)/.installed
+endef
+
+# Python 3.13 (3.12 if there is no 3.13: every pin has wheels for both).
 $(VENV)/.installed: constraints/venv.txt pyproject.toml
-	@PY310=$$(scripts/find-python310.sh) || exit 1; \
-	if [ ! -x $(PY) ]; then echo "==> creating $(VENV) (Python 3.10: rasa-sdk, mcp, the project, dev tools)"; "$$PY310" -m venv $(VENV); fi
-	@echo "==> installing pinned packages into $(VENV) (constraints/venv.txt)"
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints/venv.txt -e '.[example,dev]' 2>&1 | grep -v "is ignored: it is neither" || true
-	@$(PY) -m pip check >/dev/null || { $(PY) -m pip check; exit 1; }
-	@touch $@
+	$(call make_venv,$(VENV),3.13 3.12,constraints/venv.txt,rasa-sdk 3.21 on Python 3.13: the plugin, mcp, the example CRM, dev tools)
+
+$(VENV_OLD)/.installed: constraints/venv-sdk36.txt pyproject.toml
+	$(call make_venv,$(VENV_OLD),3.10,constraints/venv-sdk36.txt,rasa-sdk 3.6 on Python 3.10: the oldest end of the supported range)
 
 $(VENV_RASA)/.installed: constraints/venv-rasa.txt
-	@PY310=$$(scripts/find-python310.sh) || exit 1; \
+	@PY310=$$(scripts/find-python.sh 3.10) || exit 1; \
 	if [ ! -x $(VENV_RASA)/bin/python ]; then echo "==> creating $(VENV_RASA) (Python 3.10: rasa $(RASA_VERSION))"; "$$PY310" -m venv $(VENV_RASA); fi
 	@echo "==> installing rasa $(RASA_VERSION) into $(VENV_RASA); the first time this takes a few minutes (TensorFlow)"
 	@$(VENV_RASA)/bin/python -m pip install -q --disable-pip-version-check -c constraints/venv-rasa.txt rasa==$(RASA_VERSION) 2>&1 | grep -v "is ignored: it is neither" || true
@@ -71,16 +92,25 @@ train: setup
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check crm mcp_bridge rasa_sdk_plugins actions tests scripts
-	@$(VENV)/bin/ruff format --check crm mcp_bridge rasa_sdk_plugins actions tests scripts
+	@$(VENV)/bin/ruff check crm mcp_bridge actions tests scripts
+	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
 
 typecheck: $(VENV)/.installed
 	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
 	@$(VENV)/bin/mypy
 
 pytest: setup train services
-	@echo "==> pytest"
+	@echo "==> pytest (rasa-sdk 3.21, Python 3.13)"
 	@$(VENV)/bin/pytest -q
+
+# The plugin's suite on the oldest end; the chat page's browser tests run once, above.
+pytest-sdk36: setup train services
+	@echo "==> pytest (rasa-sdk 3.6, Python 3.10)"
+	@$(VENV_OLD)/bin/pytest -q --ignore=tests/browser
+
+quick: $(VENV)/.installed lint typecheck
+	@$(VENV)/bin/pytest -q tests/test_reader.py tests/test_skills.py tests/test_bridge_config.py \
+		tests/test_init.py tests/test_rasa_adapter.py tests/test_confirmation_properties.py
 
 validate: setup
 	@echo "==> rasa data validate"
@@ -93,7 +123,7 @@ rasa-test: train
 	@echo "==> rasa test (test stories in tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest proof cluster-test adoption
+test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test adoption adoption-sdk36
 
 chat: setup train
 	@scripts/chat.sh
@@ -116,13 +146,21 @@ browser-test: setup train
 proof: setup train
 	@$(PY) -m tests.proof
 
+proof-sdk36: setup train
+	@echo "==> the live proof on rasa-sdk 3.6, Python 3.10"
+	@$(PY_OLD) -m tests.proof
+
 e2e: setup train
 	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
 
 # A bot nobody here wrote (Rasa's starter bot) adopts the plugin the way docs/ADOPTING.md says.
 adoption: setup
-	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv (a few minutes)"
+	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv, rasa-sdk 3.21 (a few minutes)"
 	@$(PY) -m tests.adoption
+
+adoption-sdk36: setup
+	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv, rasa-sdk 3.6 on Python 3.10"
+	@$(PY_OLD) -m tests.adoption
 
 bench: setup train services
 	@$(PY) -m tests.bench

@@ -53,13 +53,6 @@ def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
 def import_actions(bot: Path, package: str) -> None:
     """Import the bot's actions package the way rasa_sdk does, from the bot's folder."""
     imported_before = "mcp_bridge.rasa" in sys.modules
-    own_plugins = bot / "rasa_sdk_plugins" / "__init__.py"
-    if own_plugins.exists() and "mcp_bridge" not in own_plugins.read_text(encoding="utf-8"):
-        raise ConfigError(
-            f"{own_plugins}: the bot's own rasa_sdk_plugins package hides mcp_bridge's, so the action "
-            "server would start without the plugin's checks; register mcp_bridge.rasa.server in its "
-            "init_hooks"
-        )
     os.chdir(bot)
     sys.path.insert(0, str(bot))
     try:

@@ -14,12 +14,12 @@ import contextlib
 import functools
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 import jsonschema
-from exceptiongroup import BaseExceptionGroup
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -38,6 +38,9 @@ from mcp_bridge.errors import (
 )
 from mcp_bridge.results import ToolResult
 from mcp_bridge.transport import AiohttpTransport, Delivery
+
+if sys.version_info < (3, 11):  # a builtin from 3.11 on
+    from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
 

@@ -82,14 +82,14 @@ class Seal:
         self._secret = secret
 
     @classmethod
-    def ephemeral(cls) -> Seal:
-        """A key for this process only: a question asked before a restart, or by another replica,
-        cannot be confirmed after it. For tests and single-process trials."""
+    def ephemeral(cls, key: bytes | None = None) -> Seal:
+        """A key for this process (and its workers, which pass ``key`` on) only: a question asked
+        before a restart, or by another replica, cannot be confirmed after it. For tests and trials."""
         log.warning(
             "no confirmation secret configured: using one for this process only, so a question "
             "asked before a restart (or by another replica) cannot be confirmed after it"
         )
-        return cls(secrets.token_bytes(32))
+        return cls(key or secrets.token_bytes(32))
 
     def sign(self, pending: PendingConfirmation, conversation_id: str) -> PendingConfirmation:
         return replace(pending, mac=self._mac(pending, conversation_id))

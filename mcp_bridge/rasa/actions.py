@@ -8,6 +8,7 @@ The base classes are abstract, so rasa_sdk registers only the concrete actions.
 from __future__ import annotations
 
 import logging
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,9 @@ class SkillAction(ExecutorAction, ABC):
 
 # rasa_sdk finds actions through Action.__subclasses__(), which holds weak references: keep them.
 _SKILL_ACTIONS: dict[str, type[SkillAction]] = {}
+# The same classes by their class name: rasa-sdk 3.21 (Sanic 25) pickles the registered actions into
+# its worker processes, and pickle finds a class by its module and name (see ``__getattr__`` below).
+_BY_CLASS_NAME: dict[str, type[SkillAction]] = {}
 
 
 def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
@@ -103,7 +107,35 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
         action = document.get("action") or f"action_{skill_id}"
         if not isinstance(action, str) or action in _SKILL_ACTIONS:
             continue
-        class_name = "".join(part.capitalize() for part in action.split("_")) or "SkillAction_"
+        class_name = _class_name(action)
         attributes = {"action_name": action, "skill_id": skill_id, "__module__": __name__}
-        _SKILL_ACTIONS[action] = type(class_name, (SkillAction,), attributes)
+        cls = type(class_name, (SkillAction,), {**attributes, "__qualname__": class_name})
+        _SKILL_ACTIONS[action] = _BY_CLASS_NAME[class_name] = cls
     return dict(_SKILL_ACTIONS)
+
+
+def _class_name(action: str) -> str:
+    """A Python identifier for ``action`` that no other skill action of this process has."""
+    base = "".join(part.capitalize() for part in action.split("_") if part.isidentifier() or part.isalnum())
+    base = "".join(c for c in base if c.isalnum()) or "SkillAction"
+    if not base[0].isalpha():
+        base = f"Skill{base}"
+    name, n = base, 1
+    while name in _BY_CLASS_NAME or name in globals():
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def __getattr__(name: str) -> type[SkillAction]:
+    """A skill action class by name, defining the skill actions first if this process has none yet.
+
+    A worker process that unpickles rasa_sdk's action registry imports this module and looks the
+    classes up here; the skill files it reads are the ones the main process read (``SKILLS_DIR``).
+    """
+    if name not in _BY_CLASS_NAME and not name.startswith("__"):
+        serve_skills(os.environ.get("SKILLS_DIR", "skills"))
+    try:
+        return _BY_CLASS_NAME[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

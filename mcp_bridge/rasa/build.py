@@ -30,6 +30,10 @@ from mcp_bridge.tools import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
 
+# Without CONFIRMATION_SECRET, the action server's main process draws a key for itself and its worker
+# processes (mcp_bridge.rasa.server) and passes it on in this variable; it dies with them.
+PROCESS_SECRET = "MCP_BRIDGE_PROCESS_SECRET"
+
 
 def build_executor(env: Mapping[str, str] | None = None) -> Executor:
     """An executor from the files ``env`` names; raises ConfigError (file, place, reason)."""
@@ -72,7 +76,7 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         policy=policy,
         responses=responses,
         audit=audit,
-        seal=Seal(secret.encode()) if secret else Seal.ephemeral(),
+        seal=Seal(secret.encode()) if secret else Seal.ephemeral(_process_key(env)),
         reader=reader,
     )
     for skill in skills.values():
@@ -85,6 +89,13 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
 def executor() -> Executor:
     """This action server's executor, built once (see :func:`build_executor`)."""
     return build_executor()
+
+
+def _process_key(env: Mapping[str, str]) -> bytes | None:
+    try:
+        return bytes.fromhex(env.get(PROCESS_SECRET, "")) or None
+    except ValueError:
+        return None
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:

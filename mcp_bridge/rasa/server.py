@@ -1,7 +1,10 @@
 """What mcp_bridge adds to rasa_sdk's action server, through rasa_sdk's plugin hook.
 
-rasa_sdk calls :func:`attach_sanic_app_extensions` after it has imported the bot's actions and
-before it listens (``rasa_sdk_plugins.init_hooks`` registers this module). Here:
+Importing :mod:`mcp_bridge.rasa` (the bot's one import) registers this module with rasa_sdk's plugin
+manager (:func:`install`), so a bot with a ``rasa_sdk_plugins`` package of its own keeps every
+guarantee. rasa_sdk calls :func:`attach_sanic_app_extensions` after it has imported the bot's
+actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in each worker process
+(``ACTION_SERVER_SANIC_WORKERS``, and after each auto-reload), and the hook runs there too. Here:
 
 * the start-up checks: skills, endpoints, domain and word files are loaded now, and a bad one stops
   the server with the file, the place and the reason (exit status 2);
@@ -13,7 +16,13 @@ before it listens (``rasa_sdk_plugins.init_hooks`` registers this module). Here:
 * Prometheus metrics at /metrics (:mod:`mcp_bridge.metrics`), behind the token check;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
-* MCP sessions are closed when the server stops.
+* MCP sessions are closed when the server stops;
+* the worker processes share one confirmation key when no ``CONFIRMATION_SECRET`` is set (the main
+  process draws it), so a question asked by one worker can be confirmed by another, and they log
+  the way rasa_sdk's main process does.
+
+rasa-sdk 3.21's gRPC mode (``--grpc``) calls no plugin hook, binds every address and checks no
+credentials, so the plugin refuses to start there (:func:`refuse_grpc`).
 """
 
 from __future__ import annotations
@@ -22,7 +31,10 @@ import asyncio
 import hmac
 import logging
 import os
+import secrets
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import pluggy
 from sanic import Sanic, response
@@ -32,16 +44,53 @@ from sanic.response import HTTPResponse
 from mcp_bridge import metrics
 from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.rasa.build import executor
+from mcp_bridge.rasa.build import PROCESS_SECRET, executor
 
 hookimpl = pluggy.HookimplMarker("rasa_sdk")
 log = logging.getLogger(__name__)
 
+GRPC_REFUSAL = (
+    "mcp_bridge: not started: rasa_sdk's gRPC mode (--grpc) runs no plugin hook, so the action server "
+    "would listen on every address with no token check and no start-up checks, and a confirmation "
+    "could be answered by anyone who reaches the port. Serve the actions over HTTP (the same command "
+    "without --grpc; Rasa's action_endpoint then names http://.../webhook), which Rasa Pro also uses."
+)
+
+
+def install(argv: Sequence[str] | None = None) -> None:
+    """Register this module with rasa_sdk's plugin manager, once; refuse gRPC mode first.
+
+    Called when a bot's actions import :mod:`mcp_bridge.rasa`, which rasa_sdk does (in the main
+    process and in every worker) before it builds its app, so the hook below always runs.
+    """
+    refuse_grpc(sys.argv if argv is None else argv)
+    from rasa_sdk.plugin import plugin_manager
+
+    manager = plugin_manager()
+    this = sys.modules[__name__]
+    if not manager.is_registered(this):
+        manager.register(this)
+
+
+def refuse_grpc(argv: Sequence[str]) -> None:
+    if "--grpc" in argv[1:]:
+        print(GRPC_REFUSAL, file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
 
 @hookimpl
-def attach_sanic_app_extensions(app: Sanic) -> None:
+def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
+    in_worker = bool(os.environ.get("SANIC_WORKER_NAME"))
+    if in_worker and not logging.getLogger().handlers:
+        # rasa_sdk configures logging in its main process only; a spawned worker starts bare.
+        from rasa_sdk import utils
+
+        utils.configure_colored_logging(None)
     for noisy in ("sanic.access", "httpx2", "httpcore2", "httpx", "httpcore", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not os.environ.get("CONFIRMATION_SECRET") and not os.environ.get(PROCESS_SECRET):
+        # Drawn before the workers start (they inherit the environment), so all of them share it.
+        os.environ[PROCESS_SECRET] = secrets.token_hex(32)
     try:
         executor()
     except ConfigError as exc:
@@ -56,13 +105,13 @@ def attach_sanic_app_extensions(app: Sanic) -> None:
     metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 
-    async def close_mcp_sessions(app: Sanic, loop: asyncio.AbstractEventLoop) -> None:
+    async def close_mcp_sessions(app: Sanic[Any, Any], loop: asyncio.AbstractEventLoop) -> None:
         await executor().aclose()
 
     app.register_listener(close_mcp_sessions, "after_server_stop")
 
 
-def attribute_calls(app: Sanic) -> None:
+def attribute_calls(app: Sanic[Any, Any]) -> None:
     """Every tool call made while answering a webhook request is recorded under its conversation.
 
     Rasa names the conversation in the request body (``sender_id``). Request middleware runs in
@@ -82,7 +131,7 @@ def attribute_calls(app: Sanic) -> None:
         attribute_to(sender)
 
 
-def require_token(app: Sanic, token: str) -> None:
+def require_token(app: Sanic[Any, Any], token: str) -> None:
     @app.middleware("request")
     async def check_token(request: Request) -> HTTPResponse | None:
         if request.path == "/health":
