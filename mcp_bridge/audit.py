@@ -8,13 +8,16 @@ text ever being written down. Calls are attributed to the conversation being ser
 (:func:`serving`); the action server sets it for each webhook request it answers
 (:func:`mcp_bridge.rasa.server.attribute_calls`), so a call is attributed whichever action made it.
 
-Read it back with ``python -m mcp_bridge.audit PATH``. Observers (the metrics, say) see every entry
-as it is recorded, so whatever counts confirmations counts exactly what the trail says.
+Each entry names the process that wrote it (``pid``): an action server with several workers, or
+several replicas on one host, write to one trail. Read it back with
+``python -m mcp_bridge.audit PATH``. Observers (the metrics, say) see every entry as it is recorded,
+so whatever counts confirmations counts exactly what the trail says.
 """
 
 import hashlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -83,7 +86,7 @@ class AuditLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def record(self, **entry: Any) -> None:
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry}
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "pid": os.getpid(), **entry}
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True)
         log.info("audit %s", line)
         if self.path is not None:

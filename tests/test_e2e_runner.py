@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ from tests.support import procs
 
 E2E = procs.REPO_ROOT / "tests" / "e2e"
 FIXTURES = procs.REPO_ROOT / "tests" / "fixtures" / "e2e"
-MCP_BRIDGE = procs.REPO_ROOT / ".venv" / "bin" / "mcp-bridge"
+# The command of the venv running this (each end of the supported range has its own).
+MCP_BRIDGE = Path(sys.executable).parent / "mcp-bridge"
 
 pytestmark = pytest.mark.timeout(600)
 

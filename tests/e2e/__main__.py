@@ -24,7 +24,8 @@ from tests.support.procs import REPO_ROOT
 
 CASES = REPO_ROOT / "tests" / "e2e" / "cases"
 MCP_DOWN = REPO_ROOT / "tests" / "e2e" / "mcp_down"
-MCP_BRIDGE = REPO_ROOT / ".venv" / "bin" / "mcp-bridge"
+# The command of the venv running this (each end of the supported range has its own).
+MCP_BRIDGE = Path(sys.executable).parent / "mcp-bridge"
 
 
 def run_suite(stack: E2EStack, variant: Variant, paths: list[Path], label: str) -> int:
