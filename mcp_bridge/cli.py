@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mcp_bridge import catalogue, check, init
+from mcp_bridge import catalogue, check, grpc_command, init
 from mcp_bridge.e2e import command as e2e_command
 
 Command = Callable[[argparse.Namespace], int]
@@ -27,6 +27,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     init.register,
     check.register,
     catalogue.register,
+    grpc_command.register,  # mcp-bridge grpc
 ]
 
 

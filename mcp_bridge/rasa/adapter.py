@@ -29,7 +29,7 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
     }
     return Turn(
         conversation_id=str(tracker.sender_id),
-        slots=dict(tracker.slots),
+        slots={name: whole_numbers(value) for name, value in tracker.slots.items()},
         user_turn=sum(1 for event in tracker.events if event.get("event") == "user"),
         intent=intent.get("name"),
         intent_confidence=float(intent.get("confidence") or 0.0),
@@ -38,6 +38,22 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
         new_message=tracker.latest_action_name == "action_listen",
         loop_active=tracker.active_loop_name == CONFIRMATION_LOOP,
     )
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every integral float as an int, at any depth.
+
+    Over gRPC (rasa-sdk 3.21, Rasa Pro) slots travel as protobuf Structs, which carry every number as
+    a double: the contact id 7 that a question sealed comes back as 7.0. JSON over HTTP keeps 7.
+    Reading both as 7 keeps a sealed question's arguments, and its signature, the same either way.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
 
 
 def apply_decision(

@@ -22,7 +22,8 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
   the way rasa_sdk's main process does.
 
 rasa-sdk 3.21's gRPC mode (``--grpc``) calls no plugin hook, binds every address and checks no
-credentials, so the plugin refuses to start there (:func:`refuse_grpc`).
+credentials, so the plugin refuses to start there (:func:`refuse_grpc`); ``mcp-bridge grpc`` serves
+the same servicer with the checks (:mod:`mcp_bridge.rasa.grpc`).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ log = logging.getLogger(__name__)
 GRPC_REFUSAL = (
     "mcp_bridge: not started: rasa_sdk's gRPC mode (--grpc) runs no plugin hook, so the action server "
     "would listen on every address with no token check and no start-up checks, and a confirmation "
-    "could be answered by anyone who reaches the port. Serve the actions over HTTP (the same command "
-    "without --grpc; Rasa's action_endpoint then names http://.../webhook), which Rasa Pro also uses."
+    "could be answered by anyone who reaches the port. Serve the actions over gRPC with "
+    "`mcp-bridge grpc --actions actions` (the same servicer, with those checks), or over HTTP (the same "
+    "command without --grpc)."
 )
 
 

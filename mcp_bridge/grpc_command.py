@@ -1,0 +1,52 @@
+"""`mcp-bridge grpc`: the bot's actions over gRPC with the plugin's guarantees (rasa-sdk 3.21).
+
+The command only parses its arguments here; the server is :mod:`mcp_bridge.rasa.grpc`, imported when
+the command runs (it imports rasa_sdk and the bot's actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from mcp_bridge.errors import ConfigError
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "grpc",
+        help="serve the bot's actions over gRPC (rasa-sdk 3.21), with the token check and start-up checks",
+        description=(
+            "Serve the bot's actions over gRPC, as `python -m rasa_sdk --grpc` would, with the plugin's "
+            "start-up checks, 127.0.0.1 by default, ACTION_SERVER_TOKEN checked on every call "
+            "(metadata `authorization: Bearer ...`) and optional TLS client certificates. Run it from "
+            "the bot's folder."
+        ),
+    )
+    parser.add_argument("--actions", default="actions", help="the bot's actions package (default: actions)")
+    parser.add_argument(
+        "--port", type=int, default=None, help="port (default: ACTION_SERVER_PORT, else 5055)"
+    )
+    parser.add_argument("--ssl-certificate", help="the server's TLS certificate (PEM)")
+    parser.add_argument("--ssl-keyfile", help="its private key (PEM)")
+    parser.add_argument("--ssl-ca-file", help="require client certificates signed by this CA (PEM)")
+    parser.add_argument(
+        "--endpoints", default=None, help="endpoints file (default: ENDPOINTS, else endpoints.yml)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.port = args.port or int(os.environ.get("ACTION_SERVER_PORT") or 5055)
+    args.endpoints = args.endpoints or os.environ.get("ENDPOINTS", "endpoints.yml")
+    try:
+        from mcp_bridge.rasa.grpc import build_server
+
+        server = build_server(args)
+    except ConfigError as exc:
+        print(f"action server not started: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return asyncio.run(server.serve())
