@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import importlib
 import os
+import secrets
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +47,7 @@ def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
         else:
             env[name] = str(defaults[name] if name in defaults else domain_location(bot))
     env.setdefault("AUDIT_LOG", "")  # a check writes no audit trail
-    env.setdefault("CONFIRMATION_SECRET", "mcp-bridge-check")  # and seals nothing
+    env.setdefault("CONFIRMATION_SECRET", secrets.token_urlsafe(32))  # and seals nothing
     return env
 
 

@@ -44,9 +44,15 @@ def secret(var: Path, variable: str, file_name: str) -> str:
     path = var / file_name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(32))
     return path.read_text().strip()
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new file that is 0600 from the moment it exists (never readable by others)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
@@ -343,7 +349,7 @@ def action_server(
             "CRM_MCP_TOKEN": mcp_token,
             "AUDIT_LOG": str(audit_log) if audit_log else None,
             # Shared by every action server a test starts, as replicas of one deployment share it.
-            "CONFIRMATION_SECRET": "test-confirmation-secret",
+            "CONFIRMATION_SECRET": "test-only confirmation secret: 9f2c41d7e0b3a865",
             **(extra_env or {}),
         }
     )

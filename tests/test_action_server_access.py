@@ -157,3 +157,74 @@ def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) ->
     )
     assert result.returncode == 2
     assert "endpoints.yml" in result.stderr and "(crm)" in result.stderr and "CRM_MCP_TOKEN" in result.stderr
+
+
+# -- fail closed: start-up refusals -------------------------------------------------------------
+
+
+def start_up(endpoints: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m rasa_sdk --actions actions` with ``env``; returns once it exits (or is stopped)."""
+    variables = {
+        "ENDPOINTS": str(endpoints),
+        "CRM_MCP_TOKEN": TOKEN,
+        "ACTION_SERVER_PORT": str(procs.free_port()),
+    }
+    try:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rasa_sdk",
+                "--actions",
+                "actions",
+                "--port",
+                variables["ACTION_SERVER_PORT"],
+            ],
+            cwd=procs.REPO_ROOT,
+            env=procs.child_env({**variables, **env}),
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except subprocess.TimeoutExpired as running:  # it started: that is the answer
+        out = running.stdout.decode() if isinstance(running.stdout, bytes) else running.stdout or ""
+        err = running.stderr.decode() if isinstance(running.stderr, bytes) else running.stderr or ""
+        return subprocess.CompletedProcess(running.cmd, -1, out, err)
+
+
+def test_a_public_address_without_a_token_is_refused(endpoints: Path) -> None:
+    result = start_up(endpoints, ACTION_SERVER_HOST="0.0.0.0")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "ACTION_SERVER_HOST=0.0.0.0" in result.stderr and "ACTION_SERVER_TOKEN is not set" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("secret", "reason"),
+    [
+        ("change-me", "is 9 bytes long"),
+        ("x" * 31, "is 31 bytes long"),
+        ("change-me-change-me-change-me-change-me", "looks like a placeholder"),
+        ("a" * 64, "looks like a placeholder"),
+    ],
+)
+def test_a_weak_confirmation_secret_is_refused(endpoints: Path, secret: str, reason: str) -> None:
+    result = start_up(endpoints, CONFIRMATION_SECRET=secret)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"CONFIRMATION_SECRET {reason}" in result.stderr
+    assert secret not in result.stderr  # the value itself is never printed
+
+
+def test_the_development_flag_accepts_a_weak_secret_loudly(endpoints: Path) -> None:
+    result = start_up(endpoints, CONFIRMATION_SECRET="change-me", MCP_BRIDGE_DEVELOPMENT="1")
+    assert result.returncode == -1, result.stderr[-2000:]  # still running when stopped
+    output = result.stdout + result.stderr
+    assert "accepted only because MCP_BRIDGE_DEVELOPMENT=1" in output
+
+
+def test_generated_secret_files_are_private_and_long_enough(tmp_path: Path) -> None:
+    from scripts.services import secret
+
+    value = secret(tmp_path, "", "confirmation_secret")
+    path = tmp_path / "confirmation_secret"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert len(value.encode()) >= 32 and secret(tmp_path, "", "confirmation_secret") == value

@@ -68,7 +68,7 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         min_confidence=policy.min_confidence,
         deny_margin=policy.deny_margin,
     )
-    secret = env.get("CONFIRMATION_SECRET")
+    seal = confirmation_seal(env)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
     built = Executor(
         skills,
@@ -76,7 +76,7 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         policy=policy,
         responses=responses,
         audit=audit,
-        seal=Seal(secret.encode()) if secret else Seal.ephemeral(_process_key(env)),
+        seal=seal,
         reader=reader,
     )
     for skill in skills.values():
@@ -89,6 +89,48 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
 def executor() -> Executor:
     """This action server's executor, built once (see :func:`build_executor`)."""
     return build_executor()
+
+
+# Development only: accept a short or placeholder CONFIRMATION_SECRET (with a warning at every start).
+DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
+MIN_SECRET_BYTES = 32
+_PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
+
+
+def confirmation_seal(env: Mapping[str, str]) -> Seal:
+    """The seal for CONFIRMATION_SECRET; refuses a short or placeholder one (ConfigError).
+
+    Anyone who knows the secret can forge a question's seal, and so a "yes" to a call nobody asked
+    about: it must be long and random. Unset, the process draws one of its own (with a warning).
+    """
+    secret = env.get("CONFIRMATION_SECRET")
+    if not secret:
+        return Seal.ephemeral(_process_key(env))
+    weakness = _weakness(secret)
+    if weakness and env.get(DEVELOPMENT_FLAG) == "1":
+        log.warning(
+            "CONFIRMATION_SECRET %s; accepted only because %s=1 (never in production)",
+            weakness,
+            DEVELOPMENT_FLAG,
+        )
+    elif weakness:
+        raise ConfigError(
+            f"environment variable CONFIRMATION_SECRET {weakness}: anyone who can guess it can forge a "
+            "confirmation. Use at least 32 random bytes, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
+            f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
+        )
+    return Seal(secret.encode())
+
+
+def _weakness(secret: str) -> str | None:
+    size = len(secret.encode())
+    if size < MIN_SECRET_BYTES:
+        return f"is {size} bytes long, shorter than {MIN_SECRET_BYTES}"
+    lowered = secret.lower()
+    if any(word in lowered for word in _PLACEHOLDERS) or len(set(secret)) < 8:
+        return "looks like a placeholder, not a random value"
+    return None
 
 
 def _process_key(env: Mapping[str, str]) -> bytes | None:

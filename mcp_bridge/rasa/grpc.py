@@ -31,11 +31,9 @@ from typing import Any
 
 from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.rasa.server import LOOPBACK
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
-
 
 class GrpcActionServer:
     def __init__(self, servicer: Any, host: str, port: int, credentials: Any, token: str | None) -> None:

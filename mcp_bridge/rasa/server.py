@@ -59,6 +59,14 @@ GRPC_REFUSAL = (
 )
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+PUBLIC_WITHOUT_TOKEN = (
+    "ACTION_SERVER_HOST={host} is not a loopback address and ACTION_SERVER_TOKEN is not set: anyone "
+    "who reaches the port could post a conversation and answer its question. Set ACTION_SERVER_TOKEN "
+    "(and give Rasa the same value in endpoints.yml's action_endpoint), or listen on 127.0.0.1"
+)
+
+
 def install(argv: Sequence[str] | None = None) -> None:
     """Register this module with rasa_sdk's plugin manager, once; refuse gRPC mode first.
 
@@ -101,6 +109,13 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     host = os.environ.get("ACTION_SERVER_HOST") or os.environ.get("SANIC_HOST") or "127.0.0.1"
     os.environ["SANIC_HOST"] = host  # rasa_sdk reads it right after this hook
     token = os.environ.get("ACTION_SERVER_TOKEN") or None
+    if not token and host not in LOOPBACK:
+        print(
+            f"action server not started: {PUBLIC_WITHOUT_TOKEN.format(host=host)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(2)
     attribute_calls(app)
     if token:
         require_token(app, token)
