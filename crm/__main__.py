@@ -108,6 +108,9 @@ async def _serve_mcp(host: str, port: int) -> None:
         await tools.close_client()
 
 
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crm", description="The reference CRM and its MCP server")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_seed())
     if args.command == "rest":
         asyncio.run(_serve_rest(args.host, args.port))
+    elif args.host not in _LOOPBACK and not config.mcp_token():
+        print(
+            f"CRM MCP server not started: --host {args.host} is not a loopback address and CRM_MCP_TOKEN "
+            "is not set, so anyone who reaches the port could write notes. Set CRM_MCP_TOKEN (and give "
+            "the bridge the same value), or listen on 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
     else:
         # uvloop: the SDK's server path is many small tasks and stream hops, which the stdlib loop
         # makes about a tenth dearer in CPU per call (profiled; see README, Benchmarks).
