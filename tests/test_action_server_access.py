@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import procs
 
@@ -157,3 +158,28 @@ def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) ->
     )
     assert result.returncode == 2
     assert "endpoints.yml" in result.stderr and "(crm)" in result.stderr and "CRM_MCP_TOKEN" in result.stderr
+
+
+def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
+    tmp_path: Path, endpoints: Path
+) -> None:
+    document = yaml.safe_load(endpoints.read_text())
+    document["mcp_servers"][0]["tool_timout"] = 5
+    endpoints.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    result = subprocess.run(
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
+        cwd=procs.REPO_ROOT,
+        env=procs.child_env(
+            {
+                "ENDPOINTS": str(endpoints),
+                "CRM_MCP_TOKEN": TOKEN,
+                "ACTION_SERVER_PORT": str(procs.free_port()),
+            }
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in result.stderr
+    assert TOKEN not in result.stderr
