@@ -103,7 +103,7 @@ def check_meta_slots(servers: Mapping[str, MCPServerConfig], domain: str) -> Non
             if entry.slot not in slots:
                 raise ConfigError(
                     f"{server.where}: meta_map.from_slots[{index}].slot: {entry.slot!r} is not a slot of "
-                    f"the domain ({domain}), so _meta[{entry.param!r}] would always be null; add the slot "
+                    f"the domain ({domain}), so _meta[{entry.param!r}] would never be sent; add the slot "
                     "or fix its name"
                 )
 
