@@ -147,19 +147,6 @@ def test_invalid_skill_file_stops_start_up_with_file_and_reason(tmp_path: Path, 
     assert "utter_no_such_response" in result.stderr and "not defined in the domain" in result.stderr
 
 
-def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
-        cwd=procs.REPO_ROOT,
-        env=procs.child_env({"ENDPOINTS": str(endpoints), "ACTION_SERVER_PORT": str(procs.free_port())}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert "endpoints.yml" in result.stderr and "(crm)" in result.stderr and "CRM_MCP_TOKEN" in result.stderr
-
-
 def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
     tmp_path: Path, endpoints: Path
 ) -> None:
@@ -183,3 +170,16 @@ def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
     assert result.returncode == 2
     assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in result.stderr
     assert TOKEN not in result.stderr
+
+
+def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
+        cwd=procs.REPO_ROOT,
+        env=procs.child_env({"ENDPOINTS": str(endpoints), "ACTION_SERVER_PORT": str(procs.free_port())}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "endpoints.yml" in result.stderr and "(crm)" in result.stderr and "CRM_MCP_TOKEN" in result.stderr
