@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -153,7 +155,8 @@ def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
     document = yaml.safe_load(endpoints.read_text())
     document["mcp_servers"][0]["tool_timout"] = 5
     endpoints.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
-    result = subprocess.run(
+    # Its own session: if it wrongly starts, the server and its worker processes all go at the end.
+    process = subprocess.Popen(
         [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
         cwd=procs.REPO_ROOT,
         env=procs.child_env(
@@ -163,13 +166,20 @@ def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
                 "ACTION_SERVER_PORT": str(procs.free_port()),
             }
         ),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
+        start_new_session=True,
     )
-    assert result.returncode == 2
-    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in result.stderr
-    assert TOKEN not in result.stderr
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 2
+    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in stderr
+    assert TOKEN not in stderr
 
 
 def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:
