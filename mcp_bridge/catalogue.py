@@ -27,11 +27,22 @@ def server_config(server: str, bot: Path) -> MCPServerConfig:
     if server.startswith(("http://", "https://")):
         return MCPServerConfig(name=server, url=server, type=server.split(":", 1)[0])
     endpoints = os.environ.get("ENDPOINTS") or str(bot / "endpoints.yml")
-    servers = load_mcp_servers(endpoints)
+    # Only the server asked about must be usable: another one's unset token is no concern here.
+    servers = load_mcp_servers(endpoints, allow_unset=True)
     if server not in servers:
         known = ", ".join(sorted(servers)) or "none"
         raise ConfigError(f"{endpoints}: mcp_servers: no server named {server!r} (servers: {known})")
-    return servers[server]
+    config = servers[server]
+    if config.unset:
+        # This command talks to the server, so it needs the values the offline check can do without.
+        names = list(dict.fromkeys(name for _, name in config.unset))
+        example = " ".join(f"{name}=..." for name in names)
+        raise ConfigError(
+            f"{config.unset_message()}; this command connects to the server, so set "
+            f"{' and '.join(names)} first (e.g. `{example} mcp-bridge tools {server}`), "
+            "or give the server's URL instead of its name"
+        )
+    return config
 
 
 async def list_tools(config: MCPServerConfig) -> list[Tool]:

@@ -6,6 +6,10 @@ builds the executor from ``endpoints.yml``, ``skills/`` and the domain (ENDPOINT
 DOMAIN override them, as for the action server), and adds what only matters to Rasa: each skill's
 ``action:``, and the plugin's own actions, slot and intents, are in the domain.
 
+Offline, an MCP server's url, token or api_key may use a ``${VAR}`` that is not set: the check
+needs no server and no secret, so CI passes without them. It names the variables the action
+server will need (never their values); the action server and ``--live`` refuse an unset one.
+
 ``--live`` also asks each MCP server a skill uses, for each tool the skill imports: it exists, the
 step's arguments give every property its input schema requires and literal arguments satisfy it,
 and it publishes an output schema (a tool annotated ``-> dict`` sends text blocks only, and the
@@ -22,12 +26,13 @@ import importlib
 import os
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.init import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS, domain_location
@@ -177,7 +182,9 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
     # Only now: importing mcp_bridge.rasa serves the skills' actions, which the bot's import must do.
     from mcp_bridge.rasa.build import build_executor
 
-    executor = build_executor(env)
+    # Offline, a server's url or secret may come from a variable that only the action server's
+    # environment sets (CI has no such value): the file's shape is checked, the variable listed.
+    executor = build_executor(env, allow_unset=not live)
     try:
         check_domain(env["DOMAIN"], executor.skills)
         checked = 0
@@ -191,10 +198,19 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
     runtime = executor.tools.runtime
     servers = len(runtime.servers) if runtime is not None else 0
     mode = f"live: {checked} MCP tool(s) checked at their servers" if live else "offline"
-    return (
+    summary = (
         f"mcp-bridge check: ok: {len(executor.skills)} skill(s) ({skills}), {servers} MCP server(s), "
         f"{len(registered_local_tools())} local tool(s); {mode}"
     )
+    needed = needed_variables(runtime.servers.values() if runtime is not None else [], env)
+    return summary + (f"\nthe action server needs these environment variables: {needed}" if needed else "")
+
+
+def needed_variables(servers: Iterable[MCPServerConfig], env: Mapping[str, str]) -> str:
+    """The variables the servers' url, token and api_key need, and whether each is set here (never
+    its value)."""
+    names = dict.fromkeys(name for server in servers for name in server.variables)
+    return ", ".join(f"{name} ({'set' if env.get(name) is not None else 'not set'} here)" for name in names)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,3 +31,17 @@ def expand(value: str, env: Mapping[str, str]) -> str:
         raise UnsetVariableError(name)
 
     return _PATTERN.sub(replace, value)
+
+
+def required_variables(value: str) -> list[str]:
+    """The variables ``value`` cannot do without: each ``${VAR}`` without a ``:-default``, in order."""
+    names: list[str] = []
+    for match in _PATTERN.finditer(value):
+        if match.group(2) is None and match.group(1) not in names:
+            names.append(match.group(1))
+    return names
+
+
+def unset_variables(value: str, env: Mapping[str, str]) -> list[str]:
+    """The variables of ``value`` that :func:`expand` would find unset, in order."""
+    return [name for name in required_variables(value) if env.get(name) is None]

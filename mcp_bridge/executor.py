@@ -356,7 +356,7 @@ class Executor:
                         finish(skill, decision)
                     return
             result = await self._dispatch(
-                skill, step, arguments, turn, decision, confirmed if authorised else None
+                skill, step, arguments, slots, turn, decision, confirmed if authorised else None
             )
             if result is not None:
                 results.update(result.data)
@@ -411,15 +411,21 @@ class Executor:
         skill: Skill,
         step: Step,
         arguments: dict[str, Any],
+        slots: Mapping[str, Any],
         turn: Turn,
         decision: Decision,
         confirmed: PendingConfirmation | None,
     ) -> ToolResult | None:
-        """Resolve the name now (rule 5) and call it; a confirmed call exactly once (rule 3)."""
+        """Resolve the name now (rule 5) and call it; a confirmed call exactly once (rule 3).
+
+        ``slots`` are the conversation's slots as the run has them now (an MCP server's
+        ``meta_map.from_slots`` sends some of them in ``_meta``).
+        """
         result = None
         try:
             tool = self.tools.resolve(skill, step.execute_tool)
-            result = await call_exactly_once(tool, arguments, confirmed.id if confirmed else None)
+            key = confirmed.id if confirmed else None
+            result = await call_exactly_once(tool, arguments, key, slots=slots)
         except _FAILURES as exc:
             self._say_failure(skill, step, exc, turn, decision)
         if confirmed is not None:

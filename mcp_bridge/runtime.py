@@ -247,18 +247,24 @@ class MCPRuntime:
         timeout: float | None = None,
         *,
         meta: Mapping[str, Any] | None = None,
+        slots: Mapping[str, Any] | None = None,
     ) -> ToolResult:
-        """Validate, call once (see the retry rule above) and normalise the result."""
+        """Validate, call once (see the retry rule above) and normalise the result.
+
+        The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
+        read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
+        """
         server = self.server_for(skill_id, tool_name)
         config = self._servers[server]
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
         tool = await self.get_tool(skill_id, tool_name)
         validate_arguments(tool, args)
+        call_meta = {**config.call_meta(slots), **(meta or {})}
         for attempt in (1, 2):
             connection = await self._connection(server)
             result, failure, delivery = await connection.call_tool(
-                tool_name, args, timeout, dict(meta) if meta else None
+                tool_name, args, timeout, call_meta or None
             )
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
@@ -278,6 +284,10 @@ class MCPRuntime:
     async def _connection(self, server: str) -> _Connection:
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
+        unset = self._servers[server].unset_message()
+        if unset is not None:
+            # Read for the offline check only: its url or secret is not known, so nothing is sent.
+            raise ServerUnavailableError(unset)
         connection = self._connections.get(server)
         if connection is not None and connection.alive:
             return connection

@@ -59,7 +59,16 @@ class Tool(Protocol):
         """True when the tool may run unconfirmed if no skill constrains it."""
         ...
 
-    async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult: ...
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None,
+        slots: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
+        """Run the tool. ``slots`` are the conversation's slot values at the call: an MCP server's
+        ``meta_map.from_slots`` sends some of them in ``_meta``; a local tool gets none of them."""
+        ...
 
 
 # -- local tools -----------------------------------------------------------------------------
@@ -118,7 +127,13 @@ class LocalTool:
         return True  # the bot's own code: confirmed only when a skill says so
 
     @timed_tool_call
-    async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None,
+        slots: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
         validate_against_schema(self.name, local_input_schema(self.function), dict(arguments))
         kwargs = dict(arguments)
         if idempotency_key is not None and _takes_idempotency_key(self.function):
@@ -148,9 +163,15 @@ class MCPTool:
         return await self.runtime.is_trusted_read_only(self.skill_id, self.name)
 
     @timed_tool_call
-    async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None,
+        slots: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
         meta = {"idempotency_key": idempotency_key} if idempotency_key else None
-        return await self.runtime.invoke(self.skill_id, self.name, arguments, meta=meta)
+        return await self.runtime.invoke(self.skill_id, self.name, arguments, meta=meta, slots=slots)
 
 
 # -- resolution ------------------------------------------------------------------------------
@@ -178,9 +199,15 @@ class RecordedTool:
     async def trusted_read_only(self) -> bool:
         return await self.tool.trusted_read_only()
 
-    async def call(self, arguments: Mapping[str, Any], *, idempotency_key: str | None) -> ToolResult:
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None,
+        slots: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
         try:
-            result = await self.tool.call(arguments, idempotency_key=idempotency_key)
+            result = await self.tool.call(arguments, idempotency_key=idempotency_key, slots=slots)
         except ToolCallError as exc:
             self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", exc.may_have_run)
             raise
@@ -247,7 +274,11 @@ async def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
 
 
 async def call_exactly_once(
-    tool: Tool, arguments: Mapping[str, Any], idempotency_key: str | None
+    tool: Tool,
+    arguments: Mapping[str, Any],
+    idempotency_key: str | None,
+    *,
+    slots: Mapping[str, Any] | None = None,
 ) -> ToolResult:
     """Call ``tool``; with a key, repeat once when the outcome is unknown, under the same key.
 
@@ -255,7 +286,7 @@ async def call_exactly_once(
     fails too leaves the outcome unknown, never "nothing happened".
     """
     try:
-        return await tool.call(arguments, idempotency_key=idempotency_key)
+        return await tool.call(arguments, idempotency_key=idempotency_key, slots=slots)
     except ToolCallError as first:
         if not (first.may_have_run and idempotency_key):
             raise
@@ -263,6 +294,6 @@ async def call_exactly_once(
             "outcome of %s unknown (%s); repeating once with the same idempotency key", tool.name, first
         )
         try:
-            return await tool.call(arguments, idempotency_key=idempotency_key)
+            return await tool.call(arguments, idempotency_key=idempotency_key, slots=slots)
         except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as again:
             raise OutcomeUnknownError(f"{first}; the repeat failed too: {again}") from None

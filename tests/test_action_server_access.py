@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -10,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import procs
 
@@ -144,6 +147,39 @@ def test_invalid_skill_file_stops_start_up_with_file_and_reason(tmp_path: Path, 
     assert "log_interaction.yml" in result.stderr
     assert "tool_constraints[0].add_timeline_note.requires_confirmation.utter_on_user_denial" in result.stderr
     assert "utter_no_such_response" in result.stderr and "not defined in the domain" in result.stderr
+
+
+def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
+    tmp_path: Path, endpoints: Path
+) -> None:
+    document = yaml.safe_load(endpoints.read_text())
+    document["mcp_servers"][0]["tool_timout"] = 5
+    endpoints.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    # Its own session: if it wrongly starts, the server and its worker processes all go at the end.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
+        cwd=procs.REPO_ROOT,
+        env=procs.child_env(
+            {
+                "ENDPOINTS": str(endpoints),
+                "CRM_MCP_TOKEN": TOKEN,
+                "ACTION_SERVER_PORT": str(procs.free_port()),
+            }
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 2
+    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in stderr
+    assert TOKEN not in stderr
 
 
 def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:

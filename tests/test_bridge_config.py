@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.config import MCPServerConfig, load_mcp_servers, parse_mcp_servers
+from mcp_bridge.config import MCPServerConfig, SlotMeta, load_mcp_servers, parse_mcp_servers
 from mcp_bridge.envsubst import UnsetVariableError, expand
 from mcp_bridge.errors import ConfigError
 
@@ -323,11 +323,15 @@ def test_unknown_field(tmp_path: Path) -> None:
           - name: crm
             url: "http://a/mcp"
             type: http
-            token: abc
+            tokn: abc
             header: x
         """,
     )
-    assert load_error(path) == f"{path}: mcp_servers[0] (crm): unknown field(s) header, token"
+    assert load_error(path) == (
+        f"{path}: mcp_servers[0] (crm): unknown key(s) 'tokn', 'header'; a server takes name, url, type, "
+        "token, api_key, header_name, header_format, tool_timeout, meta_map (Rasa Pro's) and trusted, "
+        "timeout (the bridge's)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -442,7 +446,7 @@ def test_non_string_key_is_a_config_error(tmp_path: Path, key: str) -> None:
         """,
     )
     message = load_error(path)
-    assert message.startswith(f"{path}: mcp_servers[0] (crm): unknown field")
+    assert message.startswith(f"{path}: mcp_servers[0] (crm): unknown key(s) ")
 
 
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
@@ -522,3 +526,370 @@ def test_expand_unset_variable_raises_with_name() -> None:
 
 def test_expand_value_is_not_expanded_again() -> None:
     assert expand("${A}", {"A": "${B}", "B": "nested"}) == "${B}"
+
+
+# --- Rasa Pro's keys: token, api_key with header_name / header_format, tool_timeout, meta_map -------
+
+SERVER = 'mcp_servers:\n  - name: crm\n    url: "http://a/mcp"\n    type: http\n'
+
+
+def server_with(tmp_path: Path, keys: str) -> Path:
+    """An endpoints.yml whose one server has ``keys`` (YAML lines, dedented) besides name/url/type."""
+    return write(tmp_path, SERVER + textwrap.indent(textwrap.dedent(keys).strip(), "    ") + "\n")
+
+
+def crm_with(tmp_path: Path, keys: str, env: dict[str, str] | None = None) -> MCPServerConfig:
+    return load_mcp_servers(server_with(tmp_path, keys), env={} if env is None else env)["crm"]
+
+
+def test_token_is_sent_as_a_bearer_token(tmp_path: Path) -> None:
+    crm = crm_with(tmp_path, 'token: "${TOKEN}"', {"TOKEN": SECRET})
+    assert crm.token == SECRET and crm.api_key is None
+    assert crm.headers() == {"Authorization": f"Bearer {SECRET}"}
+
+
+def test_api_key_defaults_are_rasa_pros(tmp_path: Path) -> None:
+    """Without header_name and header_format an api_key is a bearer token, as in Rasa Pro."""
+    crm = crm_with(tmp_path, 'api_key: "${KEY}"', {"KEY": SECRET})
+    assert (crm.header_name, crm.header_format) == ("Authorization", "Bearer {key}")
+    assert crm.headers() == {"Authorization": f"Bearer {SECRET}"}
+
+
+@pytest.mark.parametrize(
+    ("keys", "headers"),
+    [
+        ("header_name: X-API-Key", {"X-API-Key": f"Bearer {SECRET}"}),
+        ('header_name: X-API-Key\nheader_format: "{key}"', {"X-API-Key": SECRET}),
+        ('header_format: "Token {key}"', {"Authorization": f"Token {SECRET}"}),
+        (
+            'header_format: "Key={key}; {{literal braces}}"',
+            {"Authorization": f"Key={SECRET}; {{literal braces}}"},
+        ),
+    ],
+    ids=["header_name", "name-and-bare-format", "format", "escaped-braces"],
+)
+def test_api_key_with_header_name_and_format(tmp_path: Path, keys: str, headers: dict[str, str]) -> None:
+    crm = crm_with(tmp_path, f'api_key: "${{KEY}}"\n{keys}', {"KEY": SECRET})
+    assert crm.headers() == headers
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("3", 3.0), ("0.25", 0.25), ("120", 120.0)])
+def test_tool_timeout_is_the_calls_timeout_in_seconds(tmp_path: Path, value: str, seconds: float) -> None:
+    crm = crm_with(tmp_path, f"tool_timeout: {value}")
+    assert crm.timeout == seconds and isinstance(crm.timeout, float)
+
+
+def test_meta_map_static_and_from_slots(tmp_path: Path) -> None:
+    crm = crm_with(
+        tmp_path,
+        """
+        meta_map:
+          static: {source: rasa, api_version: "2"}
+          from_slots:
+            - {slot: user_id, param: user}
+            - slot: tenant
+              param: tenant_id
+        """,
+    )
+    assert crm.meta_static == (("source", "rasa"), ("api_version", "2"))
+    assert crm.meta_from_slots == (SlotMeta("user_id", "user"), SlotMeta("tenant", "tenant_id"))
+    slots = {"user_id": "u-1", "tenant": "acme", "other": "x"}
+    assert crm.call_meta(slots) == {"source": "rasa", "api_version": "2", "user": "u-1", "tenant_id": "acme"}
+    assert crm.call_meta({"user_id": None}) == {"source": "rasa", "api_version": "2"}
+    assert crm.call_meta(None) == {"source": "rasa", "api_version": "2"}
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        "meta_map:",
+        "meta_map: {}",
+        "meta_map: {static: {}}",
+        "meta_map: {from_slots: []}",
+        "meta_map: {static: null}",
+    ],
+)
+def test_an_empty_meta_map_sends_nothing(tmp_path: Path, keys: str) -> None:
+    """Rasa Pro accepts these too (every part of meta_map is optional)."""
+    crm = crm_with(tmp_path, keys)
+    assert crm.call_meta({"user_id": "u-1"}) == {}
+
+
+def test_every_key_together(tmp_path: Path) -> None:
+    crm = crm_with(
+        tmp_path,
+        """
+        api_key: "${KEY}"
+        header_name: X-API-Key
+        header_format: "{key}"
+        tool_timeout: 4
+        meta_map: {static: {source: rasa}, from_slots: [{slot: user_id, param: user}]}
+        trusted: true
+        """,
+        {"KEY": SECRET},
+    )
+    assert crm.timeout == 4.0 and crm.trusted
+    assert crm.headers() == {"X-API-Key": SECRET}
+    assert SECRET not in repr(crm)
+
+
+# Each: the server's keys, and the message after "<file>: mcp_servers[0] (crm): ".
+REFUSED = {
+    # token and api_key: non-empty strings, one of them
+    "token-not-a-string": ("token: 12345", "'token' must be a string"),
+    "token-empty": ('token: ""', "'token' is empty"),
+    "token-blank": ('token: "  "', "'token' is empty"),
+    "token-null": ("token:", "'token' is empty"),
+    "token-line-break": (
+        'token: "abc\\r\\nX-Evil: 1"',
+        "'token' contains a control character (a line break?), which no HTTP header can carry",
+    ),
+    "api_key-null": ("api_key:", "'api_key' is empty"),
+    "api_key-line-break": (
+        'api_key: "abc\\nd"',
+        "'api_key' contains a control character (a line break?), which no HTTP header can carry",
+    ),
+    "token-and-api_key": (
+        'token: "a"\napi_key: "b"',
+        "'token' and 'api_key' are two ways to authenticate; give one (a token is sent as "
+        "'Authorization: Bearer <token>'; an api_key as header_name / header_format say)",
+    ),
+    # header_name
+    "header_name-without-api_key": (
+        "header_name: X-API-Key",
+        "'header_name' only goes with 'api_key': it says how the api_key is sent, and there is no api_key",
+    ),
+    "header_name-with-token": (
+        'token: "t"\nheader_name: X-API-Key',
+        "'header_name' only goes with 'api_key': a token is always sent as 'Authorization: Bearer <token>'; "
+        "use api_key to choose the header",
+    ),
+    "header_name-not-a-string": ('api_key: "k"\nheader_name: 5', "'header_name' must be a string"),
+    "header_name-empty": ('api_key: "k"\nheader_name: ""', "'header_name' is empty"),
+    "header_name-not-a-header": (
+        'api_key: "k"\nheader_name: "X API Key"',
+        "'header_name' must be an HTTP header name (letters, digits, '-'), not 'X API Key'",
+    ),
+    "header_name-of-the-transport": (
+        'api_key: "k"\nheader_name: Content-Type',
+        "'header_name': 'Content-Type' is set by the MCP transport itself; choose another header",
+    ),
+    "header_name-variable": (
+        'api_key: "k"\nheader_name: "${HEADER}"',
+        "'header_name' is sent as written: ${...} is expanded only in url, token and api_key",
+    ),
+    # header_format
+    "header_format-without-api_key": (
+        'header_format: "{key}"',
+        "'header_format' only goes with 'api_key': it says how the api_key is sent, and there is no api_key",
+    ),
+    "header_format-not-a-string": ('api_key: "k"\nheader_format: 5', "'header_format' must be a string"),
+    "header_format-empty": ('api_key: "k"\nheader_format: ""', "'header_format' is empty"),
+    **{
+        f"header_format-{name}": (
+            f"api_key: \"k\"\nheader_format: '{value}'",
+            "'header_format' must contain {key}, where the api_key goes, and no other {...} (write {{ or }} "
+            f"for a brace), not {value!r}",
+        )
+        for name, value in [
+            ("without-key", "Bearer"),
+            ("other-field", "Bearer {token}"),
+            ("key-and-other", "{key} {user}"),
+            ("conversion", "{key!r}"),
+            ("format-spec", "{key:>40}"),
+            ("attribute", "{key.upper}"),
+            ("positional", "Bearer {}"),
+            ("lone-brace", "Bearer {key"),
+        ]
+    },
+    # tool_timeout, and the bridge's timeout
+    **{
+        f"tool_timeout-{name}": (
+            f"tool_timeout: {value}",
+            "'tool_timeout' must be a positive number of seconds",
+        )
+        for name, value in [
+            ("zero", "0"),
+            ("negative", "-1"),
+            ("bool", "true"),
+            ("text", '"10"'),
+            ("nan", ".nan"),
+            ("inf", ".inf"),
+            ("null", ""),
+        ]
+    },
+    "tool_timeout-and-timeout": (
+        "tool_timeout: 5\ntimeout: 5",
+        "'tool_timeout' (Rasa Pro's name) and 'timeout' (the bridge's) are the same setting; "
+        "keep tool_timeout",
+    ),
+    # meta_map
+    "meta_map-text": ("meta_map: user_id", "'meta_map' must be a mapping with static and/or from_slots"),
+    "meta_map-list": ("meta_map: [static]", "'meta_map' must be a mapping with static and/or from_slots"),
+    "meta_map-unknown-key": (
+        "meta_map: {static: {a: b}, dynamic: {}}",
+        "meta_map: unknown key(s) 'dynamic'; it takes static and from_slots",
+    ),
+    "static-list": ("meta_map: {static: [a, b]}", "meta_map.static must be a mapping of _meta keys to texts"),
+    "static-value-number": (
+        "meta_map: {static: {api_version: 2}}",
+        "meta_map.static.api_version must be a string",
+    ),
+    "static-value-empty": ('meta_map: {static: {source: ""}}', "meta_map.static.source is empty"),
+    "static-value-null": ("meta_map: {static: {source: }}", "meta_map.static.source must be a string"),
+    "static-value-variable": (
+        'meta_map: {static: {source: "${SOURCE}"}}',
+        "meta_map.static.source is sent as written: ${...} is expanded only in url, token and api_key",
+    ),
+    "static-key-empty": (
+        'meta_map: {static: {"": x}}',
+        "meta_map.static. (its key) must be a non-empty string",
+    ),
+    "static-key-number": (
+        "meta_map: {static: {1: x}}",
+        "meta_map.static.1 (its key) must be a non-empty string",
+    ),
+    "static-idempotency_key": (
+        "meta_map: {static: {idempotency_key: x}}",
+        "meta_map.static.idempotency_key (its key): 'idempotency_key' is reserved: the bridge sends a "
+        "confirmed write's idempotency key under it",
+    ),
+    "static-progressToken": (
+        "meta_map: {static: {progressToken: x}}",
+        "meta_map.static.progressToken (its key): 'progressToken' is reserved: MCP's own progress token "
+        "goes there",
+    ),
+    "from_slots-mapping": (
+        "meta_map: {from_slots: {user_id: user}}",
+        "meta_map.from_slots must be a list of {slot: ..., param: ...}",
+    ),
+    "from_slots-entry-text": (
+        "meta_map: {from_slots: [user_id]}",
+        "meta_map.from_slots[0] must be a mapping {slot: <slot name>, param: <_meta key>}",
+    ),
+    "from_slots-missing-param": (
+        "meta_map: {from_slots: [{slot: user_id}]}",
+        "meta_map.from_slots[0]: missing 'param'",
+    ),
+    "from_slots-missing-slot": (
+        "meta_map: {from_slots: [{param: user}]}",
+        "meta_map.from_slots[0]: missing 'slot'",
+    ),
+    "from_slots-unknown-key": (
+        "meta_map: {from_slots: [{slot: user_id, param: user, default: x}]}",
+        "meta_map.from_slots[0]: unknown key(s) 'default'; it takes slot and param",
+    ),
+    "from_slots-slot-empty": (
+        'meta_map: {from_slots: [{slot: "", param: user}]}',
+        "meta_map.from_slots[0].slot must be a non-empty string",
+    ),
+    "from_slots-slot-number": (
+        "meta_map: {from_slots: [{slot: 5, param: user}]}",
+        "meta_map.from_slots[0].slot must be a non-empty string",
+    ),
+    "from_slots-param-empty": (
+        'meta_map: {from_slots: [{slot: user_id, param: " "}]}',
+        "meta_map.from_slots[0].param must be a non-empty string",
+    ),
+    "from_slots-param-twice": (
+        "meta_map: {from_slots: [{slot: a, param: user}, {slot: b, param: user}]}",
+        "meta_map.from_slots[1].param: 'user' is already sent by meta_map.from_slots[0].param",
+    ),
+    "from_slots-param-also-static": (
+        "meta_map: {static: {user: x}, from_slots: [{slot: user_id, param: user}]}",
+        "meta_map.from_slots[0].param: 'user' is already sent by meta_map.static.user (its key)",
+    ),
+    "from_slots-param-idempotency_key": (
+        "meta_map: {from_slots: [{slot: user_id, param: idempotency_key}]}",
+        "meta_map.from_slots[0].param: 'idempotency_key' is reserved: the bridge sends a confirmed write's "
+        "idempotency key under it",
+    ),
+    # Rasa Pro's keys the bridge does not do
+    "oauth": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token'}",
+        "oauth: Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
+    ),
+    "module": (
+        "module: my.Auth",
+        "module: Rasa Pro's custom authentication class is not supported; use token or api_key",
+    ),
+    "pre_call_hook": (
+        "pre_call_hook: my.hook",
+        "pre_call_hook: Rasa Pro's call-time credential hook is not supported; use meta_map for _meta",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_bad_value_is_refused_naming_file_server_and_key(tmp_path: Path, case: str) -> None:
+    keys, reason = REFUSED[case]
+    path = server_with(tmp_path, keys)
+    assert (
+        load_error(path, env={"SOURCE": "x", "HEADER": "X-Key"}) == f"{path}: mcp_servers[0] (crm): {reason}"
+    )
+
+
+@pytest.mark.parametrize("key", ["token", "api_key"])
+def test_a_secret_is_not_in_the_message_about_it(tmp_path: Path, key: str) -> None:
+    message = load_error(server_with(tmp_path, f'{key}: "${{S}}"'), env={"S": SECRET + "\n"})
+    assert "control character" in message and SECRET not in message
+    message = load_error(server_with(tmp_path, f'{key}: "${{S}}"\ntool_timeout: 0'), env={"S": SECRET})
+    assert "tool_timeout" in message and SECRET not in message
+
+
+def test_token_not_in_repr(tmp_path: Path) -> None:
+    crm = crm_with(tmp_path, 'token: "${T}"', {"T": SECRET})
+    assert SECRET not in repr(crm) and "token=" not in repr(crm)
+
+
+# --- unset variables: the offline check reads the shape, the action server needs the values ------
+
+
+def test_unset_token_names_file_server_and_variable(tmp_path: Path) -> None:
+    path = server_with(tmp_path, 'token: "${CRM_TOKEN}"')
+    assert load_error(path) == (
+        f"{path}: mcp_servers[0] (crm): 'token' uses ${{CRM_TOKEN}}, but the environment variable CRM_TOKEN "
+        "is not set"
+    )
+
+
+def test_allow_unset_reads_the_shape_and_records_the_variables(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        mcp_servers:
+          - name: crm
+            url: "https://${CRM_HOST}/mcp"
+            type: https
+            api_key: "${CRM_KEY}"
+            header_name: X-API-Key
+          - name: notes
+            url: "${NOTES_URL:-http://127.0.0.1:9000/mcp}"
+            type: http
+            token: "${NOTES_TOKEN}"
+        """,
+    )
+    servers = load_mcp_servers(path, env={"NOTES_TOKEN": SECRET}, allow_unset=True)
+    crm, notes = servers["crm"], servers["notes"]
+    assert crm.url == "https://${CRM_HOST}/mcp" and crm.api_key is None and crm.headers() == {}
+    assert crm.variables == ("CRM_HOST", "CRM_KEY")
+    assert crm.unset == (("url", "CRM_HOST"), ("api_key", "CRM_KEY"))
+    assert crm.unset_message() == (
+        f"{path}: mcp_servers[0] (crm): 'url' uses ${{CRM_HOST}}, but the environment variable CRM_HOST "
+        "is not set"
+    )
+    with pytest.raises(ConfigError, match="CRM_HOST"):
+        crm.require_values()
+    assert notes.variables == ("NOTES_TOKEN",) and notes.unset == () and notes.unset_message() is None
+    assert notes.token == SECRET
+    # Without allow_unset, the first unset variable stops the start.
+    assert load_error(path, env={"NOTES_TOKEN": SECRET}) == crm.unset_message()
+
+
+def test_allow_unset_still_checks_everything_else(tmp_path: Path) -> None:
+    path = server_with(tmp_path, 'token: "${T}"\nheader_name: X-Key')
+    with pytest.raises(ConfigError, match="'header_name' only goes with 'api_key'"):
+        load_mcp_servers(path, env={}, allow_unset=True)
+    path = write(tmp_path, 'mcp_servers:\n  - {name: crm, url: "${URL}", type: "${TYPE}"}\n')
+    with pytest.raises(ConfigError, match=r"'type' uses \$\{TYPE\}"):
+        load_mcp_servers(path, env={}, allow_unset=True)

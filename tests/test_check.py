@@ -7,6 +7,7 @@ file, the place and the reason; `--live` asks real MCP servers (tests/fixtures/)
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,13 +20,19 @@ from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
 OFFLINE_URL = "http://127.0.0.1:9/mcp"  # never contacted offline
 
 
-@pytest.fixture
-def bot(tmp_path: Path) -> Path:
-    bot = starter_bot(tmp_path / "bot")
+@pytest.fixture(scope="module")
+def initialised_bot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bot = starter_bot(tmp_path_factory.mktemp("initialised") / "bot")
     assert mcp_bridge("init", cwd=bot).returncode == 0
     add_reminder_skill(bot)
     assert mcp_bridge("init", cwd=bot).returncode == 0  # adds the skill's action to the domain
     return bot
+
+
+@pytest.fixture
+def bot(initialised_bot: Path, tmp_path: Path) -> Path:
+    """A copy of the initialised bot, for one test to change (init runs once per module)."""
+    return Path(shutil.copytree(initialised_bot, tmp_path / "bot"))
 
 
 @pytest.fixture(scope="module")
@@ -192,13 +199,106 @@ def test_each_mistake_fails_with_file_place_and_reason(bot: Path, mistake: str) 
     assert "Traceback" not in output
 
 
-def test_an_unset_variable_in_endpoints_fails(bot: Path) -> None:
+def test_offline_needs_no_server_url_or_secret_and_names_what_the_action_server_needs(bot: Path) -> None:
+    """CI has no server and no secret: the offline check reads the file's shape and lists the variables."""
+    edit(bot / "endpoints.yml", "    type: http\n", '    type: http\n    token: "${REMINDERS_MCP_TOKEN}"\n')
     code, output = check(bot, url=None)
+    assert code == 0, output
+    assert "; offline" in output
+    assert (
+        "the action server needs these environment variables: REMINDERS_MCP_URL (not set here), "
+        "REMINDERS_MCP_TOKEN (not set here)"
+    ) in output
+    code, output = check(bot, REMINDERS_MCP_TOKEN="s3cret-value")
+    assert code == 0, output
+    assert "REMINDERS_MCP_URL (set here), REMINDERS_MCP_TOKEN (set here)" in output
+    assert "s3cret-value" not in output and OFFLINE_URL not in output
+
+
+def test_live_refuses_an_unset_variable_naming_file_server_and_variable(bot: Path) -> None:
+    code, output = check(bot, "--live", url=None)
     assert code == 1
     assert (
         "endpoints.yml: mcp_servers[0] (reminders): 'url' uses ${REMINDERS_MCP_URL}, but the environment "
         "variable REMINDERS_MCP_URL is not set"
     ) in output
+
+
+def test_offline_still_checks_the_shape_of_a_url_it_can_expand(bot: Path) -> None:
+    code, output = check(bot, url="ftp://127.0.0.1/mcp")
+    assert code == 1
+    assert "mcp_servers[0] (reminders): url must be an http or https URL, got 'ftp://127.0.0.1/mcp'" in output
+
+
+# Each key of a server once through the command: the keys to add, and what the command must say
+# after "endpoints.yml: mcp_servers[0] (reminders): " (tests/test_bridge_config.py has every case).
+SERVER_KEYS: dict[str, tuple[str, str]] = {
+    "unknown key": ("tool_timout: 5", "unknown key(s) 'tool_timout'; a server takes name, url, type, token"),
+    "token: a number": ("token: 12345", "'token' must be a string"),
+    "api_key: empty": ('api_key: ""', "'api_key' is empty"),
+    "header_name without api_key": ("header_name: X-API-Key", "'header_name' only goes with 'api_key'"),
+    "header_format without {key}": (
+        'api_key: "k"\nheader_format: "Bearer"',
+        "'header_format' must contain {key}, where the api_key goes",
+    ),
+    "tool_timeout: text": ('tool_timeout: "30"', "'tool_timeout' must be a positive number of seconds"),
+    "meta_map: unknown key": ("meta_map: {dynamic: {}}", "meta_map: unknown key(s) 'dynamic'"),
+    "meta_map.static: a number": (
+        "meta_map: {static: {version: 2}}",
+        "meta_map.static.version must be a string",
+    ),
+    "meta_map.static: empty": ('meta_map: {static: {source: ""}}', "meta_map.static.source is empty"),
+    "meta_map.from_slots: no param": (
+        "meta_map: {from_slots: [{slot: reminder_text}]}",
+        "meta_map.from_slots[0]: missing 'param'",
+    ),
+    "oauth": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth.example.com/token'}",
+        "oauth: Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
+    ),
+}
+
+
+def add_server_keys(bot: Path, keys: str) -> None:
+    lines = "".join(f"    {line}\n" for line in keys.splitlines())
+    edit(bot / "endpoints.yml", "    type: http\n", "    type: http\n" + lines)
+
+
+@pytest.mark.parametrize("case", list(SERVER_KEYS))
+def test_each_server_key_is_checked_naming_file_place_and_key(bot: Path, case: str) -> None:
+    keys, message = SERVER_KEYS[case]
+    add_server_keys(bot, keys)
+    code, output = check(bot)
+    assert code == 1, output
+    assert f"endpoints.yml: mcp_servers[0] (reminders): {message}" in output
+    assert "Traceback" not in output
+
+
+def test_every_rasa_pro_key_with_good_values_passes(bot: Path) -> None:
+    add_server_keys(
+        bot,
+        'api_key: "${REMINDERS_MCP_KEY}"\n'
+        "header_name: X-API-Key\n"
+        'header_format: "Key {key}"\n'
+        "tool_timeout: 30\n"
+        "meta_map:\n"
+        "  static: {source: rasa, api_version: '2'}\n"
+        "  from_slots: [{slot: reminder_text, param: reminder}]",
+    )
+    code, output = check(bot)
+    assert code == 0, output
+    assert "REMINDERS_MCP_URL (set here), REMINDERS_MCP_KEY (not set here)" in output
+
+
+def test_a_slot_the_domain_does_not_have_is_refused(bot: Path) -> None:
+    add_server_keys(bot, "meta_map: {from_slots: [{slot: user_id, param: user}]}")
+    code, output = check(bot)
+    assert code == 1
+    assert (
+        "endpoints.yml: mcp_servers[0] (reminders): meta_map.from_slots[0].slot: 'user_id' is not a slot of "
+        "the domain"
+    ) in output
+    assert "add the slot or fix its name" in output
 
 
 def test_a_bad_word_file_fails(bot: Path) -> None:
@@ -280,3 +380,29 @@ def test_tools_lists_a_servers_tools_with_hints(bot: Path, reminders_mcp: str, p
     unknown = mcp_bridge("tools", "calendar", cwd=bot, env={"REMINDERS_MCP_URL": reminders_mcp})
     assert unknown.returncode == 1
     assert "mcp_servers: no server named 'calendar' (servers: reminders)" in unknown.stderr
+
+
+def test_tools_says_which_variable_to_set(bot: Path) -> None:
+    result = mcp_bridge("tools", "reminders", cwd=bot, env={"REMINDERS_MCP_URL": None})
+    assert result.returncode == 1
+    assert (
+        "endpoints.yml: mcp_servers[0] (reminders): 'url' uses ${REMINDERS_MCP_URL}, but the environment "
+        "variable REMINDERS_MCP_URL is not set; this command connects to the server, so set "
+        "REMINDERS_MCP_URL first (e.g. `REMINDERS_MCP_URL=... mcp-bridge tools reminders`), or give the "
+        "server's URL instead of its name"
+    ) in result.stderr
+
+
+def test_tools_needs_only_the_variables_of_the_server_it_lists(bot: Path, reminders_mcp: str) -> None:
+    """Another server's unset token is no reason to refuse listing this one's tools."""
+    endpoints = bot / "endpoints.yml"
+    endpoints.write_text(
+        endpoints.read_text()
+        + '  - name: billing\n    url: "https://billing.example.com/mcp"\n    type: https\n'
+        + '    token: "${BILLING_TOKEN}"\n'
+    )
+    result = mcp_bridge(
+        "tools", "reminders", cwd=bot, env={"REMINDERS_MCP_URL": reminders_mcp, "BILLING_TOKEN": None}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "create_reminder" in result.stdout

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 
 from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import load_mcp_servers
+from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
 from mcp_bridge.reader import ConfirmationReader, load_words
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills import check_question_buttons, domain_responses, load_skills
+from mcp_bridge.skills import check_question_buttons, domain_documents, domain_responses, load_skills
 from mcp_bridge.tools import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,18 @@ log = logging.getLogger(__name__)
 PROCESS_SECRET = "MCP_BRIDGE_PROCESS_SECRET"
 
 
-def build_executor(env: Mapping[str, str] | None = None) -> Executor:
-    """An executor from the files ``env`` names; raises ConfigError (file, place, reason)."""
+def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = False) -> Executor:
+    """An executor from the files ``env`` names; raises ConfigError (file, place, reason).
+
+    ``allow_unset`` is for the offline check only: an unset ``${VAR}`` in a server's url, token or
+    api_key is then recorded on the server (which is never connected to) instead of refused.
+    """
     env = os.environ if env is None else env
     endpoints = env.get("ENDPOINTS", "endpoints.yml")
     skills_dir = env.get("SKILLS_DIR", "skills")
     domain = env.get("DOMAIN", "domain.yml")
-    servers = load_mcp_servers(endpoints)
+    servers = load_mcp_servers(endpoints, env, allow_unset=allow_unset)
+    check_meta_slots(servers, domain)
     responses = Responses()
     known_responses = domain_responses(domain)
     missing = sorted(responses.names() - known_responses)
@@ -83,6 +88,24 @@ def build_executor(env: Mapping[str, str] | None = None) -> Executor:
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
         log.info("skill %s (%s) from %s: %s", skill.id, skill.action, skill.path, sources)
     return built
+
+
+def check_meta_slots(servers: Mapping[str, MCPServerConfig], domain: str) -> None:
+    """Every slot a server's ``meta_map.from_slots`` sends is a slot of the domain."""
+    if not any(server.meta_from_slots for server in servers.values()):
+        return
+    slots: set[str] = set()
+    for _, document in domain_documents(domain):
+        declared = document.get("slots")
+        slots |= set(declared) if isinstance(declared, dict) else set()
+    for server in servers.values():
+        for index, entry in enumerate(server.meta_from_slots):
+            if entry.slot not in slots:
+                raise ConfigError(
+                    f"{server.where}: meta_map.from_slots[{index}].slot: {entry.slot!r} is not a slot of "
+                    f"the domain ({domain}), so _meta[{entry.param!r}] would never be sent; add the slot "
+                    "or fix its name"
+                )
 
 
 @functools.cache

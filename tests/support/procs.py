@@ -30,6 +30,7 @@ from scripts.services import (
 __all__ = [
     "HOST",
     "PLAIN_DICT_SERVER",
+    "REMINDER_SERVER",
     "RASA",
     "RASA_START_TIMEOUT",
     "REPO_ROOT",
@@ -47,11 +48,13 @@ __all__ = [
     "free_port",
     "plain_dict_mcp",
     "rasa_server",
+    "reminders_mcp",
     "seed_db",
     "write_endpoints",
 ]
 
 PLAIN_DICT_SERVER = REPO_ROOT / "tests" / "fixtures" / "plain_dict_server.py"
+REMINDER_SERVER = REPO_ROOT / "tests" / "fixtures" / "reminder_server.py"
 
 
 def plain_dict_mcp(port: int | None = None) -> ServiceProcess:
@@ -64,5 +67,20 @@ def plain_dict_mcp(port: int | None = None) -> ServiceProcess:
         # It imports crm/, which is not installed (only the plugin is): run it from the checkout.
         env=child_env({"PYTHONPATH": str(REPO_ROOT)}),
         ready_url=f"{base}/stats",
+        url=f"{base}/mcp",
+    )
+
+
+def reminders_mcp(port: int | None = None, *, answer_delay: float = 0.0) -> ServiceProcess:
+    """A (not yet started) tests/fixtures/reminder_server.py; `.url` ends in /mcp, and `GET /calls`
+    at its base URL lists what each tool call carried (headers and `_meta`)."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    return ServiceProcess(
+        "reminders-mcp",
+        [sys.executable, str(REMINDER_SERVER), "--host", HOST, "--port", str(port)]
+        + (["--answer-delay", str(answer_delay)] if answer_delay else []),
+        env=child_env(),
+        ready_url=f"{base}/writes",
         url=f"{base}/mcp",
     )
