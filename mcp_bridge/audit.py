@@ -72,6 +72,11 @@ def argument_digests(arguments: Mapping[str, Any]) -> dict[str, str]:
     return {name: argument_digest(name, value) for name, value in arguments.items()}
 
 
+class AuditWriteError(OSError):
+    """An entry could not be written to the trail (it was logged). Before a call: do not make it.
+    After a call: the call happened; say so, whatever the trail."""
+
+
 class AuditLog:
     """Appends entries to ``path`` (and the ``mcp_bridge.audit`` logger); ``None`` logs only.
 
@@ -90,8 +95,12 @@ class AuditLog:
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True)
         log.info("audit %s", line)
         if self.path is not None:
-            with self._lock, self.path.open("a", encoding="utf-8") as handle:
-                handle.write(line + "\n")
+            try:
+                with self._lock, self.path.open("a", encoding="utf-8") as handle:
+                    handle.write(line + "\n")
+            except OSError as exc:
+                log.error("audit trail %s could not be written (%s): %s", self.path, exc, line)
+                raise AuditWriteError(f"audit trail {self.path}: {exc}") from exc
         for observe in self.observers:
             try:
                 observe(entry)

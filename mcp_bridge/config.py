@@ -14,12 +14,13 @@ mcp_servers:
       static: {source: rasa}
       from_slots: [{slot: user_id, param: user}]
     trusted: true                  # the bridge's own: see README
+    honours_idempotency_key: true  # the bridge's own: a write whose outcome is unknown may be repeated
 ```
 
 Rasa Pro reads the keys in ``rasa/core/config/available_endpoints.py`` (``MCPServerConfig``,
 ``MCPMetaMapConfig``), ``rasa/shared/agents/auth/`` (which key picks which header) and
 ``rasa/mantle/config/integrations.py`` (``tool_timeout``); README ("Pointing the bridge at an MCP
-server") has the table. ``trusted`` and ``timeout`` are the bridge's own.
+server") has the table. ``trusted``, ``timeout`` and ``honours_idempotency_key`` are the bridge's own.
 
 ``${VAR}`` in ``url``, ``token`` and ``api_key`` is expanded from the environment. The action
 server refuses a variable that is not set, naming the file, the server and the variable;
@@ -61,7 +62,7 @@ RASA_PRO_KEYS = (
     "tool_timeout",
     "meta_map",
 )
-BRIDGE_KEYS = ("trusted", "timeout")
+BRIDGE_KEYS = ("trusted", "timeout", "honours_idempotency_key")
 # Keys Rasa Pro 3.21 reads on a server that the bridge does not do (yet): refused, with the reason.
 NOT_SUPPORTED = {
     "oauth": "Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
@@ -109,6 +110,9 @@ class MCPServerConfig:
     trusted: bool = False
     # Seconds to wait for one tool call's answer (``tool_timeout``, or the bridge's ``timeout``).
     timeout: float = DEFAULT_TIMEOUT
+    # The server keeps one write per ``_meta.idempotency_key``: only then is a write whose outcome
+    # is unknown repeated. A server that ignores the key would write twice.
+    honours_idempotency_key: bool = False
     token: str | None = field(default=None, repr=False)
     header_name: str = DEFAULT_HEADER_NAME
     header_format: str = DEFAULT_HEADER_FORMAT
@@ -245,12 +249,16 @@ class _Server:
         trusted = entry.get("trusted", False)
         if not isinstance(trusted, bool):
             raise self.fail("'trusted' must be true or false")
+        honours_key = entry.get("honours_idempotency_key", False)
+        if not isinstance(honours_key, bool):
+            raise self.fail("'honours_idempotency_key' must be true or false")
         return MCPServerConfig(
             name=name,
             url=url if url is not None else str(entry["url"]),
             type=server_type,
             api_key=api_key,
             trusted=trusted,
+            honours_idempotency_key=honours_key,
             timeout=self._timeout(),
             token=token,
             header_name=header_name,

@@ -15,7 +15,8 @@ The rules, in order of importance:
    the server is marked ``trusted`` and annotates the tool read-only. A skill can switch it off
    explicitly (``enabled: false``).
 3. Only a plain yes to the question just asked runs the call: exactly the sealed arguments, once,
-   with the confirmation id as idempotency key. A seal that does not verify, arguments that changed
+   with the question's idempotency key (the first question's id, kept when the same call is asked
+   about again). A seal that does not verify, arguments that changed
    since, or a yes that came late or after other messages never write.
 4. A no calls nothing. An edit or a redirect replaces the question with a new one. An unclear
    answer asks again. A message that is not an answer is handed back to the bot, and the question is
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from mcp_bridge import templating
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, Yes
 from mcp_bridge.results import ToolResult
@@ -308,11 +309,12 @@ class Executor:
     async def _ask_again(
         self, skill: Skill, old: PendingConfirmation, turn: Turn, preface: str | None
     ) -> Decision:
-        """Ask the pending question again, bound to this turn (a new id and seal)."""
+        """Ask the pending question again, bound to this turn (a new id and seal). The same call keeps
+        its idempotency key, so confirming it again cannot write it twice."""
         decision = Decision("pending", slots={PENDING_SLOT: None})
         if preface is not None:
             decision.say.append(Say(preface))
-        await self._run(skill, old.step, turn, dict(turn.slots), decision)
+        await self._run(skill, old.step, turn, dict(turn.slots), decision, asked_before=old)
         return decision
 
     # -- the step loop --------------------------------------------------------------------
@@ -327,6 +329,7 @@ class Executor:
         *,
         confirmed: PendingConfirmation | None = None,
         owns_question: bool = True,
+        asked_before: PendingConfirmation | None = None,
     ) -> None:
         """Run ``skill`` from step ``start``; ``confirmed`` is the call a yes just authorised.
 
@@ -351,7 +354,7 @@ class Executor:
                     return
                 rule = await self._confirmation_rule(skill, step.execute_tool)
                 if rule is not None:
-                    await self._ask(skill, index, step, rule, arguments, slots, turn, decision)
+                    await self._ask(skill, index, step, rule, arguments, slots, turn, decision, asked_before)
                     if not decision.waiting:
                         finish(skill, decision)
                     return
@@ -376,9 +379,11 @@ class Executor:
         slots: Mapping[str, Any],
         turn: Turn,
         decision: Decision,
+        asked_before: PendingConfirmation | None = None,
     ) -> None:
         """Rule 1: seal the exact call into the tracker and ask. Arguments the tool would refuse are
-        refused now, before the person is asked about them."""
+        refused now, before the person is asked about them. ``asked_before``: the question this one
+        asks again; the same call keeps its idempotency key."""
         try:
             await check_arguments(self.tools.resolve(skill, step.execute_tool), arguments)
         except ToolNotFoundError:
@@ -387,16 +392,20 @@ class Executor:
             self._say_failure(skill, step, exc, turn, decision)
             return
         source = str(skill.tools[step.execute_tool])
+        digest = call_digest(skill.id, step.execute_tool, source, arguments)
+        question_id = uuid.uuid4().hex
+        same_call = asked_before is not None and asked_before.digest == digest
         pending = PendingConfirmation(
-            id=uuid.uuid4().hex,
+            id=question_id,
             skill=skill.id,
             tool=step.execute_tool,
             step=index,
             source=source,
             arguments=dict(arguments),
-            digest=call_digest(skill.id, step.execute_tool, source, arguments),
+            digest=digest,
             asked_at=self._clock(),
             user_turn=turn.user_turn,
+            key=asked_before.key if same_call and asked_before is not None else question_id,
         )
         pending = self._seal.sign(pending, turn.conversation_id)
         decision.outcome = "pending"
@@ -422,17 +431,22 @@ class Executor:
         ``meta_map.from_slots`` sends some of them in ``_meta``).
         """
         result = None
+        outcome = "not run"
         try:
             tool = self.tools.resolve(skill, step.execute_tool)
-            key = confirmed.id if confirmed else None
+            key = confirmed.key if confirmed else None
             result = await call_exactly_once(tool, arguments, key, slots=slots)
         except _FAILURES as exc:
             self._say_failure(skill, step, exc, turn, decision)
+            if isinstance(exc, ToolCallError) and exc.may_have_run:
+                outcome = "outcome unknown"
         if confirmed is not None:
-            outcome = (
-                "not run or unknown" if result is None else "ok" if result.ok else f"error: {result.error}"
-            )
-            self._record(turn, confirmed, "executed", outcome)
+            if result is not None:
+                outcome = "ok" if result.ok else f"error: {result.error}"
+            try:
+                self._record(turn, confirmed, "executed", outcome)
+            except AuditWriteError:
+                pass  # logged; the call ran, and the person must hear what happened, not "nothing"
         return result
 
     def _route(

@@ -219,6 +219,10 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
+    def honours_idempotency_key(self, skill_id: str, tool_name: str) -> bool:
+        """Whether the server of this tool is declared to keep one write per idempotency key."""
+        return self._servers[self.server_for(skill_id, tool_name)].honours_idempotency_key
+
     async def is_trusted_read_only(self, skill_id: str, tool_name: str) -> bool:
         """True only when the tool's server is marked trusted and the tool is annotated read-only.
 

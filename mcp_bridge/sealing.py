@@ -35,6 +35,9 @@ class PendingConfirmation:
     asked_at: float
     # How many messages the person had sent when asked; binds a "yes" to the next one.
     user_turn: int
+    # The idempotency key the call will carry: the id of the first question about this exact call,
+    # kept when the same call is asked about again (after a crash, a late yes), so it writes once.
+    key: str = ""
     mac: str = ""
 
     def to_slot(self) -> dict[str, Any]:
@@ -56,6 +59,7 @@ class PendingConfirmation:
                 digest=str(value["digest"]),
                 asked_at=float(value["asked_at"]),
                 user_turn=int(value["user_turn"]),
+                key=str(value.get("key") or value["id"]),
                 mac=str(value.get("mac", "")),
             )
         except (KeyError, TypeError, ValueError):

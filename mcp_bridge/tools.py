@@ -12,7 +12,9 @@ Local tools are the bot's own functions, registered by the bot (never by this pa
     async def add_timeline_note(contact_id: int, text: str) -> NoteResult: ...
 
 A confirmed write carries an idempotency key. :func:`call_exactly_once` repeats a call whose
-outcome is unknown once, with the same key, which a store that honours keys turns into one write.
+outcome is unknown once, with the same key, but only when the tool is declared to honour the key (an
+MCP server's ``honours_idempotency_key: true``; a local function that takes an ``idempotency_key``
+parameter): a store that ignores the key would write twice. Otherwise the outcome stays unknown.
 
 With an audit trail, every call of a resolved tool is an entry of it (``decision: "called"``,
 see :mod:`mcp_bridge.audit`), whoever made the call: what the action server really called.
@@ -29,7 +31,7 @@ from typing import Any, Protocol
 
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 
-from mcp_bridge.audit import CALLED, AuditLog, argument_digests, current_conversation
+from mcp_bridge.audit import CALLED, AuditLog, AuditWriteError, argument_digests, current_conversation
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.metrics import timed_tool_call
 from mcp_bridge.results import ToolResult, from_local
@@ -57,6 +59,10 @@ class Tool(Protocol):
 
     async def trusted_read_only(self) -> bool:
         """True when the tool may run unconfirmed if no skill constrains it."""
+        ...
+
+    def honours_idempotency_key(self) -> bool:
+        """True when a repeat under the same idempotency key cannot write twice."""
         ...
 
     async def call(
@@ -126,6 +132,9 @@ class LocalTool:
     async def trusted_read_only(self) -> bool:
         return True  # the bot's own code: confirmed only when a skill says so
 
+    def honours_idempotency_key(self) -> bool:
+        return _takes_idempotency_key(self.function)  # declared by its signature
+
     @timed_tool_call
     async def call(
         self,
@@ -161,6 +170,9 @@ class MCPTool:
 
     async def trusted_read_only(self) -> bool:
         return await self.runtime.is_trusted_read_only(self.skill_id, self.name)
+
+    def honours_idempotency_key(self) -> bool:
+        return self.runtime.honours_idempotency_key(self.skill_id, self.name)
 
     @timed_tool_call
     async def call(
@@ -199,6 +211,9 @@ class RecordedTool:
     async def trusted_read_only(self) -> bool:
         return await self.tool.trusted_read_only()
 
+    def honours_idempotency_key(self) -> bool:
+        return self.tool.honours_idempotency_key()
+
     async def call(
         self,
         arguments: Mapping[str, Any],
@@ -217,7 +232,10 @@ class RecordedTool:
         except Exception as exc:  # unforeseen: it may have reached the tool
             self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", True)
             raise
-        self._record(arguments, idempotency_key, "ok" if result.ok else f"error: {result.error}", True)
+        try:
+            self._record(arguments, idempotency_key, "ok" if result.ok else f"error: {result.error}", True)
+        except AuditWriteError:
+            pass  # logged by the audit log; the call ran, and its result must not be lost
         return result
 
     def _record(self, arguments: Mapping[str, Any], key: str | None, result: str, sent: bool) -> None:
@@ -280,9 +298,11 @@ async def call_exactly_once(
     *,
     slots: Mapping[str, Any] | None = None,
 ) -> ToolResult:
-    """Call ``tool``; with a key, repeat once when the outcome is unknown, under the same key.
+    """Call ``tool``; with a key, repeat once when the outcome is unknown, under the same key, if the
+    tool honours the key.
 
-    Safe only because the key makes the store keep the first write if it landed. A repeat that
+    Safe only because the key makes the store keep the first write if it landed: a tool that is not
+    declared to honour it is never repeated, and its unknown outcome stays unknown. A repeat that
     fails too leaves the outcome unknown, never "nothing happened".
     """
     try:
@@ -290,6 +310,14 @@ async def call_exactly_once(
     except ToolCallError as first:
         if not (first.may_have_run and idempotency_key):
             raise
+        if not tool.honours_idempotency_key():
+            log.warning(
+                "outcome of %s unknown (%s); not repeated: its server is not declared to honour the "
+                "idempotency key",
+                tool.name,
+                first,
+            )
+            raise OutcomeUnknownError(f"{first}; not repeated (the key is not honoured)") from None
         log.warning(
             "outcome of %s unknown (%s); repeating once with the same idempotency key", tool.name, first
         )

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 async def test_each_dispatched_call_is_recorded_under_its_conversation(
     source: str, crm_mcp: str, crm_tools: Any, tmp_path: Path
 ) -> None:
-    servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True)}
+    servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)}
     skills = load_skills(
         skills_with_source(tmp_path / "skills", source),
         local_tools=TOOLS,
@@ -65,7 +65,7 @@ async def test_each_dispatched_call_is_recorded_under_its_conversation(
 
 async def test_a_call_that_never_reached_the_tool_says_so(crm_rest: str, tmp_path: Path) -> None:
     mcp = procs.crm_mcp(crm_rest).start()
-    servers = {"crm": MCPServerConfig(name="crm", url=mcp.url, trusted=True)}
+    servers = {"crm": MCPServerConfig(name="crm", url=mcp.url, trusted=True, honours_idempotency_key=True)}
     skills = load_skills(
         skills_with_source(tmp_path / "skills", "mcp:crm"),
         local_tools=TOOLS,

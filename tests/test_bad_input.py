@@ -74,7 +74,9 @@ async def make_executor(
             directory.mkdir()
             for name, text in skills.items():
                 (directory / f"{name}.yml").write_text(text.replace("SOURCE", source))
-        servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True)}
+        servers = {
+            "crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)
+        }
         loaded = load_skills(
             directory,
             local_tools=TOOLS,

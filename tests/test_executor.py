@@ -32,7 +32,9 @@ async def make_executor(
     made: list[Executor] = []
 
     def make(policy: ConfirmationPolicy | None = None, clock: Callable[[], float] | None = None) -> Executor:
-        servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True)}
+        servers = {
+            "crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)
+        }
         directory = tmp_path / f"executor-{len(made)}"
         directory.mkdir()
         skills = load_skills(

@@ -22,6 +22,7 @@ import pytest
 
 from crm.tools import CRM_UNREACHABLE, TOOLS
 from mcp_bridge import MCPRuntime, MCPServerConfig, OutcomeUnknownError
+from mcp_bridge.audit import AuditLog
 from mcp_bridge.executor import PENDING_SLOT, Executor
 from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import domain_responses, load_skills
@@ -53,7 +54,11 @@ async def make_executor(tmp_path: Path) -> AsyncIterator[Callable[..., Executor]
     made: list[Executor] = []
 
     def make(url: str, *, timeout: float = 10.0, source: str = "mcp:crm") -> Executor:
-        servers = {"crm": MCPServerConfig(name="crm", url=url, timeout=timeout, trusted=True)}
+        servers = {
+            "crm": MCPServerConfig(
+                name="crm", url=url, timeout=timeout, trusted=True, honours_idempotency_key=True
+            )
+        }
         skills = load_skills(
             skills_with_source(tmp_path / f"skills-{len(made)}", source),
             local_tools=TOOLS,
@@ -299,6 +304,7 @@ def write_action_endpoints(path: Path, *, timeout: float = 10.0) -> Path:
         "    type: http\n"
         '    api_key: "${CRM_MCP_TOKEN}"\n'
         "    trusted: true\n"
+        "    honours_idempotency_key: true\n"
         f"    timeout: {timeout}\n"
     )
     return path
@@ -567,3 +573,74 @@ def test_action_server_keeps_serving_while_the_mcp_server_is_down(
         assert status == 200 and said(answer) == ["utter_nothing_pending"]
         assert elapsed < 1.0
     assert all_notes(crm_db) == before
+
+
+# -- one key per call, and an audit trail that fails -------------------------------------------
+
+
+async def test_a_yes_lost_after_commit_then_confirmed_again_writes_once(
+    crm_mcp: str, crm_db: Path, make_executor: Callable[..., Executor]
+) -> None:
+    """The action server died after the write committed and before Rasa got its events: the tracker
+    still holds the question, so the next yes is asked again. The same call keeps its key."""
+    executor = make_executor(crm_mcp)
+    note = unique("committed, events lost")
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(executor, contact_email=DANA, note_text=note)
+    pending = await asked(chat)
+
+    chat.user_turn += 1  # "yes": the write lands, but Rasa never records the action's events
+    lost = await executor.answer(chat.turn("affirm", text="yes"))
+    assert responses(lost) == ["utter_note_saved"]
+    assert notes_for(crm_db, DANA) == [*before, note]
+
+    again = await chat.yes()  # the person says yes again: the question is asked again
+    assert again.outcome == "pending"
+    asked_again = chat.slots[PENDING_SLOT]
+    assert asked_again["id"] != pending["id"] and asked_again["key"] == pending["key"] == pending["id"]
+    assert responses(await chat.yes()) == ["utter_note_saved"]
+    assert notes_for(crm_db, DANA) == [*before, note]  # one note
+    assert count_notes_with_key(crm_db, pending["id"]) == 1
+
+
+async def test_an_edited_call_gets_a_new_key(crm_mcp: str, make_executor: Callable[..., Executor]) -> None:
+    executor = make_executor(crm_mcp)
+    chat = Conversation(executor, contact_email=DANA, note_text=unique("first text"))
+    pending = await asked(chat)
+    await chat.say(f"change it to: {unique('second text')}")
+    edited = chat.slots[PENDING_SLOT]
+    assert edited["digest"] != pending["digest"] and edited["key"] == edited["id"] != pending["key"]
+
+
+class AuditBreaksAfterConfirmation(AuditLog):
+    """An audit trail whose file cannot be written any more once a "yes" was recorded (the disk
+    filled, the volume went read-only): every later entry fails."""
+
+    def record(self, **entry: Any) -> None:
+        super().record(**entry)
+        if entry.get("decision") == "confirmed" and self.path is not None:
+            self.path = self.path.parent  # a directory: opening it for appending fails
+
+
+async def test_an_audit_failure_after_a_successful_call_is_not_reported_as_nothing_saved(
+    crm_rest: str, crm_mcp: str, crm_db: Path, tmp_path: Path
+) -> None:
+    servers = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)}
+    skills = load_skills(
+        skills_with_source(tmp_path / "skills", "mcp:crm"),
+        local_tools=TOOLS,
+        mcp_servers=servers,
+        responses=domain_responses(REPO / "domain.yml"),
+    )
+    audit = AuditBreaksAfterConfirmation(tmp_path / "audit" / "audit.jsonl")
+    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
+    try:
+        note = unique("saved, audit full")
+        before = notes_for(crm_db, DANA)
+        chat = Conversation(executor, contact_email=DANA, note_text=note)
+        await asked(chat)
+        decision = await chat.yes()
+        assert responses(decision) == ["utter_note_saved"]
+        assert notes_for(crm_db, DANA) == [*before, note]
+    finally:
+        await executor.aclose()

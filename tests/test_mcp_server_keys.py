@@ -7,6 +7,7 @@ from endpoints.yml text, as the action server reads them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import textwrap
@@ -217,9 +218,11 @@ async def test_a_tool_timeout_longer_than_the_call_lets_it_answer(
 async def test_a_confirmed_write_cut_by_tool_timeout_is_reported_as_outcome_unknown(
     slow_reminders: str, tmp_path: Path, reminder_executor: Any
 ) -> None:
-    """The bridge repeats it once under the same key (the server keeps one write), then says the
-    outcome is unknown: never that nothing happened."""
-    executor = reminder_executor(servers_from(tmp_path, slow_reminders, "tool_timeout: 0.3"))
+    """Declared to honour the key, the server gets the write again under the same key (it keeps one
+    write), and then the person hears the outcome is unknown: never that nothing happened."""
+    executor = reminder_executor(
+        servers_from(tmp_path, slow_reminders, "tool_timeout: 0.3\nhonours_idempotency_key: true")
+    )
     chat = Conversation(executor, reminder_text="call the plumber")
     await chat.start("save_reminder")
     key = chat.slots[PENDING_SLOT]["id"]
@@ -230,6 +233,30 @@ async def test_a_confirmed_write_cut_by_tool_timeout_is_reported_as_outcome_unkn
     assert get(slow_reminders, "/writes")["count"] == before + 1
     calls = [call for call in get(slow_reminders, "/calls") if call["meta"].get("idempotency_key") == key]
     assert len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def careless_reminders() -> Iterator[str]:
+    """create_reminder ignores idempotency keys (every call writes), and answers 1.5 s late."""
+    with procs.reminders_mcp(answer_delay=1.5, ignore_key=True) as server:
+        yield server.url
+
+
+async def test_a_server_not_declared_to_honour_the_key_is_never_repeated(
+    careless_reminders: str, tmp_path: Path, reminder_executor: Any
+) -> None:
+    """It saved, then timed out: one write, one call, and the person told it may have been saved."""
+    executor = reminder_executor(servers_from(tmp_path, careless_reminders, "tool_timeout: 0.3"))
+    chat = Conversation(executor, reminder_text="renew the passport")
+    await chat.start("save_reminder")
+    key = chat.slots[PENDING_SLOT]["key"]
+    before = get(careless_reminders, "/writes")["count"]
+    decision = await chat.yes()
+    assert responses(decision) == ["utter_tool_outcome_unknown"]
+    await asyncio.sleep(1.6)  # let the late answer land: the write count is final
+    assert get(careless_reminders, "/writes")["count"] == before + 1
+    calls = [c for c in get(careless_reminders, "/calls") if c["meta"].get("idempotency_key") == key]
+    assert len(calls) == 1
 
 
 # --- unset variables -----------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from mcp_bridge.rasa.server import LOOPBACK
 
 log = logging.getLogger(__name__)
 
+
 class GrpcActionServer:
     def __init__(self, servicer: Any, host: str, port: int, credentials: Any, token: str | None) -> None:
         self.servicer, self.host, self.port = servicer, host, port

@@ -71,7 +71,9 @@ def plain_dict_mcp(port: int | None = None) -> ServiceProcess:
     )
 
 
-def reminders_mcp(port: int | None = None, *, answer_delay: float = 0.0) -> ServiceProcess:
+def reminders_mcp(
+    port: int | None = None, *, answer_delay: float = 0.0, ignore_key: bool = False
+) -> ServiceProcess:
     """A (not yet started) tests/fixtures/reminder_server.py; `.url` ends in /mcp, and `GET /calls`
     at its base URL lists what each tool call carried (headers and `_meta`)."""
     port = port or free_port()
@@ -79,7 +81,8 @@ def reminders_mcp(port: int | None = None, *, answer_delay: float = 0.0) -> Serv
     return ServiceProcess(
         "reminders-mcp",
         [sys.executable, str(REMINDER_SERVER), "--host", HOST, "--port", str(port)]
-        + (["--answer-delay", str(answer_delay)] if answer_delay else []),
+        + (["--answer-delay", str(answer_delay)] if answer_delay else [])
+        + (["--ignore-key"] if ignore_key else []),
         env=child_env(),
         ready_url=f"{base}/writes",
         url=f"{base}/mcp",
