@@ -6,10 +6,10 @@ its rasa-sdk (rasa-sdk 3.21 in .venv: constraints/venv.txt, the action server wi
 processes; rasa-sdk 3.6 in .venv-sdk36: constraints/venv-sdk36.txt, one process). In a temporary
 folder, as a stranger would:
 
-1. a copy of this checkout as git has it (tracked files and new ones that are not ignored), where
-   `pip wheel --no-deps` builds the plugin's wheel and must leave nothing that `git status` shows;
-   a fresh venv of the same Python gets rasa-sdk first, then the wheel (both with the constraints
-   file), and `pip check` must report nothing;
+1. a fresh venv of the same Python gets rasa-sdk first, then the plugin's wheel, built by
+   `pip wheel --no-deps` from a copy of this checkout as git has it (tracked files and new ones that
+   are not ignored), where it must leave nothing that `git status` shows; both installs use the
+   constraints file, `pip check` must report nothing and rasa-sdk must be left as it was;
 2. Rasa's starter bot, written by Rasa's own scaffold (`rasa.cli.scaffold.create_initial_project`,
    what `rasa init --no-prompt` runs before it trains); `mcp-bridge init`, then the guide's steps 3
    to 6 with the guide's own code blocks (tests/support/bots.py): the sample skill renamed (its
@@ -24,8 +24,8 @@ folder, as a stranger would:
    ACTION_SERVER_SANIC_WORKERS=2 at the rasa-sdk 3.21 end. Over the REST channel, counted at the
    MCP server: a yes writes exactly once, a no and a question handed back write nothing, and each
    of 24 conversations confirmed in a row is saved, first without CONFIRMATION_SECRET (the workers
-   share the key drawn at start; the test fails if they do not, since about half of the yeses reach
-   the other worker), then with it. A question asked before a restart without the secret is
+   share the key drawn at start; the test fails if they do not, since a quarter to a half of the
+   yeses reach the other worker), then with it. A question asked before a restart without the secret is
    refused after it; one asked before a restart with the same secret is saved after it. Neither
    Rasa nor the action server logs anything at ERROR level, and no log or audit line holds the
    secret or a reminder's text. The starter bot's own test stories still pass
@@ -85,8 +85,9 @@ policies:
   - name: RulePolicy
 """
 # How many conversations in a row, each asked and confirmed, per way of running the action server.
-# With two workers that do not share the confirmation key, about half of the yeses reach the other
-# worker and are refused: all 24 being saved by chance is about one in 16 million.
+# Rasa opens a connection per request, and with two workers that do not share the confirmation key a
+# quarter to a half of the yeses reached the other worker and were refused (tried): all 24 saved by
+# chance is then less likely than one in a thousand.
 CONFIRMED_IN_A_ROW = 24
 # What the action server's environment must not inherit from the shell that runs the test: the
 # guide's user starts from none of these.
@@ -223,14 +224,15 @@ def checkout_copy(source: Path) -> None:
         shutil.copy2(path, source / name)
 
 
-def git_status(source: Path) -> list[str]:
-    return sh(["git", "status", "--porcelain", "--untracked-files=all"], cwd=source).splitlines()
+def git_status(source: Path, *, ignored: bool = False) -> list[str]:
+    what = ["--ignored"] if ignored else ["--untracked-files=all"]
+    return sh(["git", "status", "--porcelain", *what], cwd=source).splitlines()
 
 
 def fresh_venv(end: End, work: Path) -> Path:
-    """The guide's step 1: the wheel built in a copy of the checkout (which git must still see as
-    clean), a new venv of this Python, rasa-sdk installed first, then the wheel; `pip check`."""
-    source, venv = work / "src", work / "venv"
+    """The guide's step 1: a new venv of this Python, rasa-sdk first, the plugin's wheel built from
+    a copy of the checkout (which git must still see as clean), the wheel installed, `pip check`."""
+    source, venv, wheels = work / "src", work / "venv", work / "wheels"
     checkout_copy(source)
     sh(["git", "init", "-q"], cwd=source)
     before = git_status(source)
@@ -238,22 +240,24 @@ def fresh_venv(end: End, work: Path) -> Path:
     sh([python, "-m", "venv", venv], cwd=work)
     pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip"]
     quiet = ["-q", "--disable-pip-version-check"]
-    sh([*pip, "wheel", *quiet, "--no-deps", "-w", "dist", "."], cwd=source, timeout=600)
-    wheels = sorted((source / "dist").glob("rasa_mcp_bridge-*.whl"))
-    check(len(wheels) == 1, f"pip wheel built {[w.name for w in wheels]} in {source / 'dist'}")
-    left = sorted(set(git_status(source)) - set(before))
-    check(not left, f"pip wheel left files in the checkout that git does not ignore: {left}")
     # --no-compile: the action server compiles what it imports; a CI run needs no more.
     install = [*pip, "install", *quiet, "--no-compile", "-c", end.constraints]
     sh([*install, f"rasa-sdk=={end.rasa_sdk}"], cwd=work, timeout=600)
-    sh([*install, wheels[0]], cwd=work, timeout=600)
+    sh([*pip, "wheel", *quiet, "--no-deps", "-w", wheels, source], cwd=work, timeout=600)
+    built = sorted(wheels.glob("rasa_mcp_bridge-*.whl"))
+    check(len(built) == 1, f"pip wheel built {[w.name for w in built]} in {wheels}")
+    left = sorted(set(git_status(source)) - set(before))
+    check(not left, f"pip wheel left files in the checkout that git does not ignore: {left}")
+    ignored = [line[3:] for line in git_status(source, ignored=True) if line.startswith("!! ")]
+    print(f"      pip wheel left in the checkout only what git ignores: {', '.join(ignored) or 'nothing'}")
+    sh([*install, built[0]], cwd=work, timeout=600)
     checked = sh([*pip, "check"], cwd=work).strip()
     check(checked == "No broken requirements found.", f"pip check: {checked}")
     code = "import importlib.metadata as m; print(m.version('rasa-sdk'))"
     kept = sh([venv / "bin" / "python", "-c", code], cwd=work).strip()
     check(kept == end.rasa_sdk, f"installing the wheel changed rasa-sdk {end.rasa_sdk} to {kept}")
     check((venv / "bin" / "mcp-bridge").exists(), "pip installed no `mcp-bridge` command")
-    print(f"      {wheels[0].name} into Python {end.python}, beside rasa-sdk {kept}; pip check: {checked}")
+    print(f"      {built[0].name} into Python {end.python}, beside rasa-sdk {kept}; pip check: {checked}")
     return venv
 
 
@@ -522,7 +526,9 @@ def _run(
     """Two lines of work meet at the conversation: the venv (wheel, install, check, action server)
     and the bot (scaffold, init, train, Rasa server and the starter's stories)."""
     venv_ready = pool.submit(
-        steps.run, "wheel, fresh venv, rasa-sdk then the wheel, pip check", lambda: fresh_venv(end, work)
+        steps.run,
+        "fresh venv, rasa-sdk, the wheel built and installed, pip check",
+        lambda: fresh_venv(end, work),
     )
     mcp = services.start(reminder_server())
     env = {"REMINDERS_MCP_URL": mcp.url}  # step 4: exported before anything needs it
