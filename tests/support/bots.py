@@ -104,6 +104,11 @@ def add_reminder_skill(bot: Path) -> Path:
 
 
 _UNUSED = re.compile(r"UserWarning: The utterance '(\w+)' is not used in any story or rule\.")
+# What else Rasa says about a bot's files: its warnings (UserWarning), a data file without its
+# version line (logged three times at INFO level), and log lines at WARNING or ERROR level.
+_COMPLAINT = re.compile(
+    r"UserWarning|The 'version' key is missing in the training data file|^\S+ \S+ (WARNING|ERROR) "
+)
 
 
 def expected_unused_responses() -> set[str]:
@@ -116,7 +121,8 @@ def expected_unused_responses() -> set[str]:
 
 
 def rasa_warnings(output: str) -> tuple[set[str], list[str]]:
-    """From Rasa's output: the responses it calls unused, and every other UserWarning line."""
+    """From Rasa's output: the responses it calls unused, and every other complaint about the bot."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in output.splitlines()]
     unused = set(_UNUSED.findall(output))
-    other = [line for line in output.splitlines() if "UserWarning" in line and not _UNUSED.search(line)]
+    other = [line for line in lines if _COMPLAINT.search(line) and not _UNUSED.search(line)]
     return unused, other
