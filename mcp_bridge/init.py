@@ -371,7 +371,8 @@ def _is_loop_rule(rule: Any) -> bool:
 
 
 _ACTION_ENDPOINT = """\
-# The action server: rasa_sdk with mcp_bridge (`python -m rasa_sdk --actions actions`).
+# The action server: rasa_sdk with mcp_bridge (`python -m rasa_sdk --actions actions`), on rasa_sdk's
+# default port, 5055. For another port, change it here and start the action server with --port.
 action_endpoint:
   url: "http://localhost:5055/webhook"
 """
@@ -384,7 +385,10 @@ def _plan_endpoints(bot: Path, result: Plan, problems: list[str]) -> None:
     splice = Splice(text, str(path))
     if top_level(root, "action_endpoint") is None:
         splice.append(_ACTION_ENDPOINT)
-        result.added.append("endpoints.yml: action_endpoint (http://localhost:5055/webhook)")
+        result.added.append(
+            "endpoints.yml: action_endpoint (http://localhost:5055/webhook; for another port, change "
+            "it there and start the action server with --port)"
+        )
     found = top_level(root, "mcp_servers")
     if found is None:
         splice.append(fragment_text("endpoints.yml"))
@@ -422,7 +426,10 @@ def run(args: argparse.Namespace) -> int:
     planned.write()
     for line in planned.added:
         print(f"added {line}")
-    print("next: a skill in skills/, `import mcp_bridge.rasa` in actions/__init__.py, `mcp-bridge check`")
+    print(
+        "next: a skill in skills/, `import mcp_bridge.rasa` in actions/__init__.py, `mcp-bridge check` "
+        "(docs/ADOPTING.md, steps 3 to 7)"
+    )
     return 0
 
 

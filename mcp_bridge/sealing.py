@@ -89,9 +89,11 @@ class Seal:
     def ephemeral(cls, key: bytes | None = None) -> Seal:
         """A key for this process (and its workers, which pass ``key`` on) only: a question asked
         before a restart, or by another replica, cannot be confirmed after it. For tests and trials."""
+        whose = "drawn at start, shared by this server's workers only" if key else "for this process only"
         log.warning(
-            "no confirmation secret configured: using one for this process only, so a question "
-            "asked before a restart (or by another replica) cannot be confirmed after it"
+            "no CONFIRMATION_SECRET configured: using a key %s, so a question asked before a restart "
+            "(or by another replica) cannot be confirmed after it",
+            whose,
         )
         return cls(key or secrets.token_bytes(32))
 

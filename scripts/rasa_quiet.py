@@ -7,7 +7,6 @@ back (and shown if the import fails), and the filter is set again before the com
 
 import contextlib
 import io
-import logging
 import sys
 import warnings
 
@@ -22,10 +21,5 @@ warnings.simplefilter("ignore")
 # Loading a model imports more libraries under code that saves and restores the filters; what still
 # gets past them is a library's notice, not the person's business.
 warnings.showwarning = lambda *args, **kwargs: None
-# The confirmation loop hands a message that is not an answer back to the bot's rules by rejecting
-# it, which Rasa logs as an error; at a terminal that line is noise, not a failure.
-logging.getLogger("rasa.core.actions.action").addFilter(
-    lambda record: "handed the message back to the bot" not in record.getMessage()
-)
 sys.argv[0] = "rasa"
 main()

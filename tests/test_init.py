@@ -16,7 +16,16 @@ import pytest
 import yaml
 
 from mcp_bridge.init import fragment_text
-from tests.support.bots import mcp_bridge, starter_bot
+from tests.support.bots import (
+    DATA_BLOCK,
+    SKILL_BLOCK,
+    add_reminder_skill,
+    expected_unused_responses,
+    guide_block,
+    mcp_bridge,
+    rasa_warnings,
+    starter_bot,
+)
 from tests.support.procs import RASA, child_env
 
 FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
@@ -66,6 +75,10 @@ def test_init_only_inserts_what_the_plugin_needs(bot: Path) -> None:
     endpoints = yaml.safe_load(after["endpoints.yml"])
     assert endpoints["mcp_servers"] == []
     assert endpoints["action_endpoint"] == {"url": "http://localhost:5055/webhook"}
+    # 5055 is rasa_sdk's default port: the file and init's output say how to use another
+    hint = b"For another port, change it here and start the action server with --port"
+    assert hint in after["endpoints.yml"]
+    assert "for another port, change it there and start the action server with --port" in result.stdout
     assert b"#  url: http://my-server.com/models/default_core@latest" in after["endpoints.yml"]
 
     rules = yaml.safe_load(after["data/mcp_bridge.yml"])["rules"]
@@ -275,3 +288,52 @@ def test_domain_directory_gets_a_file_of_its_own(bot: Path) -> None:
         timeout=240,
     )
     assert validate.returncode == 0, validate.stdout + validate.stderr
+
+
+def test_the_sample_skill_is_the_guides_and_init_names_no_system() -> None:
+    """The example init writes is the skill of docs/ADOPTING.md's step 3, byte for byte, and the
+    responses it adds speak of no particular system (a reminders bot has no CRM)."""
+    assert guide_block(SKILL_BLOCK) == fragment_text("skill.yml")
+    for name in ("domain.yml", "skill.yml", "nlu.yml", "rules.yml", "endpoints.yml"):
+        assert "crm" not in fragment_text(name).lower(), f"mcp_bridge/bot/{name} talks about a CRM"
+
+
+def test_every_training_data_file_has_rasas_version_line(bot: Path) -> None:
+    """Rasa warns (three times) about a data file without `version:`; neither init's files nor the
+    guide's data/reminders.yml may lack it."""
+    nlu = bot / "data" / "nlu.yml"
+    text = nlu.read_text()
+    start = text.index("- intent: affirm")
+    nlu.write_text(text[:start] + text[text.index("- intent: mood_great") :])  # no affirm/deny examples
+    assert init(bot).returncode == 0
+    for written in ("data/mcp_bridge.yml", "data/mcp_bridge_nlu.yml"):
+        assert yaml.safe_load((bot / written).read_text())["version"] == "3.1", written
+    assert yaml.safe_load(guide_block(DATA_BLOCK))["version"] == "3.1"
+
+
+def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) -> None:
+    """After the guide's steps 2 to 6, `rasa data validate --fail-on-warnings` passes, and its only
+    warnings are "not used in any story or rule" for the responses the plugin's actions say (the
+    guide's step 8 lists them); init's intents and slots join the bot's keys, not second ones."""
+    assert init(bot).returncode == 0
+    add_reminder_skill(bot)
+    assert init(bot).returncode == 0
+    domain = (bot / "domain.yml").read_text()
+    assert [line for line in domain.splitlines() if line in ("intents:", "slots:")] == ["intents:", "slots:"]
+    assert yaml.safe_load(domain)["slots"].keys() == {"pending_confirmation", "reminder_text"}
+    env = child_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
+    env.pop("PYTHONWARNINGS", None)
+    validate = subprocess.run(
+        [str(RASA), "data", "validate", "--fail-on-warnings"],
+        cwd=bot,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = validate.stdout + validate.stderr
+    assert validate.returncode == 0, output
+    unused, other = rasa_warnings(output)
+    assert unused == expected_unused_responses()
+    assert len(unused) == 14  # what the guide's step 8 says
+    assert other == [], other

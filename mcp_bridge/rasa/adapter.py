@@ -3,16 +3,20 @@
 A pending question is a Rasa *loop*: the action that asks it activates ``action_confirm_tool`` as
 the conversation's active loop, so Rasa sends the person's next message to that action whatever
 intent the NLU gave it. The loop reads the answer; an answer that is not about the question is
-handed back (the action rejects, Rasa's own rules handle the message), and Rasa runs the loop again
-afterwards, which asks the question again.
+handed back (the action rejects itself, Rasa's own rules handle the message), and Rasa runs the loop
+again afterwards, which asks the question again.
+
+The rejection is an ``action_execution_rejected`` event in a normal answer, not rasa_sdk's
+``ActionExecutionRejection`` (HTTP 400): Rasa treats both alike (the loop is marked rejected, the
+action is not recorded as run, the policies predict the next action), but logs the HTTP 400 at ERROR
+level, and a hand-back is normal behaviour, not an error in a deployment's alerting.
 """
 
 from typing import Any
 
 from rasa_sdk import Tracker
-from rasa_sdk.events import ActiveLoop, SlotSet
+from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
-from rasa_sdk.interfaces import ActionExecutionRejection
 
 from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
 
@@ -59,13 +63,12 @@ def whole_numbers(value: Any) -> Any:
 def apply_decision(
     decision: Decision, dispatcher: CollectingDispatcher, *, action: str, loop_active: bool
 ) -> list[dict[str, Any]]:
-    """Responses to the dispatcher, events to return; raises the rejection that hands a message back."""
+    """Responses to the dispatcher, and the events to return."""
     if decision.outcome == "handed_back":
-        # Rasa records the rejection and lets the bot's own rules answer; the loop stays active.
-        # Rasa logs this at ERROR level ("handed back ..."); it is the normal way out of a loop.
-        raise ActionExecutionRejection(
-            action, f"{action} handed the message back to the bot: it does not answer the pending question"
-        )
+        # Rasa applies the rejection (the loop stays active, marked rejected), does not record the
+        # action as run, and lets the bot's own rules answer; nothing is said here. Rasa's processor
+        # reads an action_execution_rejected event among an action's events as a rejection by hand.
+        return [ActionExecutionRejected(action)]
     for say in decision.say:
         dispatcher.utter_message(response=say.response, **say.variables)
     events = [SlotSet(slot, value) for slot, value in decision.slots.items()]

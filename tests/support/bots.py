@@ -3,20 +3,25 @@
 `starter_bot` copies Rasa's `rasa/cli/initial_project/` from .venv-rasa the way `rasa init`'s
 scaffold does (`rasa.cli.scaffold.create_initial_project` copies that folder); the adoption test
 calls Rasa's function itself. `add_reminder_skill` then does, on an initialised bot, what
-docs/ADOPTING.md tells a stranger to do: a skill file whose tool comes from an MCP server, the
-server in endpoints.yml, the one import in actions/__init__.py, and the intent, slot, examples and
-rule that start the skill.
+docs/ADOPTING.md tells a stranger to do (steps 3 to 6), with the code blocks of the guide itself,
+so the guide shows what the adoption test writes: the sample skill renamed (its tool comes from an
+MCP server), its responses, the server in endpoints.yml, the one import in actions/__init__.py, and
+the intent, slot, examples and rule that start the skill.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mcp_bridge.yaml_splice import Splice
+import yaml
+
+from mcp_bridge.init import _entry_blocks, fragment_text
+from mcp_bridge.yaml_splice import Splice, compose, entry_name, top_level
 from tests.support.procs import REPO_ROOT, child_env
 
 RASA_SITE = next((REPO_ROOT / ".venv-rasa" / "lib").glob("python3*/site-packages"), None)
@@ -45,97 +50,79 @@ def mcp_bridge(
     )
 
 
-SKILL = """\
-skill: save_reminder
-action: action_save_reminder
-description: Save a reminder in the reminders service, after the person confirms.
-tools:
-  create_reminder: mcp:reminders
-tool_constraints:
-  - create_reminder:
-      requires_confirmation:
-        enabled: true
-        utter_for_confirmation: utter_confirm_reminder
-        utter_on_user_denial: utter_reminder_cancelled
-steps:
-  - execute_tool: create_reminder
-    arguments:
-      text: {slot: reminder_text}
-    on_success: utter_reminder_saved
-    on_error: utter_tool_failed
-reset_slots: [reminder_text]
-"""
+GUIDE = REPO_ROOT / "docs" / "ADOPTING.md"
+SAMPLE_SKILL = Path("skills") / "save_reminder.yml.example"
+# The code blocks of the guide that the adoption test applies, by their first line.
+SKILL_BLOCK = "# skills/save_reminder.yml"
+RESPONSES_BLOCK = "# domain.yml: add under responses:"
+SERVERS_BLOCK = "# endpoints.yml: in place of `mcp_servers: []`"
+ACTIONS_BLOCK = "# actions/__init__.py"
+INTENT_SLOT_BLOCK = "# domain.yml: add to intents: and to slots:"
+DATA_BLOCK = "# data/reminders.yml"
 
-SERVERS = """\
-mcp_servers:
-  - name: reminders
-    url: "${REMINDERS_MCP_URL}"
-    type: http
-"""
 
-RESPONSES = {
-    "utter_confirm_reminder": """\
-utter_confirm_reminder:
-  - text: "Save the reminder \\"{arg_text}\\"?"
-    buttons:
-      - title: "No"
-        payload: /deny
-      - title: "Yes"
-        payload: /affirm
-""",
-    "utter_reminder_cancelled": 'utter_reminder_cancelled:\n  - text: "OK, no reminder saved."\n',
-    "utter_reminder_saved": 'utter_reminder_saved:\n  - text: "Reminder saved."\n',
-}
+def guide_blocks() -> list[str]:
+    """Every fenced code block of docs/ADOPTING.md, as text."""
+    return re.findall(r"^```[a-z]*\n(.*?)^```$", GUIDE.read_text(encoding="utf-8"), flags=re.M | re.S)
 
-NLU = """\
-version: "3.1"
-nlu:
-  - intent: save_reminder
-    examples: |
-      - remind me to water the plants
-      - remind me to call mum tomorrow
-      - remind me to buy milk
-      - set a reminder to pay the rent
-      - please remind me to renew my passport
-      - remind me about the dentist on monday
-      - add a reminder: book the train tickets
-      - reminder to send the invoice
-"""
 
-RULES = """\
-version: "3.1"
-rules:
-  - rule: Save a reminder (the skill asks before it writes)
-    steps:
-      - intent: save_reminder
-      - action: action_save_reminder
-"""
+def guide_block(first_line: str) -> str:
+    """The one code block of the guide whose first line starts with ``first_line`` (a comment that
+    names the file it goes into); AssertionError if there is not exactly one."""
+    found = [block for block in guide_blocks() if block.startswith(first_line)]
+    assert len(found) == 1, f"{GUIDE}: {len(found)} code blocks start with {first_line!r}, expected one"
+    return found[0]
 
-ACTIONS = '''\
-"""The bot's actions: mcp_bridge's (the confirmation loop and one action per skill file)."""
 
-import mcp_bridge.rasa  # noqa: F401
-'''
+def _entries(block: str, key: str) -> list[str]:
+    """The entries under ``key`` of a guide block, each as its own text (at indent 0), as a person
+    would paste them under the bot's key."""
+    found = top_level(compose(block, str(GUIDE)), key)
+    assert found is not None, f"{GUIDE}: no {key}: in the block starting {block.splitlines()[0]!r}"
+    return list(_entry_blocks(block, found[1], entry_name).values())
 
 
 def add_reminder_skill(bot: Path) -> Path:
-    """Adopt the reminder skill in an initialised bot (after `mcp-bridge init`)."""
-    (bot / "skills").mkdir(exist_ok=True)
-    (bot / "skills" / "save_reminder.yml").write_text(SKILL)
-    endpoints = bot / "endpoints.yml"
-    endpoints.write_text(endpoints.read_text().replace("mcp_servers: []\n", SERVERS))
-    (bot / "actions" / "__init__.py").write_text(ACTIONS)
+    """Steps 3 to 6 of docs/ADOPTING.md on a bot after `mcp-bridge init`, with the guide's own blocks:
+    the sample skill renamed, its responses, the MCP server, the one import, the intent, the slot,
+    and data/reminders.yml."""
+    assert (bot / SAMPLE_SKILL).exists(), f"{bot}: mcp-bridge init wrote no {SAMPLE_SKILL}"
+    (bot / SAMPLE_SKILL).rename(bot / "skills" / "save_reminder.yml")
     domain = bot / "domain.yml"
     splice = Splice(domain.read_text(), str(domain))
-    splice.add_list_items("intents", ["- save_reminder\n"])
-    splice.add_map_entries(
-        "slots",
-        [
-            "reminder_text:\n  type: text\n  influence_conversation: false\n  mappings:\n"
-            "    - type: from_text\n      intent: save_reminder\n"
-        ],
-    )
-    splice.add_map_entries("responses", list(RESPONSES.values()), spaced=True)
+    splice.add_map_entries("responses", _entries(guide_block(RESPONSES_BLOCK), "responses"), spaced=True)
+    splice.add_list_items("intents", _entries(guide_block(INTENT_SLOT_BLOCK), "intents"))
+    splice.add_map_entries("slots", _entries(guide_block(INTENT_SLOT_BLOCK), "slots"))
     domain.write_text(splice.result())
-    (bot / "data" / "reminders.yml").write_text(NLU + "\n" + RULES.replace('version: "3.1"\n', ""))
+    endpoints = bot / "endpoints.yml"
+    servers = guide_block(SERVERS_BLOCK).split("\n", 1)[1]
+    assert "mcp_servers: []\n" in endpoints.read_text(), "mcp-bridge init wrote no empty mcp_servers"
+    endpoints.write_text(endpoints.read_text().replace("mcp_servers: []\n", servers))
+    (bot / "actions" / "__init__.py").write_text(guide_block(ACTIONS_BLOCK))
+    (bot / "data" / "reminders.yml").write_text(guide_block(DATA_BLOCK))
     return bot
+
+
+_UNUSED = re.compile(r"UserWarning: The utterance '(\w+)' is not used in any story or rule\.")
+# What else Rasa says about a bot's files: its warnings (UserWarning), a data file without its
+# version line (logged three times at INFO level), and log lines at WARNING or ERROR level.
+_COMPLAINT = re.compile(
+    r"UserWarning|The 'version' key is missing in the training data file|^\S+ \S+ (WARNING|ERROR) "
+)
+
+
+def expected_unused_responses() -> set[str]:
+    """The responses `rasa data validate` and `rasa train` call "not used in any story or rule" on
+    the starter bot after the guide (step 8): the plugin's (from init) and the skill's, which the
+    plugin's actions say themselves."""
+    plugin = yaml.safe_load(fragment_text("domain.yml"))["responses"]
+    skill = yaml.safe_load(guide_block(RESPONSES_BLOCK))["responses"]
+    return set(plugin) | set(skill)
+
+
+def rasa_warnings(output: str) -> tuple[set[str], list[str]]:
+    """From Rasa's output: the responses it calls unused, and every other complaint about the bot."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in output.splitlines()]
+    unused = set(_UNUSED.findall(output))
+    other = [line for line in lines if _COMPLAINT.search(line) and not _UNUSED.search(line)]
+    return unused, other
