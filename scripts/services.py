@@ -141,6 +141,8 @@ class ServiceProcess:
                 start_new_session=self.detached,
                 user=self.user,
                 group=self.user,
+                # Not root's supplementary groups either: only the user's own.
+                extra_groups=[] if self.user else None,
             )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
