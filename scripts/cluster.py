@@ -335,11 +335,7 @@ lock_store:
 
     def kill(self, name: str) -> None:
         """SIGKILL: the process gets no chance to finish what it is doing."""
-        service = self.running[name]
-        if service.process is not None:
-            service.process.kill()
-            service.process.wait()
-        service.process = None
+        self.running[name].kill()
 
     def restart(self, name: str) -> ServiceProcess:
         """Start `name` again on the same port, with the same configuration."""
@@ -422,6 +418,7 @@ def down(var: Path) -> int:
         pid = info.get("pid")
         if not pid or not _alive(int(pid)):
             continue
+        left = services.descendants(int(pid))
         os.kill(int(pid), int(info.get("stop_signal", signal.SIGTERM)))
         for _ in range(100):
             if not _alive(int(pid)):
@@ -429,6 +426,7 @@ def down(var: Path) -> int:
             time.sleep(0.1)
         else:
             os.kill(int(pid), signal.SIGKILL)
+        services.end_processes(left)
         print(f"stopped {name} (pid {pid})")
     state.unlink()
     (var / "urls.json").unlink(missing_ok=True)
