@@ -95,6 +95,8 @@ class Cluster:
             "mcp": int(os.environ.get("CLUSTER_MCP_PORT") or front[2]),
         }
         self.postgres = engines.Postgres(var / "postgres", self.secrets["postgres_password"], durable=durable)
+        # The action servers' interpreter (an action-server venv's); a (re)start uses the current one.
+        self.action_python = sys.executable
         self.crm_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
         self._action_endpoints = self._rasa_endpoints_path = Path()
@@ -249,6 +251,7 @@ lock_store:
                 },
                 log_path=log_path,
                 detached=detached,
+                python=self.action_python,
             )
         if kind == "rasa":
             return services.rasa_server(

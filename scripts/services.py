@@ -400,8 +400,11 @@ def action_server(
     log_path: Path | None = None,
     detached: bool = False,
     extra_env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> ServiceProcess:
-    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL."""
+    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL.
+
+    `python`: the interpreter (an action-server venv's); this process's own by default."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     env = child_env(
@@ -421,7 +424,7 @@ def action_server(
     )
     return ServiceProcess(
         "action-server",
-        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
+        [python or sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
         env=env,
         ready_url=f"{base}/health",
         url=f"{base}/webhook",
