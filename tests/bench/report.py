@@ -233,7 +233,10 @@ def table(runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any]
         f"Rasa model {meta.get('rasa_model', '-')}; CRM database and audit logs under {meta['scratch']}; "
         f"CRM, MCP server and load clients on Python {meta['services_python']}, {meta['event_loop']}"
     )
-    add("ends (the columns; each figure measured in this one run, the ends interleaved):")
+    if len(ends) > 1:
+        add("ends (the columns; each figure measured in this one run, the ends interleaved):")
+    else:
+        add("one end (the column; `make bench` measures both ends side by side):")
     for letter, end in zip(letters, ends, strict=True):
         add(f"  {letter} = {end.describe()}")
     if len(ends) > 1:
