@@ -162,8 +162,14 @@ adoption-sdk36: setup
 	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv, rasa-sdk 3.6 on Python 3.10"
 	@$(PY_OLD) -m tests.adoption
 
+# Both ends side by side in one run (.venv and .venv-sdk36: tests/bench/ends.py), one Rasa server for both.
 bench: setup train services
 	@$(PY) -m tests.bench
+
+# The same at both ends with few samples: a smoke run, not a measurement (written under var/bench-quick/).
+.PHONY: bench-quick
+bench-quick: setup train services
+	@$(PY) -m tests.bench --quick
 
 profile: $(VENV)/.installed
 	@$(PY) -m tests.bench.cpu_profile

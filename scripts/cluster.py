@@ -95,6 +95,8 @@ class Cluster:
             "mcp": int(os.environ.get("CLUSTER_MCP_PORT") or front[2]),
         }
         self.postgres = engines.Postgres(var / "postgres", self.secrets["postgres_password"], durable=durable)
+        # The action servers' interpreter (an action-server venv's); a (re)start uses the current one.
+        self.action_python = sys.executable
         self.crm_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
         self._action_endpoints = self._rasa_endpoints_path = Path()
@@ -249,6 +251,7 @@ lock_store:
                 },
                 log_path=log_path,
                 detached=detached,
+                python=self.action_python,
             )
         if kind == "rasa":
             return services.rasa_server(
@@ -335,11 +338,7 @@ lock_store:
 
     def kill(self, name: str) -> None:
         """SIGKILL: the process gets no chance to finish what it is doing."""
-        service = self.running[name]
-        if service.process is not None:
-            service.process.kill()
-            service.process.wait()
-        service.process = None
+        self.running[name].kill()
 
     def restart(self, name: str) -> ServiceProcess:
         """Start `name` again on the same port, with the same configuration."""
@@ -422,6 +421,7 @@ def down(var: Path) -> int:
         pid = info.get("pid")
         if not pid or not _alive(int(pid)):
             continue
+        left = services.descendants(int(pid))
         os.kill(int(pid), int(info.get("stop_signal", signal.SIGTERM)))
         for _ in range(100):
             if not _alive(int(pid)):
@@ -429,6 +429,7 @@ def down(var: Path) -> int:
             time.sleep(0.1)
         else:
             os.kill(int(pid), signal.SIGKILL)
+        services.end_processes(left)
         print(f"stopped {name} (pid {pid})")
     state.unlink()
     (var / "urls.json").unlink(missing_ok=True)

@@ -9,6 +9,7 @@ the tests (through tests/support/procs.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -53,6 +54,56 @@ def write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, ...), or None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every process below `pid` (children, their children, ...) as (pid, start time), read from /proc.
+
+    Taken before a service is stopped: once its main process is gone, what it leaves behind belongs
+    to init and can no longer be found by parent."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[tuple[int, str]] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            fields = _stat_fields(child)
+            if fields is not None:
+                found.append((child, fields[19]))  # field 22 of stat: start time, against pid reuse
+                todo.append(child)
+    return found
+
+
+def end_processes(processes: list[tuple[int, str]], grace: float = 3.0) -> None:
+    """SIGTERM each of `processes` (from `descendants`) that is still the same process, then SIGKILL
+    what is left after `grace` seconds.
+
+    A service's main process does not always take its children with it: rasa-sdk 3.21's Sanic 25
+    leaves its multiprocessing manager and resource tracker behind on SIGTERM, and a SIGKILL of
+    the main process leaves the worker that serves the port running."""
+
+    def alive() -> list[int]:
+        return [
+            pid for pid, started in processes if (f := _stat_fields(pid)) and f[19] == started and f[0] != "Z"
+        ]
+
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + grace
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
@@ -147,6 +198,8 @@ class ServiceProcess:
                 start_new_session=self.detached,
                 user=self.user,
                 group=self.user,
+                # Not root's supplementary groups either: only the user's own.
+                extra_groups=[] if self.user else None,
             )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
@@ -168,10 +221,12 @@ class ServiceProcess:
         return None if self.process is None else self.process.pid
 
     def stop(self) -> int | None:
-        """`stop_signal` (SIGTERM), then SIGKILL after STOP_TIMEOUT; the exit code (None if never started)."""
+        """`stop_signal` (SIGTERM), then SIGKILL after STOP_TIMEOUT; then whatever it left running
+        (see `end_processes`). The exit code (None if never started)."""
         process, self.process = self.process, None
         if process is None:
             return self.returncode
+        left = descendants(process.pid)
         if process.poll() is None:
             process.send_signal(self.stop_signal)
             try:
@@ -179,8 +234,25 @@ class ServiceProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        end_processes(left)
         self.returncode = process.returncode
         return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL to the process and everything below it, at once, as when a machine or container
+        dies: nothing gets a chance to finish what it is doing."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        left = descendants(process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        for pid, _ in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait()
+        end_processes(left)
+        self.returncode = process.returncode
 
     def close(self) -> None:
         self.stop()
@@ -334,8 +406,11 @@ def action_server(
     log_path: Path | None = None,
     detached: bool = False,
     extra_env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> ServiceProcess:
-    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL."""
+    """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL.
+
+    `python`: the interpreter (an action-server venv's); this process's own by default."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     env = child_env(
@@ -355,7 +430,7 @@ def action_server(
     )
     return ServiceProcess(
         "action-server",
-        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
+        [python or sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
         env=env,
         ready_url=f"{base}/health",
         url=f"{base}/webhook",

@@ -161,6 +161,7 @@ def down(state: Path) -> int:
     services = json.loads(state.read_text())
     for name, info in reversed(list(services.items())):
         pid = int(info["pid"])
+        left = procs.descendants(pid)
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -173,6 +174,7 @@ def down(state: Path) -> int:
             time.sleep(0.1)
         else:
             os.kill(pid, signal.SIGKILL)
+        procs.end_processes(left)
         print(f"stopped {name} (pid {pid})")
     state.unlink()
     return 0

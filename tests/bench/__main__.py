@@ -1,8 +1,13 @@
-"""`python -m tests.bench` (`make bench`): every figure measured side by side in one run.
+"""`python -m tests.bench` (`make bench`): every figure measured side by side in one run, at both ends.
 
-Starts a seeded CRM (REST), its MCP server, the action server and a Rasa server on free local ports,
-stops them all at the end (also on error), prints a table and writes bench-results/bench.json and
-bench-results/bench.png. Timings are reported, never asserted: a missed target prints MISS.
+The ends are the action-server environments of the supported range (tests/bench/ends.py): by
+default `.venv` (rasa-sdk 3.21, Python 3.13) and `.venv-sdk36` (rasa-sdk 3.6, Python 3.10), whatever
+interpreter runs this; `--python PATH` (repeated) picks others, `--this-end` only this interpreter's.
+Starts a seeded CRM (REST), its MCP server, a worker per end for the in-process sections, the
+action servers of every end (on that end's interpreter) and one Rasa server on free local ports,
+stops them all at the end (also on error), prints one table whose columns are the ends and writes
+bench-results/bench.json and bench-results/bench.png. Timings are reported, never asserted: a
+missed target prints MISS.
 """
 
 from __future__ import annotations
@@ -11,13 +16,13 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import json
 import os
 import platform
 import secrets
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass, replace
@@ -25,8 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from crm import tools as crm_tools
-from tests.bench import cluster_line, floor_server, micro, rasa_turns, report, webhook
+from tests.bench import cluster_line, ends, floor_server, micro, rasa_turns, report, router, webhook
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -38,15 +42,15 @@ WARMUP_REQUESTS = 10  # confirmations per action server before its "warm, idle" 
 
 @dataclass(frozen=True)
 class Config:
-    calls: int = 300  # section 1, per variant
-    sessions: int = 100  # section 2, per variant
-    cycles: int = 200  # section 3, per variant
-    requests: int = 300  # section 4, per variant, concurrency level and round
-    load_rounds: int = 5  # section 4: rounds per level, local and MCP alternating within each
+    calls: int = 300  # section 1, per end and variant
+    sessions: int = 100  # section 2, per end and variant
+    cycles: int = 200  # section 3, per end and variant
+    requests: int = 300  # section 4, per end, variant, concurrency level and round
+    load_rounds: int = 5  # section 4: rounds per level, every action server in turn within each
     levels: tuple[int, ...] = (1, 8, 32)
-    turns: int = 300  # section 5, per variant, in pairs (one local turn next to one MCP turn)
-    cluster_conversations: int = 40  # section 7, per round
-    cluster_rounds: int = 4  # section 7: rounds alternate 2 and 1 action servers
+    turns: int = 300  # section 5, per end and variant, taken next to each other
+    cluster_conversations: int = 40  # section 7, per end, setting (2 or 1 action servers) and round
+    cluster_rounds: int = 4  # section 7: every round visits every end, with 2 and 1 action servers
     cluster_clients: int = 8
     out: Path = REPO / "bench-results"
     model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
@@ -91,18 +95,6 @@ def _git_commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
-async def _in_process(
-    workdir: Path, mcp_url: str, token: str, floor_url: str, config: Config
-) -> tuple[Any, Any, Any]:
-    try:
-        tool_call = await micro.tool_call(mcp_url, token, config.calls, floor_url)
-        session = await micro.session_reuse(mcp_url, token, config.sessions)
-        cycle = await micro.executor_cycle(workdir, mcp_url, token, config.cycles)
-        return tool_call, session, cycle
-    finally:
-        await crm_tools.close_client()
-
-
 def _scratch_parent() -> str | None:
     """Where the CRM database and the audit logs go: memory (/dev/shm) when there is one.
 
@@ -113,58 +105,47 @@ def _scratch_parent() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def _start_together(services: procs.Services, starting: list[procs.ServiceProcess]) -> None:
-    """Start slow services (Rasa servers) side by side; raise the first failure after all tried."""
-    failures: list[BaseException] = []
-
-    def start(service: procs.ServiceProcess) -> None:
-        try:
-            services.start(service)
-        except BaseException as exc:  # reported below, once every thread is done
-            failures.append(exc)
-
-    threads = [threading.Thread(target=start, args=(service,)) for service in starting]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+Line = tuple[str, str]  # (end, variant)
 
 
 def _load_and_memory(
-    servers: dict[str, procs.ServiceProcess], others: dict[str, int], config: Config
-) -> tuple[dict[str, list[webhook.LoadResult]], dict[str, dict[str, dict[str, int]]]]:
-    """Both action servers run at once; each concurrency level runs rounds of local and MCP in
-    turn (the order flips every round), so both meet the same moments of the machine.
+    servers: dict[Line, procs.ServiceProcess], others: dict[str, list[int]], config: Config
+) -> tuple[dict[Line, list[webhook.LoadResult]], dict[Line, dict[str, dict[str, int]]]]:
+    """Every end's action servers (tools local and over MCP) run at once; each concurrency level runs
+    rounds in which every one of them takes its turn (the first one moving on every round), so all
+    meet the same moments of the machine. Memory and CPU count each server's processes (tree).
 
     `others`: the pids of the services behind them (MCP server, CRM REST), whose CPU is counted too.
     """
-    load: dict[str, list[webhook.LoadResult]] = {name: [] for name in servers}
-    memory: dict[str, dict[str, dict[str, int]]] = {name: {} for name in servers}
-    pids: dict[str, int] = {}
+    load: dict[Line, list[webhook.LoadResult]] = {line: [] for line in servers}
+    memory: dict[Line, dict[str, dict[str, int]]] = {line: {} for line in servers}
+    trees: dict[Line, list[int]] = {}
     with contextlib.ExitStack() as stack:
-        for name, server in servers.items():
+        for line, server in servers.items():
             stack.enter_context(server)
             assert server.process is not None
-            pids[name] = server.process.pid
-            memory[name]["start"] = webhook.rss_kib(pids[name])
-        for name, server in servers.items():
-            run_async(webhook.load(server.url, name, WARMUP_REQUESTS, 1))
-            memory[name]["rest"] = webhook.rss_kib(pids[name])
+            trees[line] = webhook.tree(server.process.pid)
+            memory[line]["start"] = webhook.rss_kib(*trees[line])
+        for line, server in servers.items():
+            run_async(webhook.load(server.url, "-".join(line), WARMUP_REQUESTS, 1))
+            memory[line]["rest"] = webhook.rss_kib(*trees[line])
+        order = list(servers)
         for clients in config.levels:
-            _say(f"section 4: {clients} clients, {config.load_rounds} rounds of local and MCP in turn")
-            rounds: dict[str, list[webhook.LoadResult]] = {name: [] for name in servers}
+            _say(f"section 4: {clients} clients, {config.load_rounds} rounds, each action server in turn")
+            rounds: dict[Line, list[webhook.LoadResult]] = {line: [] for line in servers}
             for r in range(config.load_rounds):
-                for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
-                    counted = {"action server": pids[name], **others}
-                    rounds[name].append(
-                        run_async(webhook.load(servers[name].url, name, config.requests, clients, counted))
+                shift = r % len(order)
+                for line in order[shift:] + order[:shift]:
+                    counted = {"action server": trees[line], **others}
+                    rounds[line].append(
+                        run_async(
+                            webhook.load(servers[line].url, "-".join(line), config.requests, clients, counted)
+                        )
                     )
-            for name in servers:
-                load[name].append(webhook.merge_rounds(rounds[name]))
-        for name in servers:
-            memory[name]["after_load"] = webhook.rss_kib(pids[name])
+            for line in servers:
+                load[line].append(webhook.merge_rounds(rounds[line]))
+        for line in servers:
+            memory[line]["after_load"] = webhook.rss_kib(*trees[line])
     return load, memory
 
 
@@ -181,25 +162,42 @@ def floor_service() -> procs.ServiceProcess:
     )
 
 
+def router_service(routes: dict[str, str]) -> procs.ServiceProcess:
+    """tests/bench/router.py on a free port: Rasa's one action endpoint, passing each conversation's
+    calls on to the action server of its route."""
+    port = procs.free_port()
+    base = f"http://{procs.HOST}:{port}"
+    return procs.ServiceProcess(
+        "router",
+        [sys.executable, str(Path(router.__file__)), str(port)],
+        env=procs.child_env({"BENCH_ROUTES": json.dumps(routes)}),
+        ready_url=f"{base}/health",
+        url=base,
+    )
+
+
 def _say(message: str) -> None:
     print(f"==> {message}", file=sys.stderr, flush=True)
 
 
-def run(config: Config) -> int:
+def run(config: Config, chosen: list[ends.End]) -> int:
     started = time.monotonic()
     meta: dict[str, Any] = {
         "started_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
         "cpus": os.cpu_count(),
         "loadavg_start": _loadavg(),
-        "python": platform.python_version(),
+        "ends": [end.summary() for end in chosen],
+        # The CRM, its MCP server, the floor server, the router and the load clients run here.
+        "services_python": platform.python_version(),
         "mcp": metadata.version("mcp"),
-        "rasa_sdk": metadata.version("rasa-sdk"),
         "commit": _git_commit(),
         "event_loop": event_loop_name(),
         "config": {
             key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()
         },
     }
+    keys = [end.key for end in chosen]
+    _say("ends: " + "; ".join(end.describe() for end in chosen))
     services = procs.Services()
     scratch = _scratch_parent()
     meta["scratch"] = scratch or tempfile.gettempdir()
@@ -211,75 +209,122 @@ def run(config: Config) -> int:
             rest = services.start(procs.crm_rest(db))
             token = secrets.token_urlsafe(24)
             mcp = services.start(procs.crm_mcp(rest.url, token=token))
-            os.environ["CRM_URL"] = rest.url  # the local tool functions of sections 1 and 3
             floor = services.start(floor_service())
 
-            _say(f"sections 1-3 in process (n = {config.calls}, {config.sessions}, {config.cycles})")
-            tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, floor.url, config))
+            _say(
+                f"sections 1-3 in a worker per end, interleaved (n = {config.calls}, {config.sessions}, "
+                f"{config.cycles})"
+            )
+            running = ends.workers(chosen, rest.url)
+            try:
+                common = {"mcp_url": mcp.url, "token": token}
+                tool_call = ends.interleaved(
+                    running,
+                    "tool_call",
+                    dict.fromkeys(keys, {**common, "floor_url": floor.url}),
+                    config.calls,
+                    warmup=5,
+                )
+                session = ends.interleaved(
+                    running,
+                    "session",
+                    dict.fromkeys(keys, common),
+                    config.sessions,
+                    warmup=micro.SESSION_WARMUP,
+                )
+                cycle = ends.interleaved(
+                    running,
+                    "executor_cycle",
+                    {key: {**common, "workdir": str(workdir / f"cycle-{i}")} for i, key in enumerate(keys)},
+                    config.cycles,
+                    warmup=5,
+                )
+            finally:
+                for worker in running.values():
+                    worker.close()
 
             skills = {
-                name: skills_with_source(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
+                variant: skills_with_source(workdir / f"skills-{variant}", src)
+                for variant, src in VARIANTS.items()
             }
+            python = {end.key: end.python for end in chosen}
+            lines: list[Line] = [(key, variant) for key in keys for variant in VARIANTS]
+            # The action servers read the MCP server block; their own action_endpoint is never used.
+            endpoints = procs.write_endpoints(workdir / "endpoints-actions.yml", "http://127.0.0.1:1/webhook")
 
-            def action_server(name: str, port: int) -> procs.ServiceProcess:
+            def action_server(line: Line, port: int) -> procs.ServiceProcess:
+                key, variant = line
                 return procs.action_server(
                     endpoints=endpoints,
                     crm_url=rest.url,
                     mcp_url=mcp.url,
                     mcp_token=token,
-                    skills_dir=skills[name],
-                    audit_log=workdir / f"audit-{name}.jsonl",
+                    skills_dir=skills[variant],
+                    audit_log=workdir / f"audit-{keys.index(key)}-{variant}.jsonl",
                     port=port,
+                    python=python[key],
                 )
 
-            # Section 5: a Rasa server per variant, each calling an action server of its own.
-            ports = {name: procs.free_port() for name in VARIANTS}
-            endpoints_for = {
-                name: procs.write_endpoints(
-                    workdir / f"endpoints-{name}.yml", f"http://{procs.HOST}:{ports[name]}/webhook"
-                )
-                for name in VARIANTS
-            }
-            endpoints = endpoints_for["local"]  # the MCP server block is the same in both
-            _say("starting two Rasa servers, one per variant (takes a minute or two)")
+            # Section 5: one Rasa server; the router passes each conversation on to its line's
+            # action server (route e<end><variant>).
+            routes = {f"e{keys.index(key)}{variant}": (key, variant) for key, variant in lines}
+            ports = {route: procs.free_port() for route in routes}
+            hop = services.start(
+                router_service({route: f"http://{procs.HOST}:{ports[route]}" for route in routes})
+            )
+            _say("starting one Rasa server for every end and variant (takes a minute or two)")
             model = config.model or procs.current_model()
             meta["rasa_model"] = model.name
-            rasa = {name: procs.rasa_server(model=model, endpoints=endpoints_for[name]) for name in VARIANTS}
-            _start_together(services, list(rasa.values()))
+            rasa = services.start(
+                procs.rasa_server(
+                    model=model,
+                    endpoints=procs.write_endpoints(workdir / "endpoints-rasa.yml", f"{hop.url}/webhook"),
+                )
+            )
 
-            _say(f"sections 4 and 6: two action servers, {config.requests} requests per level")
+            _say(f"sections 4 and 6: {len(lines)} action servers, {config.requests} requests per level")
             assert mcp.process is not None and rest.process is not None
             load, memory = _load_and_memory(
-                {name: action_server(name, procs.free_port()) for name in VARIANTS},
-                {"MCP server": mcp.process.pid, "CRM REST": rest.process.pid},
+                {line: action_server(line, procs.free_port()) for line in lines},
+                {"MCP server": [mcp.process.pid], "CRM REST": [rest.process.pid]},
                 config,
             )
 
-            _say(f"section 5: {config.turns} Rasa turns per variant, alternating between the two servers")
+            _say(f"section 5: {config.turns} Rasa turns per end and variant, in turn, on one Rasa server")
             with contextlib.ExitStack() as stack:
-                for name in VARIANTS:
-                    stack.enter_context(action_server(name, ports[name]))
-                turns = run_async(
-                    rasa_turns.interleaved_yes_turns(
-                        {name: rasa[name].url for name in VARIANTS}, config.turns
-                    )
-                )
+                for route, line in routes.items():
+                    stack.enter_context(action_server(line, ports[route]))
+                by_route = run_async(rasa_turns.interleaved_yes_turns(rasa.url, list(routes), config.turns))
+            turns = {line: by_route[route] for route, line in routes.items()}
         finally:
             services.close()
         _say(
-            f"section 7: the cluster, {config.cluster_conversations} conversations per round from "
-            f"{config.cluster_clients} clients, {config.cluster_rounds} rounds (starting it takes minutes)"
+            f"section 7: the cluster, {config.cluster_conversations} conversations per end, setting and "
+            f"round from {config.cluster_clients} clients, {config.cluster_rounds} rounds (starting it takes "
+            "minutes)"
         )
         cluster = cluster_line.measure(
             REPO / "var" / "bench-cluster",
+            python,
             conversations=config.cluster_conversations,
             clients=config.cluster_clients,
             rounds=config.cluster_rounds,
         )
     meta["wall_s"] = round(time.monotonic() - started, 1)
     meta["loadavg_end"] = _loadavg()
-    results = report.Results(tool_call, session, cycle, load, turns, memory, cluster)
-    print(report.write(results, meta, config.out))
+    results = {
+        key: report.Results(
+            tool_call[key],
+            session[key],
+            cycle[key],
+            {variant: load[(key, variant)] for variant in VARIANTS},
+            {variant: turns[(key, variant)] for variant in VARIANTS},
+            {variant: memory[(key, variant)] for variant in VARIANTS},
+            cluster[key],
+        )
+        for key in keys
+    }
+    print(report.write(results, chosen, meta, config.out))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 
@@ -287,15 +332,26 @@ def run(config: Config) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a measurement")
-    parser.add_argument("--out", type=Path, help="output folder (default bench-results/)")
+    parser.add_argument(
+        "--out", type=Path, help="output folder (default bench-results/; with --quick var/bench-quick/)"
+    )
     parser.add_argument(
         "--model", type=Path, help="Rasa model (default: the current one, as `make train` names it)"
     )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        action="append",
+        help="an end: an action-server venv's interpreter (repeat for each; default .venv and .venv-sdk36)",
+    )
+    parser.add_argument("--this-end", action="store_true", help="only the interpreter running this")
     args = parser.parse_args(argv)
     config = QUICK if args.quick else Config()
+    if args.quick:  # a smoke run never overwrites a measurement
+        config = replace(config, out=REPO / "var" / "bench-quick")
     overrides = {key: value for key, value in (("out", args.out), ("model", args.model)) if value is not None}
     config = replace(config, **overrides)
-    return run(config)
+    return run(config, ends.choose(args.python, args.this_end))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""The cluster line of `make bench`: whole conversations through nginx with 1 and with 2 action servers.
+"""The cluster line of `make bench`: whole conversations through nginx with 1 and with 2 action servers,
+at each end.
 
 Starts the cluster of `make cluster-up` (scripts/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP
-servers, 2 action servers, 2 Rasa servers behind nginx) in a folder of its own, then runs rounds of
-conversations (ask, then "yes") through nginx's REST channel from several clients at once,
-alternating between 2 action servers and 1 (the second is stopped for the round and started again
-after it), so both settings meet the same machine. Reports conversations per second and the p95
-of the "yes" turn for each.
+servers, 2 action servers, 2 Rasa servers behind nginx) once, in a folder of its own, then runs
+rounds of conversations (ask, then "yes") through nginx's REST channel from several clients at once.
+Each round runs every end in turn (the action servers restarted on that end's interpreter, then a
+few conversations to warm them, unmeasured), and within an end alternates between 2 action servers
+and 1 (the second is killed for its part and started again after it), so every setting meets the
+same machine; the order of the ends, and of 2 and 1, flips every round. Reports conversations per
+second and the p95 of the "yes" turn for each end and setting.
 """
 
 from __future__ import annotations
@@ -70,28 +73,54 @@ async def _round(rasa_url: str, label: str, conversations: int, clients: int, se
         return time.perf_counter() - started
 
 
-def measure(var: Path, *, conversations: int, clients: int, rounds: int) -> dict[int, ClusterLine]:
-    """Rounds alternate 2, 1, 1, 2, ... action servers; `conversations` per round. The cluster's data
-    go to `var`, emptied first (PostgreSQL runs as its own user, so not a private temporary folder)."""
-    from scripts.cluster import Cluster
+def _use(cluster: Any, python: str) -> None:
+    """The cluster's action servers on `python` (stopped and started again when it changes)."""
+    if cluster.action_python == python:
+        return
+    names = [name for name in cluster.running if name.startswith("action-")]
+    for name in names:
+        cluster.running[name].stop()
+    cluster.action_python = python
+    for name in names:
+        cluster.restart(name)
 
+
+def measure(
+    var: Path, pythons: dict[str, str], *, conversations: int, clients: int, rounds: int
+) -> dict[str, dict[int, ClusterLine]]:
+    """end -> action servers -> line. `pythons`: end -> its interpreter. Each round visits every end
+    (order flipping every round) and runs 2 and 1 action servers there (order flipping every round);
+    `conversations` per end, setting and round. The cluster's data go to `var`, emptied first."""
+    from scripts.cluster import Cluster
+    from scripts.engines import remove_postgres_data
+
+    remove_postgres_data(var / "postgres")
     shutil.rmtree(var, ignore_errors=True)
+    keys = list(pythons)
     cluster = Cluster(var, durable=False)
+    cluster.action_python = pythons[keys[0]]
     cluster.start()
-    lines = {count: ClusterLine(count, 0, 0.0, Series(f"{count} action servers")) for count in (2, 1)}
+    lines = {
+        key: {count: ClusterLine(count, 0, 0.0, Series(f"{key}: {count} action servers")) for count in (2, 1)}
+        for key in keys
+    }
     try:
-        asyncio.run(_round(cluster.rasa_url, "warm-up", 6, 2, Series("warm-up")))
         for r in range(rounds):
-            for count in (2, 1) if r % 2 == 0 else (1, 2):
-                if count == 1:
-                    cluster.kill("action-2")
-                line = lines[count]
-                line.wall_s += asyncio.run(
-                    _round(cluster.rasa_url, f"{count}-{r}", conversations, clients, line.yes_turn)
-                )
-                line.conversations += conversations
-                if count == 1:
-                    cluster.restart("action-2")
+            for key in keys if r % 2 == 0 else keys[::-1]:
+                if r == 0 or cluster.action_python != pythons[key]:
+                    _use(cluster, pythons[key])
+                    asyncio.run(_round(cluster.rasa_url, f"warm-up-{r}", 6, 2, Series("warm-up")))
+                for count in (2, 1) if r % 2 == 0 else (1, 2):
+                    if count == 1:
+                        cluster.kill("action-2")
+                    line = lines[key][count]
+                    line.wall_s += asyncio.run(
+                        _round(cluster.rasa_url, f"{count}-{r}", conversations, clients, line.yes_turn)
+                    )
+                    line.conversations += conversations
+                    if count == 1:
+                        cluster.restart("action-2")
     finally:
         cluster.stop()
+        cluster.postgres.remove()
     return lines

@@ -53,7 +53,8 @@ async def bridge_runtime(mcp_url: str, token: str) -> AsyncIterator[MCPRuntime]:
         await runtime.aclose()
 
 
-async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[str, Series]:
+@asynccontextmanager
+async def tool_call_variants(mcp_url: str, token: str, floor_url: str) -> AsyncIterator[dict[str, Variant]]:
     """Section 1: the same call through the bridge, a bare SDK session kept open, and locally; and
     the floor: a tool that does nothing, over plain HTTP and over the bare SDK (tests/bench/floor_server.py).
     """
@@ -92,7 +93,7 @@ async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[st
             async with http.post(raw_url, json=body, headers=raw_headers) as response:
                 _check_noop((await response.json()).get("result", {}).get("structuredContent"))
 
-        variants = {
+        yield {
             "local": local,
             "sdk": sdk,
             "bridge": bridge,
@@ -100,6 +101,11 @@ async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[st
             "noop_jsonrpc": noop_jsonrpc,
             "noop_sdk": noop_sdk,
         }
+
+
+async def tool_call(mcp_url: str, token: str, n: int, floor_url: str) -> dict[str, Series]:
+    """Section 1 in this process (`tool_call_variants`, interleaved)."""
+    async with tool_call_variants(mcp_url, token, floor_url) as variants:
         return await round_robin(variants, dict.fromkeys(variants, n))
 
 
@@ -124,7 +130,8 @@ async def _hand_written_session(http: aiohttp.ClientSession, url: str) -> dict[s
     return headers
 
 
-async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:
+@asynccontextmanager
+async def session_variants(mcp_url: str, token: str) -> AsyncIterator[dict[str, Variant]]:
     """Section 2: a session kept open and reused against a new session (connect, initialize) per call."""
     async with mcp_session(mcp_url, token) as session:
 
@@ -135,8 +142,16 @@ async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:
             async with mcp_session(mcp_url, token) as fresh:
                 _check_contact((await fresh.call_tool(TOOL, {"email": DANA})).structured_content)
 
-        variants = {"reused": reused, "per_call": per_call}
-        return await round_robin(variants, dict.fromkeys(variants, n), warmup=3)
+        yield {"reused": reused, "per_call": per_call}
+
+
+SESSION_WARMUP = 3  # a session per call is slow: fewer untimed calls first
+
+
+async def session_reuse(mcp_url: str, token: str, n: int) -> dict[str, Series]:
+    """Section 2 in this process (`session_variants`, interleaved)."""
+    async with session_variants(mcp_url, token) as variants:
+        return await round_robin(variants, dict.fromkeys(variants, n), warmup=SESSION_WARMUP)
 
 
 def _executor(skills_dir: Path, mcp_url: str, token: str) -> Executor:
@@ -180,7 +195,8 @@ async def _confirmation_cycle(executor: Executor, label: str) -> None:
         raise RuntimeError(f"executor ({label}) left a confirmation pending: {done}")
 
 
-async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dict[str, Series]:
+@asynccontextmanager
+async def executor_variants(workdir: Path, mcp_url: str, token: str) -> AsyncIterator[dict[str, Variant]]:
     """Section 3: start → pending, confirm → write, with the tools local and over MCP."""
     executors = {
         source.replace(":crm", ""): _executor(
@@ -193,8 +209,13 @@ async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dic
         def cycle(label: str, executor: Executor) -> Variant:
             return lambda: _confirmation_cycle(executor, label)
 
-        variants = {label: cycle(label, executor) for label, executor in executors.items()}
-        return await round_robin(variants, dict.fromkeys(variants, n))
+        yield {label: cycle(label, executor) for label, executor in executors.items()}
     finally:
         for executor in executors.values():
             await executor.aclose()
+
+
+async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dict[str, Series]:
+    """Section 3 in this process (`executor_variants`, interleaved)."""
+    async with executor_variants(workdir, mcp_url, token) as variants:
+        return await round_robin(variants, dict.fromkeys(variants, n))

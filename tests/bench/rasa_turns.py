@@ -1,8 +1,9 @@
 """Whole turns through Rasa's REST channel: a new conversation asks, and only the "yes" is timed.
 
-Each variant has a Rasa server of its own (same model, each calling its own action server), both
-warm, and the conversations alternate between them turn by turn: whatever else the shared machine
-does at a moment falls on both variants alike, which sequential phases could not promise.
+One warm Rasa server serves every line: its action endpoint is tests/bench/router.py, which passes
+each conversation's action calls on to the action server of its route (an end and a variant).
+The conversations go to the routes in turn, turn by turn: whatever else the shared machine does at
+a moment falls on every line alike, which sequential phases could not promise.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ def _texts(messages: list[dict[str, Any]]) -> str:
     return " | ".join(str(message.get("text")) for message in messages)
 
 
-async def _conversation(http: aiohttp.ClientSession, rasa_url: str, label: str, i: int) -> tuple[float, bool]:
+async def _conversation(http: aiohttp.ClientSession, rasa_url: str, route: str, i: int) -> tuple[float, bool]:
     """One conversation: the request (asked to confirm, untimed), then the timed "yes"."""
-    sender = f"bench-{label}-{uuid.uuid4().hex}"
-    note = f"bench rasa turn {label} {i} {uuid.uuid4().hex[:8]}"
+    sender = f"bench-{route}-{uuid.uuid4().hex}"
+    note = f"bench rasa turn {route} {i} {uuid.uuid4().hex[:8]}"
     asked = await _say(http, rasa_url, sender, f"log a call with {DANA}: {note}")
     if ASKED not in _texts(asked):
-        raise RuntimeError(f"Rasa did not ask to confirm the note ({label}): {_texts(asked)!r}")
+        raise RuntimeError(f"Rasa did not ask to confirm the note ({route}): {_texts(asked)!r}")
     start = time.perf_counter()
     try:
         saved = await _say(http, rasa_url, sender, "yes")
@@ -48,19 +49,22 @@ async def _conversation(http: aiohttp.ClientSession, rasa_url: str, label: str, 
     return time.perf_counter() - start, ok
 
 
-async def interleaved_yes_turns(rasa_urls: dict[str, str], n: int, *, warmup: int = 3) -> dict[str, Series]:
-    """`n` timed "yes" turns per variant, alternating variant by variant (and which goes first).
+async def interleaved_yes_turns(
+    rasa_url: str, routes: list[str], n: int, *, warmup: int = 3
+) -> dict[str, Series]:
+    """`n` timed "yes" turns per route, the routes in turn (the first one moving on every time).
 
     A conversation whose request was not asked about is a setup failure (raised); a "yes" that did
-    not end in "Saved to ..." is counted as an error, and its time is kept.
+    not end in "Saved to ..." is counted as an error, and its time is kept. The i-th samples of
+    all routes were taken next to each other: pairs, for `stats.ratio_spread`.
     """
-    names = list(rasa_urls)
-    series = {name: Series(name) for name in names}
+    series = {route: Series(route) for route in routes}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         for i in range(warmup + n):
-            for name in names if i % 2 == 0 else names[::-1]:
-                elapsed, ok = await _conversation(http, rasa_urls[name], name, i)
+            shift = i % len(routes)
+            for route in routes[shift:] + routes[:shift]:
+                elapsed, ok = await _conversation(http, rasa_url, route, i)
                 if i >= warmup:
-                    series[name].samples.append(elapsed)
-                    series[name].errors += 0 if ok else 1
+                    series[route].samples.append(elapsed)
+                    series[route].errors += 0 if ok else 1
     return series

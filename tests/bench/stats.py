@@ -63,28 +63,38 @@ def ratio(a: float, b: float) -> float:
 Variant = Callable[[], Awaitable[Any]]
 
 
+def round_robin_order(names: list[str], counts: Mapping[str, int]) -> list[list[str]]:
+    """The rounds of `round_robin`: round i holds every name whose share of the rounds falls into
+    i (a name with fewer samples is spread evenly over the rounds, not bunched at the start),
+    starting at a different name each round so none always follows the same one."""
+    rounds = max(counts[name] for name in names)
+    order = []
+    for i in range(rounds):
+        shift = i % len(names)
+        order.append(
+            [
+                name
+                for name in names[shift:] + names[:shift]
+                if (i + 1) * counts[name] // rounds != i * counts[name] // rounds
+            ]
+        )
+    return order
+
+
 async def round_robin(
     variants: Mapping[str, Variant], counts: Mapping[str, int], *, warmup: int = 5
 ) -> dict[str, Series]:
-    """Time every variant `counts[name]` times, interleaved.
-
-    Round i runs every variant whose share of the rounds falls into i (a variant with fewer samples
-    is spread evenly over the rounds, not bunched at the start), starting each round at a different
-    variant so no variant always follows the same one. A variant that raises stops the run: a
-    benchmark of a failing call measures nothing.
+    """Time every variant `counts[name]` times, interleaved (`round_robin_order`), after `warmup`
+    untimed calls of each. A variant that raises stops the run: a benchmark of a failing call
+    measures nothing.
     """
     names = list(variants)
     for name in names:
         for _ in range(warmup):
             await variants[name]()
-    rounds = max(counts[name] for name in names)
     series = {name: Series(name) for name in names}
-    for i in range(rounds):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            count = counts[name]
-            if (i + 1) * count // rounds == i * count // rounds:
-                continue
+    for round_names in round_robin_order(names, counts):
+        for name in round_names:
             start = time.perf_counter()
             await variants[name]()
             series[name].samples.append(time.perf_counter() - start)

@@ -7,13 +7,14 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 
+from scripts.services import descendants
 from tests.bench.stats import Series
 from tests.support.rasa_calls import FakeTracker, said
 
@@ -80,12 +81,13 @@ async def _gather_limited(count: int, limit: int, make: Callable[[int], Awaitabl
 
 
 async def load(
-    url: str, label: str, requests: int, clients: int, pids: Mapping[str, int] | None = None
+    url: str, label: str, requests: int, clients: int, pids: Mapping[str, Sequence[int]] | None = None
 ) -> LoadResult:
     """POST `requests` confirming calls (`action_confirm_tool`), each a conversation of its own, from
     `clients` concurrent clients. An error is a non-200 answer or any answer but "saved".
 
-    `pids`: processes whose CPU time per request is recorded (the action server, the MCP server...).
+    `pids`: name -> the processes (a server and its workers) whose CPU time per request is recorded
+    under that name (the action server, the MCP server...).
     """
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as http:
@@ -114,12 +116,12 @@ async def load(
                     series.errors += 1
 
         pids = dict(pids or {})
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu_before = {name: cpu_seconds(*group) for name, group in pids.items()}
         own_before = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         wall = time.perf_counter() - started
-        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        cpu = {name: cpu_seconds(*group) - cpu_before[name] for name, group in pids.items()}
         cpu["client"] = time.process_time() - own_before
         per_request = {name: seconds / max(1, requests) * 1000 for name, seconds in cpu.items()}
         return LoadResult(clients, series, wall, per_request)
@@ -141,17 +143,37 @@ def merge_rounds(rounds: list[LoadResult]) -> LoadResult:
     return merged
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` so far, from /proc/<pid>/stat (in clock ticks, 10 ms here)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU of the processes so far, from /proc/<pid>/stat (in clock ticks, 10 ms
+    here); a process that has ended counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS
 
 
-def rss_kib(pid: int) -> dict[str, int]:
-    """VmRSS (resident now) and VmHWM (peak resident) of `pid`, in KiB, from /proc/<pid>/status."""
-    values: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0])
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it: rasa-sdk 3.21 (Sanic 25) serves from a worker process,
+    with a multiprocessing manager and resource tracker beside it; rasa-sdk 3.6 is one process."""
+    return [pid, *(child for child, _ in descendants(pid))]
+
+
+def rss_kib(*pids: int) -> dict[str, int]:
+    """VmRSS (resident now) and VmHWM (peak resident) of the processes, summed, in KiB, from
+    /proc/<pid>/status; `processes`: how many there were."""
+    values: dict[str, int] = {"VmRSS": 0, "VmHWM": 0, "processes": 0}
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            continue
+        values["processes"] += 1
+        for line in status.splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] += int(rest.split()[0])
     return values

@@ -28,6 +28,7 @@ from collections import Counter
 import asyncpg
 
 from scripts.cluster import REPLICAS, Cluster
+from scripts.engines import remove_postgres_data
 from scripts.services import REPO_ROOT
 from tests.cluster.scenario import Conversation, Faults, audit_replicas, errors_by_kind, run_conversations
 
@@ -154,6 +155,7 @@ def main() -> int:
     # A SIGTERM (make interrupted, a CI timeout) still stops the cluster: the `finally` below runs.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     run_id = uuid.uuid4().hex[:8]
+    remove_postgres_data(VAR / "postgres")  # a link into the temporary folder, maybe (engines.py)
     shutil.rmtree(VAR, ignore_errors=True)
     cluster = Cluster(VAR, durable=False)
     began = time.monotonic()
@@ -206,7 +208,7 @@ def main() -> int:
         print("FAILED: " + "; ".join(broken))
         print(f"logs and audit trails kept in {VAR}")
         return 1
-    shutil.rmtree(VAR / "postgres", ignore_errors=True)  # the database; logs and audit trails stay
+    cluster.postgres.remove()  # the database; logs and audit trails stay
     print("PASSED: every confirmed note written exactly once, nothing written without a yes")
     return 0
 

@@ -1,0 +1,57 @@
+"""Stopping or killing a service ends every process it started, not only its main one.
+
+rasa-sdk 3.21 runs Sanic 25, which serves from a worker process and keeps a multiprocessing
+manager and resource tracker beside it. Ended by SIGTERM, the main process left those two running;
+ended by SIGKILL (the cluster test's fault), it left the worker serving the port, so the "killed"
+action server went on answering.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from scripts.services import descendants
+from tests.support import procs
+
+
+def _action_server(tmp_path: Path, crm_rest: str, crm_mcp: str) -> procs.ServiceProcess:
+    endpoints = procs.write_endpoints(tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook")
+    return procs.action_server(endpoints=endpoints, crm_url=crm_rest, mcp_url=crm_mcp, mcp_token="test-token")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_nothing_of_an_action_server_outlives_it(
+    tmp_path: Path, crm_rest: str, crm_mcp: str, how: str
+) -> None:
+    server = _action_server(tmp_path, crm_rest, crm_mcp)
+    with server:
+        assert server.process is not None
+        below = descendants(server.process.pid)
+        health = server.ready_url
+        if how == "kill":
+            server.kill()
+        else:
+            server.stop()
+        left = [pid for pid, started in below if _same(pid, started)]
+        assert left == [], f"still running after {how}: {left}"
+        assert not _answers(health)
+
+
+def _same(pid: int, started: str) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == started and fields[0] != "Z"
