@@ -218,12 +218,12 @@ lock_store:
             return engines.nginx_server(
                 self.var / "nginx",
                 {
-                    # A Rasa server that dies mid-message may have done part of the turn; nginx
-                    # does not send it again (the person sees the error and can say it again).
-                    "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports], False),
-                    # Repeating a webhook or MCP call cannot repeat a write: the idempotency key.
-                    "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports], True),
-                    "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports], True),
+                    # A request that reached a replica is never sent to another (a server that
+                    # dies mid-request may have done part of it; the person, or the bridge under
+                    # its idempotency key, says it again).
+                    "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports]),
+                    "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports]),
+                    "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports]),
                 },
                 log_path=log_path,
                 detached=detached,

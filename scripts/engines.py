@@ -338,27 +338,25 @@ def redis_server(
 HEALTH_PATH = "/__nginx"
 
 
-def nginx_config(
-    folder: Path, listeners: dict[str, tuple[int, Sequence[str], bool]], access_log: Path
-) -> Path:
+def nginx_config(folder: Path, listeners: dict[str, tuple[int, Sequence[str]]], access_log: Path) -> Path:
     """nginx.conf in `folder`: for each name, a server on 127.0.0.1:port balancing over the
     upstream addresses (round robin).
 
-    `listeners[name] = (port, ["127.0.0.1:5005", ...], retry_posts)`. nginx passes a request
-    on to the next replica when one refuses the connection or times out; with `retry_posts` it
-    does so for POSTs that already reached a replica too (`non_idempotent`): safe only where a
-    repeated request cannot repeat a write (the action and MCP servers: a confirmed write carries
-    its idempotency key). Every answer says which replica gave it (`X-Upstream`), and the access
-    log has one line per request with the replica and the status.
+    `listeners[name] = (port, ["127.0.0.1:5005", ...])`. nginx passes a request on to the next
+    replica when one refuses the connection; a POST that already reached a replica is never sent to
+    another (no `non_idempotent`): a message that stalls one replica must not stall the next, and
+    only the bridge knows which calls are safe to repeat (it repeats those itself, under their
+    idempotency key). Every answer says which replica gave it (`X-Upstream`), and the access log has
+    one line per request with the replica and the status.
     """
     temp = folder / "tmp"
     temp.mkdir(parents=True, exist_ok=True)
     if _as_root():
         shutil.chown(temp, "nobody")
     blocks = []
-    for name, (port, upstreams, retry_posts) in listeners.items():
+    for name, (port, upstreams) in listeners.items():
         servers = "".join(f"        server {address} max_fails=1 fail_timeout=3s;\n" for address in upstreams)
-        retry = "error timeout http_502 http_503" + (" non_idempotent" if retry_posts else "")
+        retry = "error timeout http_502 http_503"
         blocks.append(
             f"""    upstream {name} {{
 {servers}        keepalive 32;
@@ -412,7 +410,7 @@ http {{
 
 def nginx_server(
     folder: Path,
-    listeners: dict[str, tuple[int, Sequence[str], bool]],
+    listeners: dict[str, tuple[int, Sequence[str]]],
     *,
     log_path: Path | None = None,
     detached: bool = False,

@@ -91,19 +91,32 @@ class Person:
             return Answer([], replica, "empty answer")
         return Answer(texts, replica, None)
 
-    def say(self, chat: Conversation, message: str, expect: str) -> list[str] | None:
+    def say(
+        self, chat: Conversation, message: str, expect: str, *, answers_again: bool = False
+    ) -> list[str] | None:
         """Send `message`; on an error, once more. The answer's texts when one contains
-        `expect`; otherwise None (the conversation stops, noted in `chat`)."""
-        for _attempt in range(2):
+        `expect`; otherwise None (the conversation stops, noted in `chat`).
+
+        `answers_again`: the message answers the question. After an error the bot may ask that
+        question again (the server that died may have lost the answer's events, and a late answer is
+        asked about again); the person then answers it once more, as people do."""
+        errors = 0
+        for _attempt in range(3):
             answer = self.send(chat.sender, message)
             if answer.rasa_replica:
                 chat.rasa_replicas.add(answer.rasa_replica.split(",")[-1].strip())
             if answer.error is None:
                 if any(expect in text for text in answer.texts):
                     return answer.texts
+                if answers_again and errors and any(QUESTION in text for text in answer.texts):
+                    chat.errors.append("asked the question again after an error")
+                    continue
                 chat.errors.append(f"unexpected answer: {_kind_of(answer.texts)}")
                 return None
             chat.errors.append(answer.error)
+            errors += 1
+            if errors == 2:
+                return None
             time.sleep(1.0)
         return None
 
@@ -115,7 +128,9 @@ class Person:
         if self.say(chat, chat.note, QUESTION) is None:
             chat.outcome = "stopped: giving the note"
             return
-        texts = self.say(chat, "yes" if chat.says_yes else "no", SAVED if chat.says_yes else CANCELLED)
+        texts = self.say(
+            chat, "yes" if chat.says_yes else "no", SAVED if chat.says_yes else CANCELLED, answers_again=True
+        )
         if texts is not None:
             chat.outcome = "saved" if chat.says_yes else "cancelled"
         else:
