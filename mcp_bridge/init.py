@@ -23,7 +23,11 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -33,6 +37,7 @@ from typing import Any
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.skills import ACTION_NAME
 from mcp_bridge.yaml_splice import (
     Splice,
     block_of,
@@ -132,9 +137,23 @@ class Plan:
     added: list[str] = field(default_factory=list)
 
     def write(self) -> None:
+        """Each file whole or not at all: written beside it, then renamed over it (a crash midway
+        leaves the bot's file as it was), keeping its permissions."""
         for path, content in self.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
+            fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(content)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                if path.exists():
+                    shutil.copymode(path, temporary)
+                os.replace(temporary, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
 
 
 @dataclass
@@ -177,7 +196,11 @@ def domain_location(bot: Path, domain: Path | None = None) -> Path:
 
 
 def skill_actions(skills_dir: Path) -> list[tuple[Path, str]]:
-    """Each skill file's action (``action:``, default ``action_<skill>``), as the action server names it."""
+    """Each skill file's action (``action:``, default ``action_<skill>``), as the action server names it.
+
+    A name that is not ``action_`` and letters, digits and underscores is refused (ConfigError)
+    before anything is written: it is spliced into the bot's domain.yml, where a newline or a colon
+    would write YAML of its own."""
     found = []
     for path in sorted([*skills_dir.glob("*.yml"), *skills_dir.glob("*.yaml")]):
         try:
@@ -186,8 +209,13 @@ def skill_actions(skills_dir: Path) -> list[tuple[Path, str]]:
             continue  # `mcp-bridge check` reports a broken skill file with its place
         if isinstance(document, dict) and isinstance(document.get("skill"), str):
             action = document.get("action") or f"action_{document['skill']}"
-            if isinstance(action, str):
-                found.append((path, action))
+            if not isinstance(action, str) or not ACTION_NAME.fullmatch(action):
+                key = "action" if document.get("action") else "skill"
+                raise ConfigError(
+                    f"{path}: {key}: {action!r} is not a valid action name (action_ followed by "
+                    "letters, digits and underscores)"
+                )
+            found.append((path, action))
     return found
 
 
@@ -262,7 +290,23 @@ def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str]) -
     except ConfigError as exc:
         problems.append(str(exc))
         return
-    result.files[target] = splice.result()
+    spliced = splice.result()
+    _check_spliced(spliced, str(target), missing)
+    result.files[target] = spliced
+
+
+def _check_spliced(text: str, where: str, added: dict[str, dict[str, str]]) -> None:
+    """The new domain file parses, and holds exactly what was added where it was meant to go."""
+    values = load(text, where)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: the edited domain would not be a mapping; nothing was written")
+    for section, names in added.items():
+        absent = set(names) - set(_names(values.get(section)))
+        if absent:
+            raise ConfigError(
+                f"{where}: the edited domain would lack {section} {', '.join(sorted(absent))}; "
+                "nothing was written"
+            )
 
 
 def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:

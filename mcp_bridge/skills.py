@@ -30,6 +30,7 @@ place in it and the reason.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +91,16 @@ class Step(_Strict):
 
 
 ToolSource = Annotated[str, Field(pattern=r"^(local|mcp:[A-Za-z0-9_.-]+)$")]
+# A skill's id and its action's name: they end up in the bot's domain.yml (`mcp-bridge init`) and
+# as class names in the action server, so nothing but letters, digits and underscores.
+SKILL_ID = re.compile(r"[A-Za-z0-9_]{1,100}")
+ACTION_NAME = re.compile(r"action_[A-Za-z0-9_]{1,100}")
 
 
 class SkillFile(_Strict):
-    skill: str
+    skill: str = Field(pattern=rf"^{SKILL_ID.pattern}$")
     # The Rasa custom action that runs this skill; `import mcp_bridge.rasa` serves it.
-    action: str | None = Field(default=None, pattern=r"^action_[A-Za-z0-9_]+$")
+    action: str | None = Field(default=None, pattern=rf"^{ACTION_NAME.pattern}$")
     description: str = ""
     tools: dict[str, ToolSource]
     tool_constraints: list[dict[str, ToolConstraint]] = Field(default_factory=list)

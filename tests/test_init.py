@@ -120,6 +120,49 @@ def test_a_skill_files_action_is_added_to_the_domain(bot: Path) -> None:
     assert snapshot(bot) == first
 
 
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        'action: "action_x\\nslots:\\n  evil: {type: text}"',  # a newline: YAML of its own
+        'action: "action_x: {}"',
+        'skill: "save\\n- injected"',  # no action: the default, action_<skill>, carries it
+    ],
+)
+def test_a_hostile_action_name_is_refused_and_the_domain_is_untouched(bot: Path, hostile: str) -> None:
+    assert init(bot).returncode == 0
+    before = snapshot(bot)
+    skill = fragment_text("skill.yml")
+    key = hostile.split(":", 1)[0]
+    dropped = (f"{key}:",) if key == "action" else ("skill:", "action:")
+    lines = [line for line in skill.splitlines() if not line.startswith(dropped)]
+    (bot / "skills" / "save_reminder.yml").write_text("\n".join([hostile, *lines]) + "\n")
+    result = init(bot)
+    assert result.returncode == 1, result.stdout
+    assert "nothing was written" in result.stderr and "is not a valid action name" in result.stderr
+    after = snapshot(bot)
+    del after["skills/save_reminder.yml"]
+    assert after == before  # domain.yml byte-identical
+
+
+def test_init_writes_each_file_whole_or_not_at_all(bot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure at the rename (a crash midway) leaves the bot's files as they were, and no debris."""
+    import os
+
+    from mcp_bridge import init as init_module
+
+    before = snapshot(bot)
+    planned = init_module.plan(bot)
+    assert planned.files
+
+    def crash(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        planned.write()
+    assert snapshot(bot) == before
+
+
 CLASHES = {
     "slot of another type": (
         "slots:\n  pending_confirmation:\n    type: text\n    influence_conversation: false\n"

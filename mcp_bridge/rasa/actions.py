@@ -21,6 +21,7 @@ from rasa_sdk.types import DomainDict
 from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
 from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
+from mcp_bridge.skills import ACTION_NAME
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,8 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
             continue
         skill_id = document["skill"]
         action = document.get("action") or f"action_{skill_id}"
-        if not isinstance(action, str) or action in _SKILL_ACTIONS:
-            continue
+        if not isinstance(action, str) or not ACTION_NAME.fullmatch(action) or action in _SKILL_ACTIONS:
+            continue  # an invalid name is refused with file and place by the start-up check
         class_name = _class_name(action)
         attributes = {"action_name": action, "skill_id": skill_id, "__module__": __name__}
         cls = type(class_name, (SkillAction,), {**attributes, "__qualname__": class_name})
