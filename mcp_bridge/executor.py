@@ -293,7 +293,8 @@ class Executor:
         """
         slots = {**turn.slots, slot: value}
         decision = Decision("done")
-        await self._run(skill, 0, replace(turn, slots=slots), dict(slots), decision)
+        # An edit that changes nothing is the same call: it keeps its key (asked_before).
+        await self._run(skill, 0, replace(turn, slots=slots), dict(slots), decision, asked_before=old)
         new = PendingConfirmation.from_slot(decision.slots.get(PENDING_SLOT))
         if decision.waiting and new is not None:
             self._record(

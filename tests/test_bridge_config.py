@@ -40,7 +40,9 @@ def test_real_endpoints_with_token_uses_default_url() -> None:
     servers = load_mcp_servers(ENDPOINTS, env={"CRM_MCP_TOKEN": "t"})
     assert list(servers) == ["crm"]
     crm = servers["crm"]
-    assert crm == MCPServerConfig(name="crm", url=DEFAULT_CRM_URL, type="http", api_key="t", trusted=True)
+    assert crm == MCPServerConfig(
+        name="crm", url=DEFAULT_CRM_URL, type="http", api_key="t", trusted=True, honours_idempotency_key=True
+    )
     assert crm.headers() == {"Authorization": "Bearer t"}
     assert crm.trusted is True  # its read-only tools may skip the default confirmation
     assert crm.timeout == 10.0
@@ -330,7 +332,7 @@ def test_unknown_field(tmp_path: Path) -> None:
     assert load_error(path) == (
         f"{path}: mcp_servers[0] (crm): unknown key(s) 'tokn', 'header'; a server takes name, url, type, "
         "token, api_key, header_name, header_format, tool_timeout, meta_map (Rasa Pro's) and trusted, "
-        "timeout (the bridge's)"
+        "timeout, honours_idempotency_key (the bridge's)"
     )
 
 

@@ -119,6 +119,8 @@ class Asked:
     text: Any
     asked_at: float
     user_turn: int
+    # The idempotency key the write will carry: a question asked again about the same call keeps it.
+    key: str = ""
 
 
 def _missing(value: Any) -> bool:
@@ -167,7 +169,9 @@ class ConfirmationMachine(RuleBasedStateMachine):
     def slot(self) -> Any:
         return self.chat.slots.get(PENDING_SLOT)
 
-    def expect_question(self, decision: Decision, prefix: list[str], slots: dict[str, Any]) -> None:
+    def expect_question(
+        self, decision: Decision, prefix: list[str], slots: dict[str, Any], *, fresh: bool = False
+    ) -> None:
         """After a (re)question: the model's new pending call, or a refusal when an argument is empty."""
         contact_id, text = slots.get("contact_id"), slots.get("note_text")
         if _missing(contact_id) or _missing(text):
@@ -177,7 +181,16 @@ class ConfirmationMachine(RuleBasedStateMachine):
         assert responses(decision) == [*prefix, "utter_confirm_note"]
         # The question shows the exact text the write will carry.
         assert decision.say[-1].variables["arg_text"] == text
-        self.asked = Asked(contact_id, text, self.now, self.chat.user_turn)
+        raw = decision.slots.get(PENDING_SLOT)
+        assert isinstance(raw, dict)
+        previous = self.asked
+        same_call = previous is not None and (previous.contact_id, previous.text) == (contact_id, text)
+        if same_call and not fresh:
+            assert previous is not None
+            assert raw["key"] == previous.key, "a question asked again about the same call keeps its key"
+        else:
+            assert raw["key"] == raw["id"], "a new call's question has a key of its own"
+        self.asked = Asked(contact_id, text, self.now, self.chat.user_turn, raw["key"])
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -189,7 +202,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         decision = self.run(self.chat.start("notes"))
         self.tampered = None
         prefix = ["utter_question_dropped"] if left_behind else []
-        self.expect_question(decision, prefix, {"contact_id": CONTACTS[email], "note_text": text})
+        self.expect_question(decision, prefix, {"contact_id": CONTACTS[email], "note_text": text}, fresh=True)
 
     @rule(after=ANSWER_DELAYS, edited=st.one_of(st.none(), st.none(), TEXTS), button=st.booleans())
     def clear_yes(self, after: float, edited: str | None, button: bool) -> None:
@@ -255,7 +268,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
                 assert said == ["utter_note_saved"]
                 self.expected.append((asked.contact_id, asked.text))
                 assert isinstance(raw, dict)
-                assert self.writes[-1][2] == raw["id"], "the write carries the confirmation's id as its key"
+                assert self.writes[-1][2] == raw["key"] == asked.key, "the write carries the question's key"
                 self.asked = None
         self.tampered = None
         assert len(self.writes) - writes_before == len(self.expected) - expected_before
