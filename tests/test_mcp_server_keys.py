@@ -25,7 +25,7 @@ from mcp_bridge.executor import PENDING_SLOT, Executor
 from mcp_bridge.skills import load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support import procs
-from tests.support.bots import SKILL
+from tests.support.bots import SKILL_BLOCK, guide_block
 from tests.support.conversation import Conversation, responses
 
 SECRET = "s3cr3t-rasa-pro-value"
@@ -150,7 +150,7 @@ async def reminder_executor(tmp_path: Path) -> AsyncIterator[Any]:
     def make(servers: dict[str, MCPServerConfig]) -> Executor:
         skills_dir = tmp_path / f"skills-{len(made)}"
         skills_dir.mkdir()
-        (skills_dir / "save_reminder.yml").write_text(SKILL)
+        (skills_dir / "save_reminder.yml").write_text(guide_block(SKILL_BLOCK))
         skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
         executor = Executor(skills, ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)))
         made.append(executor)
