@@ -7,6 +7,7 @@ reader's (its word file), so one list serves the form and the confirmation.
 """
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from rasa_sdk import FormValidationAction, Tracker
@@ -18,8 +19,11 @@ from crm.errors import ValidationError
 from crm.validation import NOTE_MAX_CHARS, validate_email
 from mcp_bridge.rasa import executor
 
-# Anything shaped like an address inside a longer message ("it's dana@example.com, thanks").
-_EMAIL_CANDIDATE = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+")
+# A run of characters that may belong to an address: anything but spaces and the punctuation
+# around addresses in running text. A run with an "@" inside it is a candidate ("it's
+# dana@example.com, thanks"). Found in one pass: no pattern here backtracks, so a long message
+# of "@", dots or letters costs time in proportion to its length.
+_ADDRESS_RUN = re.compile(r"[^\s<>(),;:\"'\[\]]+")
 # A note given with the request: "log a call with x@y.com: <note>" (or " - <note>", or quoted).
 _NOTE_AFTER_EMAIL = re.compile(
     r"^\s*(?::|-|–|—|saying\b|note\b:?)\s*(?P<note>\S.*)$", re.IGNORECASE | re.DOTALL
@@ -29,11 +33,18 @@ _QUOTES = "\"'“”‘’"
 FORM_SLOTS = ("contact_email", "note_text", "contact_id", "contact_name", "contact_company")
 
 
+def email_candidates(text: str) -> Iterator[re.Match[str]]:
+    """Every run of address characters in ``text`` with an "@" that has a character either side."""
+    for run in _ADDRESS_RUN.finditer(text):
+        if run.group().find("@", 1, len(run.group()) - 1) != -1:
+            yield run
+
+
 def find_email(text: str) -> str | None:
     """The first valid address in ``text``, or None."""
-    for candidate in _EMAIL_CANDIDATE.findall(text):
+    for candidate in email_candidates(text):
         try:
-            return validate_email(candidate.rstrip(".!?"))
+            return validate_email(candidate.group().rstrip(".!?"))
         except ValidationError:
             continue
     return None
@@ -41,7 +52,7 @@ def find_email(text: str) -> str | None:
 
 def note_from_request(text: str) -> str | None:
     """The note a person gave in the same message as the request, exactly as typed, or None."""
-    match = _EMAIL_CANDIDATE.search(text)
+    match = next(email_candidates(text), None)
     if match is None:
         return None
     rest = _NOTE_AFTER_EMAIL.match(text[match.end() :])

@@ -15,6 +15,10 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
 * :class:`Unclear`: everything else, among them negations beside a yes ("yes but..."), questions,
   hedges, a bare name, unknown words and unknown emoji. The person is asked again.
 
+Reading takes time linear in the length of the text: no pattern here can backtrack over more than
+one run of characters, and the few per-character loops look words up in tables (see
+``tests/test_reader_linear.py``).
+
 A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
 naming another intent or carrying entities is not a yes.
 
@@ -190,6 +194,10 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
 
 
 # -- normalising text ------------------------------------------------------------------------
+#
+# Every pattern below is linear in the text it reads: each is a character class, a run of one
+# class with nothing after it that could fail and make it give characters back, or a literal.
+# tests/test_reader_linear.py holds them to it.
 
 # Emoji modifiers that do not change meaning: variation selectors, skin tones, joiners.
 _MODIFIERS = re.compile("[\ufe0e\ufe0f\u200d\U0001f3fb-\U0001f3ff]")
@@ -198,7 +206,10 @@ _TOKEN = re.compile(r"\w+(?:'\w+)*|\?|[^\w\s]", re.UNICODE)
 # Punctuation that separates words and means nothing on its own; "?" is kept (a question).
 _SEPARATORS = set(".,!;:-–—…\"'()[]«»“”*~") | {"¡", "¿"}
 _QUESTION = {"?", "？", "¿"}
-EMAIL = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+\.[^\s<>(),;:\"'\[\]]+")
+# A run of characters that may belong to an email address: anything but spaces and the
+# punctuation around addresses in running text. An address is a run shaped x@y.z.
+_ADDRESS_RUN = re.compile(r"[^\s<>(),;:\"'\[\]]+")
+_DIGITS = re.compile(r"\d+")
 
 
 def _normalise(text: str) -> str:
@@ -216,6 +227,23 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+def address_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds something shaped like an email address (``x@y.z``), in order.
+
+    A run of address characters is one when it has an "@" after its first character and a "."
+    at least two characters after that "@" and before its last character. One pass over the text,
+    with ``str.find`` inside each run: no backtracking, so a megabyte of "@" or of dots costs what
+    a megabyte of letters does.
+    """
+    spans = []
+    for run in _ADDRESS_RUN.finditer(text):
+        word = run.group()
+        at = word.find("@", 1)
+        if at != -1 and word.find(".", at + 2, len(word) - 1) != -1:
+            spans.append(run.span())
+    return spans
+
+
 def _squeeze(word: str) -> str:
     """Runs of one letter to one letter: "yesss" -> "yes", "okkk" -> "ok"."""
     return re.sub(r"(.)\1+", r"\1", word)
@@ -225,6 +253,30 @@ def _swaps(word: str) -> Iterable[str]:
     """Every spelling with two neighbouring letters swapped: "yse" -> "yes"."""
     for i in range(len(word) - 1):
         yield word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+
+
+Phrase = tuple[str, ...]
+
+
+class _PhraseIndex:
+    """Phrases by their first word, longest first, so finding the phrase at a position costs a
+    dictionary look-up and a few comparisons, however many phrases there are."""
+
+    def __init__(self, labelled: Iterable[tuple[str, Iterable[Phrase]]]) -> None:
+        by_first: dict[str, list[tuple[int, int, str, Phrase]]] = {}
+        for order, (label, phrases) in enumerate(labelled):
+            for phrase in phrases:
+                by_first.setdefault(phrase[0], []).append((-len(phrase), order, label, phrase))
+        # Longest first; at equal length the label given first wins.
+        self._by_first = {
+            word: [(label, p) for *_, label, p in sorted(entries)] for word, entries in by_first.items()
+        }
+
+    def at(self, tokens: list[str], i: int) -> tuple[str, Phrase] | None:
+        for label, phrase in self._by_first.get(tokens[i], ()):
+            if tuple(tokens[i : i + len(phrase)]) == phrase:
+                return label, phrase
+        return None
 
 
 # -- the reader ------------------------------------------------------------------------------
@@ -251,8 +303,21 @@ class ConfirmationReader:
         self.deny_margin = deny_margin
         self._single_yes = {entry[0] for entry in self.words.yes if len(entry) == 1}
         self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
-        self._squeezed_yes = {_squeeze(word) for word in self._single_yes}
-        self._squeezed_no = {_squeeze(word) for word in self._single_no}
+        self._squeezed_yes = {_squeeze(word): word for word in self._single_yes}
+        self._squeezed_no = {_squeeze(word): word for word in self._single_no}
+        self._longest_single = max(map(len, self._single_yes | self._single_no), default=0)
+        self._phrases = _PhraseIndex(
+            [
+                ("no", self.words.no),
+                ("not_a_yes", self.words.not_a_yes),
+                ("yes", self.words.yes),
+                ("polite", self.words.polite),
+            ]
+        )
+        self._cancel = _PhraseIndex([("hit", self.words.cancel), ("polite", self.words.polite)])
+        self._help = _PhraseIndex([("hit", self.words.help), ("polite", self.words.polite)])
+        redirect_words = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
+        self._redirect_words = _PhraseIndex([("hit", redirect_words), ("polite", self.words.polite)])
         # "change it to: <new text>" and the like, one pattern per marker, in the word lists' order.
         self._edit_patterns = tuple(
             _edit_pattern(marker, needs_colon)
@@ -277,28 +342,11 @@ class ConfirmationReader:
     def way_out(self, text: str) -> Literal["cancel", "help"] | None:
         """For a bot's own questions (a form): is the whole answer a "cancel" or a "help"?"""
         tokens = _tokens(text)
-        if tokens and self._covered(tokens, self.words.cancel):
+        if tokens and _covered(tokens, self._cancel):
             return "cancel"
-        if tokens and self._covered(tokens, self.words.help):
+        if tokens and _covered(tokens, self._help):
             return "help"
         return None
-
-    def _covered(self, tokens: list[str], phrases: frozenset[tuple[str, ...]], need_hit: bool = True) -> bool:
-        """Every token belongs to one of ``phrases`` or to a polite filler (and one to ``phrases``)."""
-        i, hit = 0, False
-        while i < len(tokens):
-            length = max(
-                (len(p) for p in phrases if tuple(tokens[i : i + len(p)]) == p),
-                default=0,
-            )
-            if length:
-                hit, i = True, i + length
-                continue
-            polite = max((len(p) for p in self.words.polite if tuple(tokens[i : i + len(p)]) == p), default=0)
-            if not polite:
-                return False
-            i += polite
-        return hit or not need_hit
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -330,12 +378,12 @@ class ConfirmationReader:
         if self._starts_with(tokens, self.words.new_request):
             # A new request takes all of its own values; it never edits or moves this one.
             return Other() if self._nlu_says_other(nlu) else Unclear("looks like a new request")
-        edit = self._edit(text)
+        edit = self._edit(text, set(tokens))
         if edit is not None:
             return edit
-        emails = EMAIL.findall(text)
-        if emails:
-            return self._with_email(text, emails, nlu)
+        addresses = address_spans(text)
+        if addresses:
+            return self._with_email(text, addresses, nlu)
         kinds = set(self._label(tokens, call)) - {"polite"}
         if kinds == {"yes"}:
             return Yes()
@@ -345,11 +393,16 @@ class ConfirmationReader:
             return Other()
         return Unclear(_why(kinds))
 
-    def _with_email(self, text: str, emails: list[str], nlu: NluOpinion | None) -> Answer:
-        addresses = {email.rstrip(".!?").casefold() for email in emails}
+    def _with_email(self, text: str, spans: list[tuple[int, int]], nlu: NluOpinion | None) -> Answer:
+        addresses = {text[start:end].rstrip(".!?").casefold() for start, end in spans}
         if len(addresses) != 1:
             return Unclear("more than one email address")
-        rest = _tokens(EMAIL.sub(" ", text))
+        pieces, last = [], 0
+        for start, end in spans:
+            pieces.append(text[last:start])
+            last = end
+        pieces.append(text[last:])
+        rest = _tokens(" ".join(pieces))
         if "?" not in rest and self._is_redirect(rest):
             return Redirect(next(iter(addresses)))
         if self._nlu_says_other(nlu):
@@ -360,18 +413,19 @@ class ConfirmationReader:
         """A redirecting word, and nothing but the few words a redirect is made of."""
         if not any(_contains(tokens, phrase) for phrase in self.words.redirect):
             return False
-        allowed = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
-        return self._covered(tokens, frozenset(allowed), need_hit=False)
+        return _covered(tokens, self._redirect_words, need_hit=False)
 
-    def _edit(self, text: str) -> Edit | Unclear | None:
+    def _edit(self, text: str, words: set[str]) -> Edit | Unclear | None:
         """ "change it to: <new text>" and the like; the new text exactly as typed."""
-        for pattern in self._edit_patterns:
-            match = pattern.match(text)
+        for marker, pattern in self._edit_patterns:
+            if marker[0] not in words:
+                continue  # the marker's first word is nowhere in the text: no need to look for it
+            match = pattern.search(text)
             if match is None:
                 continue
-            if any(t not in self.words.edit_lead_in for t in _tokens(match.group("lead"))):
+            if any(t not in self.words.edit_lead_in for t in _tokens(text[: match.start()])):
                 continue
-            new = match.group("new").strip()
+            new = text[match.end() :].strip()
             if len(new) >= 2 and new[0] in "\"'“‘" and new[-1] in "\"'”’":
                 new = new[1:-1].strip()
             if not new:
@@ -381,7 +435,7 @@ class ConfirmationReader:
 
     def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[str]:
         """One label per phrase found, longest phrases first, left to right."""
-        known_numbers = set(re.findall(r"\d+", " ".join(str(v) for v in call.values())))
+        known_numbers = set(_DIGITS.findall(" ".join(str(v) for v in call.values())))
         labels: list[str] = []
         i = 0
         while i < len(tokens):
@@ -389,11 +443,10 @@ class ConfirmationReader:
                 labels.append("question")
                 i += 1
                 continue
-            found = self._phrase_at(tokens, i)
+            found = self._phrases.at(tokens, i)
             if found is not None:
-                label, length = found
-                labels.append(label)
-                i += length
+                labels.append(found[0])
+                i += len(found[1])
                 continue
             word = tokens[i]
             if word.endswith("n't"):
@@ -405,43 +458,58 @@ class ConfirmationReader:
             i += 1
         return labels
 
-    def _phrase_at(self, tokens: list[str], i: int) -> tuple[str, int] | None:
-        best: tuple[str, int] | None = None
-        for label, phrases in (
-            ("no", self.words.no),
-            ("not_a_yes", self.words.not_a_yes),
-            ("yes", self.words.yes),
-            ("polite", self.words.polite),
-        ):
-            for phrase in phrases:
-                n = len(phrase)
-                if tuple(tokens[i : i + n]) == phrase and (best is None or n > best[1]):
-                    best = (label, n)
-        return best
-
     def _typo(self, word: str) -> str:
         """A common slip of a one-word yes or no ("yess", "yse", "nooo"), else unknown."""
-        if len(word) < 3 or not word.isalpha():
+        slip = self._slip_of(word)
+        if slip is None:
             return "unknown"
-        candidates = {_squeeze(word), *_swaps(word)}
-        if candidates & self._single_no or _squeeze(word) in self._squeezed_no:
-            return "no"
-        if candidates & self._single_yes or _squeeze(word) in self._squeezed_yes:
-            return "yes"
-        return "unknown"
+        return "no" if slip in self._single_no else "yes"
+
+    def _slip_of(self, word: str) -> str | None:
+        """The one-word no or yes that ``word`` is a common slip of ("nooo", "yess", "yse"), or None."""
+        if len(word) < 3 or not word.isalpha():
+            return None
+        squeezed = _squeeze(word)
+        if len(squeezed) > self._longest_single:
+            return None  # longer than any one-word yes or no, even squeezed: not a slip of one
+        swaps = set(_swaps(word)) if len(word) <= self._longest_single else set()
+        for singles, squeezed_singles in (
+            (self._single_no, self._squeezed_no),
+            (self._single_yes, self._squeezed_yes),
+        ):
+            if squeezed in singles:
+                return squeezed
+            hit = swaps & singles
+            if hit:
+                return min(hit)
+            if squeezed in squeezed_singles:
+                return squeezed_singles[squeezed]
+        return None
 
     @staticmethod
-    def _starts_with(tokens: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
+    def _starts_with(tokens: list[str], phrases: Iterable[Phrase]) -> bool:
         return any(tuple(tokens[: len(p)]) == p for p in phrases)
 
 
-def _edit_pattern(marker: str, needs_colon: bool) -> re.Pattern[str]:
+def _covered(tokens: list[str], index: _PhraseIndex, need_hit: bool = True) -> bool:
+    """Every token belongs to a phrase of ``index``, and (with ``need_hit``) one is not polite."""
+    i, hit = 0, False
+    while i < len(tokens):
+        found = index.at(tokens, i)
+        if found is None:
+            return False
+        hit = hit or found[0] != "polite"
+        i += len(found[1])
+    return hit or not need_hit
+
+
+def _edit_pattern(marker: str, needs_colon: bool) -> tuple[Phrase, re.Pattern[str]]:
     words = r"\s+".join(re.escape(part) for part in marker.split())
     tail = r"\s*:\s*" if needs_colon else r"\s*:?\s*"
-    return re.compile(rf"^(?P<lead>.*?)\b{words}{tail}(?P<new>.*)$", re.IGNORECASE | re.DOTALL)
+    return tuple(marker.split()), re.compile(rf"\b{words}{tail}", re.IGNORECASE)
 
 
-def _contains(tokens: list[str], phrase: tuple[str, ...]) -> bool:
+def _contains(tokens: list[str], phrase: Phrase) -> bool:
     n = len(phrase)
     return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
 
