@@ -2,7 +2,9 @@
 
 A way out everywhere: "cancel", "stop", "never mind", "forget it" or "quit" as the whole answer to
 either question ends the form, clears what it collected and says that nothing was saved; "help"
-answers with help and asks the same question again. Which words count is the plugin's confirmation
+answers with help and asks the same question again. A message over the reader's limit is refused
+before anything here reads it: the question is asked again, or, if it was the request that started
+the form, the form ends with nothing collected. Which words count is the plugin's confirmation
 reader's (its word file), so one list serves the form and the confirmation.
 """
 
@@ -64,6 +66,12 @@ def note_from_request(text: str) -> str | None:
     return note or None
 
 
+def _end_form() -> list[EventType]:
+    """Clear what the form collected, end it and listen: its "complete" rule must not run the skill."""
+    cleared = [SlotSet(slot, None) for slot in (*FORM_SLOTS, "pending_confirmation")]
+    return [*cleared, SlotSet("requested_slot", None), ActiveLoop(None), FollowupAction("action_listen")]
+
+
 class ValidateLogNoteForm(FormValidationAction):
     def name(self) -> str:
         return "validate_log_note_form"
@@ -73,17 +81,17 @@ class ValidateLogNoteForm(FormValidationAction):
     ) -> list[EventType]:
         asked = tracker.get_slot("requested_slot")
         text = (tracker.latest_message or {}).get("text") or ""
-        way_out = executor().reader.way_out(text) if asked else None
+        reader = executor().reader
+        too_long = reader.too_long(text)
+        if too_long is not None:
+            # Refused unread (the reader's limit, MESSAGE_MAX_CHARS): nothing is taken from it. Asked
+            # for one slot, the form asks again; a request that starts the form starts nothing.
+            dispatcher.utter_message(response="utter_message_too_long", limit=too_long.limit)
+            return [SlotSet(asked, None)] if asked else _end_form()
+        way_out = reader.way_out(text) if asked else None
         if way_out == "cancel":
             dispatcher.utter_message(response="utter_log_cancelled")
-            cleared = [SlotSet(slot, None) for slot in (*FORM_SLOTS, "pending_confirmation")]
-            # End the form and listen: the form's "complete" rule must not run the skill.
-            return [
-                *cleared,
-                SlotSet("requested_slot", None),
-                ActiveLoop(None),
-                FollowupAction("action_listen"),
-            ]
+            return _end_form()
         if way_out == "help":
             dispatcher.utter_message(response="utter_help")
             return [SlotSet(asked, None)]  # the form asks the same question again

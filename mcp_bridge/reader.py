@@ -3,6 +3,8 @@
 While a question is pending, every message the person sends is read here first, from its *text*,
 with the NLU's intent as a second opinion. The reading is one of a closed set of answers:
 
+* :class:`TooLong`: the message is longer than ``max_chars`` (5,000 by default). It is refused
+  before any of it is read; nothing else below applies.
 * :class:`Yes`: every word of the answer is a plain yes ("yes", "sure, go ahead", "👍", "yse") or a
   polite filler, there is no question mark, no number the pending call does not contain, and the
   NLU also read it as the affirm intent. Anything else is never a yes.
@@ -17,7 +19,7 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
 
 Reading takes time linear in the length of the text: no pattern here can backtrack over more than
 one run of characters, and the few per-character loops look words up in tables (see
-``tests/test_reader_linear.py``).
+``tests/test_reader_linear.py``). The limit keeps even that short.
 
 A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
 naming another intent or carrying entities is not a yes.
@@ -75,13 +77,26 @@ class Other:
 
 
 @dataclass(frozen=True)
+class TooLong:
+    """A message longer than the reader takes: refused unread, so nothing is written."""
+
+    length: int
+    limit: int
+    kind: Literal["too_long"] = "too_long"
+
+    @property
+    def reason(self) -> str:
+        return f"a message of {self.length} characters, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
 class Unclear:
     # Why, in a few words, for the audit trail; never the person's text.
     reason: str
     kind: Literal["unclear"] = "unclear"
 
 
-Answer = Yes | No | Edit | Redirect | Other | Unclear
+Answer = Yes | No | Edit | Redirect | Other | Unclear | TooLong
 
 
 @dataclass(frozen=True)
@@ -281,6 +296,8 @@ class _PhraseIndex:
 
 # -- the reader ------------------------------------------------------------------------------
 
+DEFAULT_MAX_CHARS = 5000
+
 
 class ConfirmationReader:
     """Reads one answer to a pending question. Pure: no I/O, no state."""
@@ -294,13 +311,17 @@ class ConfirmationReader:
         fallback_intents: Iterable[str] = ("nlu_fallback",),
         min_confidence: float = 0.6,
         deny_margin: float = 0.25,
+        max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
+        if max_chars < 1:
+            raise ValueError("max_chars must be at least 1")
         self.words = words or load_words()
         self.affirm_intent = affirm_intent
         self.deny_intent = deny_intent
         self._fallback = frozenset(fallback_intents)
         self.min_confidence = min_confidence
         self.deny_margin = deny_margin
+        self.max_chars = max_chars
         self._single_yes = {entry[0] for entry in self.words.yes if len(entry) == 1}
         self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
         self._squeezed_yes = {_squeeze(word): word for word in self._single_yes}
@@ -325,12 +346,19 @@ class ConfirmationReader:
             + [(m, True) for m in self.words.edit_with_colon]
         )
 
+    def too_long(self, text: str) -> TooLong | None:
+        """``text`` is over the limit: a bot's own question (a form) refuses it unread too."""
+        return TooLong(len(text), self.max_chars) if len(text) > self.max_chars else None
+
     def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
 
         ``nlu`` is the NLU's reading of the same message. Without it (offline) the text decides
         alone; with it, a yes needs the NLU's affirm as well.
         """
+        too_long = self.too_long(text)
+        if too_long is not None:
+            return too_long
         stripped = text.strip()
         if stripped.startswith("/"):
             return self._payload(stripped)
@@ -341,6 +369,8 @@ class ConfirmationReader:
 
     def way_out(self, text: str) -> Literal["cancel", "help"] | None:
         """For a bot's own questions (a form): is the whole answer a "cancel" or a "help"?"""
+        if self.too_long(text):
+            return None
         tokens = _tokens(text)
         if tokens and _covered(tokens, self._cancel):
             return "cancel"

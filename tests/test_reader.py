@@ -21,6 +21,7 @@ from mcp_bridge.reader import (
     No,
     Other,
     Redirect,
+    TooLong,
     Unclear,
     Yes,
     load_words,
@@ -144,3 +145,49 @@ def test_a_bad_word_file_stops_start_up_naming_file_place_and_reason(
     with pytest.raises(ConfigError) as caught:
         load_words(words)
     assert str(words) in str(caught.value) and message in str(caught.value)
+
+
+def test_a_message_over_the_limit_is_refused_unread() -> None:
+    reader = ConfirmationReader(max_chars=10)
+    assert reader.read("yes" + " " * 7, OVERCONFIDENT, CALL) == Yes()  # 10 characters: read
+    assert reader.read("yes" + " " * 8, OVERCONFIDENT, CALL) == TooLong(11, 10)
+    assert reader.read("/affirm" + " " * 4, OVERCONFIDENT, CALL) == TooLong(11, 10)  # buttons too
+    assert reader.way_out("cancel") == "cancel"
+    assert reader.way_out("cancel" + " " * 5) is None  # the form refuses it itself (too_long)
+    assert reader.too_long("x" * 11) == TooLong(11, 10) and reader.too_long("x" * 10) is None
+    assert ConfirmationReader().max_chars == 5000
+    with pytest.raises(ValueError):
+        ConfirmationReader(max_chars=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 5000),
+        ("12000", 12000),
+        ("0", "environment variable MESSAGE_MAX_CHARS: must be a positive whole number"),
+        ("5k", "environment variable MESSAGE_MAX_CHARS: '5k' is not a whole number"),
+    ],
+)
+def test_the_bot_owner_sets_the_limit_with_message_max_chars(
+    value: str | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_bridge.rasa.build import build_executor
+
+    monkeypatch.setenv("CRM_MCP_TOKEN", "offline")  # endpoints.yml reads it from the process
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        "ENDPOINTS": str(repo / "endpoints.yml"),
+        "SKILLS_DIR": str(repo / "skills"),
+        "DOMAIN": str(repo / "domain.yml"),
+        "AUDIT_LOG": "",
+        "CONFIRMATION_SECRET": "a test secret that is long enough to seal",
+    }
+    if value is not None:
+        env["MESSAGE_MAX_CHARS"] = value
+    if isinstance(expected, int):
+        assert build_executor(env).reader.max_chars == expected
+    else:
+        with pytest.raises(ConfigError, match=expected):
+            build_executor(env)
