@@ -6,8 +6,9 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
 * :class:`TooLong`: the message is longer than ``max_chars`` (5,000 by default). It is refused
   before any of it is read; nothing else below applies.
 * :class:`Yes`: every word of the answer is a plain yes ("yes", "sure, go ahead", "👍", "yse") or a
-  polite filler, there is no question mark, no number the pending call does not contain, and the
-  NLU also read it as the affirm intent. Anything else is never a yes.
+  polite filler, there is no question mark, no number the pending call does not contain, nothing
+  that makes the yes-words ironic (below), and the NLU also read it as the affirm intent. Anything
+  else is never a yes.
 * :class:`No`: every word is a plain no or a filler ("no", "nope, cancel", "👎", "never mind").
 * :class:`Edit`: "change it to: ...", "make it say ...", "actually: ..." replace the call's text.
 * :class:`Redirect`: an email address beside a redirecting word ("no, it's for x@y.com",
@@ -16,6 +17,16 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
   gave another of the bot's intents and the text holds no yes, no or hedge at all.
 * :class:`Unclear`: everything else, among them negations beside a yes ("yes but..."), questions,
   hedges, a bare name, unknown words and unknown emoji. The person is asked again.
+
+Yes-words can say no. Three things make an answer of yes-words ironic, so unclear, never a yes:
+
+* a phrase the word file lists as ``ironic`` ("yeah right", "oh sure", "oh great"), also with the
+  words misspelt or drawn out ("yeahhh riiight"), or a yes-word it lists as ``drawn_out`` that is
+  written drawn out ("suuure", "okaaay"; an eager "yesss" stays a yes);
+* the same yes-word said twice without an instruction to write ("sure, sure", "yeah yeah",
+  "great, just great"); "yes yes, save it" is a yes, because "save it" is an ``instruction``;
+* its tone: a trailing or inner ellipsis ("sure..."), scare quotes ('"sure"'), mocking case
+  ("sUrE"). Emoji such as 🙄 or 🙃, "lol" or "/s" are unknown words, which no yes may contain.
 
 Reading takes time linear in the length of the text: no pattern here can backtrack over more than
 one run of characters, and the few per-character loops look words up in tables (see
@@ -118,6 +129,9 @@ class _WordFile(BaseModel):
     no: list[str] = Field(default_factory=list)
     polite: list[str] = Field(default_factory=list)
     not_a_yes: list[str] = Field(default_factory=list)
+    ironic: list[str] = Field(default_factory=list)
+    drawn_out: list[str] = Field(default_factory=list)
+    instruction: list[str] = Field(default_factory=list)
     edit: list[str] = Field(default_factory=list)
     edit_with_colon: list[str] = Field(default_factory=list)
     edit_lead_in: list[str] = Field(default_factory=list)
@@ -136,6 +150,9 @@ class Words:
     no: frozenset[tuple[str, ...]]
     polite: frozenset[tuple[str, ...]]
     not_a_yes: frozenset[tuple[str, ...]]
+    ironic: frozenset[tuple[str, ...]]
+    drawn_out: frozenset[str]
+    instruction: frozenset[tuple[str, ...]]
     edit: tuple[str, ...]
     edit_with_colon: tuple[str, ...]
     edit_lead_in: frozenset[str]
@@ -153,11 +170,14 @@ def load_words(*extra: str | Path) -> Words:
         for key, values in _read_word_file(Path(path)).model_dump().items():
             merged.setdefault(key, []).extend(values)
     words = _compile(merged)
-    clash = (words.yes & (words.no | words.not_a_yes)) | (words.polite & (words.no | words.not_a_yes))
+    never_yes = words.no | words.not_a_yes | words.ironic
+    clash = (words.yes & never_yes) | (words.polite & never_yes)
     if clash:
         listed = ", ".join(sorted(" ".join(entry) for entry in clash))
         sources = ", ".join(str(p) for p in (DEFAULT_WORDS, *extra))
-        raise ConfigError(f"{sources}: listed both as a yes (or polite) and as a no or hedge: {listed}")
+        raise ConfigError(
+            f"{sources}: listed both as a yes (or polite) and as a no, hedge or irony: {listed}"
+        )
     return words
 
 
@@ -193,10 +213,14 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
         return tuple(sorted({" ".join(_tokens(v)) for v in lists.get(key, [])}, key=len, reverse=True))
 
     return Words(
-        yes=phrases("yes"),
+        # An instruction ("save it") is a yes that also overrules a doubled yes ("yes yes, save it").
+        yes=phrases("yes") | phrases("instruction"),
         no=phrases("no"),
         polite=phrases("polite"),
         not_a_yes=phrases("not_a_yes"),
+        ironic=phrases("ironic"),
+        drawn_out=frozenset(" ".join(_tokens(v)) for v in lists.get("drawn_out", [])),
+        instruction=phrases("instruction"),
         edit=longest_first("edit"),
         edit_with_colon=longest_first("edit_with_colon"),
         edit_lead_in=frozenset(" ".join(_tokens(v)) for v in lists.get("edit_lead_in", [])),
@@ -224,7 +248,12 @@ _QUESTION = {"?", "？", "¿"}
 # A run of characters that may belong to an email address: anything but spaces and the
 # punctuation around addresses in running text. An address is a run shaped x@y.z.
 _ADDRESS_RUN = re.compile(r"[^\s<>(),;:\"'\[\]]+")
+# Quote marks around words (scare quotes); an apostrophe inside a word ("that's") is not one.
+_QUOTE_MARK = re.compile(r"[\"“”«»„‟]|(?<!\w)'|'(?!\w)")
+_LETTERS = re.compile(r"[^\W\d_]{4,}")
 _DIGITS = re.compile(r"\d+")
+# A letter three times in a row: a word drawn out ("suuure"), not a slip of the finger ("suree").
+_DRAWN_OUT = re.compile(r"([^\W\d_])\1\1")
 
 
 def _normalise(text: str) -> str:
@@ -268,6 +297,20 @@ def _swaps(word: str) -> Iterable[str]:
     """Every spelling with two neighbouring letters swapped: "yse" -> "yes"."""
     for i in range(len(word) - 1):
         yield word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+
+
+def _tone(text: str) -> str | None:
+    """What in the way a yes is written makes it doubtful ("sure...", '"sure"', "sUrE"), or None."""
+    text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES)  # "…" becomes "..."
+    if ".." in text:
+        return "an ellipsis beside the yes"
+    if _QUOTE_MARK.search(text):
+        return "a yes in quotes"
+    for word in _LETTERS.findall(text):
+        # "sUrE", "YeAh RiGhT": case flipping letter to letter mocks the word.
+        if sum(a.isupper() != b.isupper() for a, b in zip(word, word[1:], strict=False)) >= 3:
+            return "a yes in mocking case"
+    return None
 
 
 Phrase = tuple[str, ...]
@@ -327,10 +370,18 @@ class ConfirmationReader:
         self._squeezed_yes = {_squeeze(word): word for word in self._single_yes}
         self._squeezed_no = {_squeeze(word): word for word in self._single_no}
         self._longest_single = max(map(len, self._single_yes | self._single_no), default=0)
+        # Words of the lists that decide yes and no: never "corrected" into another word.
+        self._vocabulary = {
+            token
+            for phrases in (self.words.yes, self.words.no, self.words.not_a_yes, self.words.ironic)
+            for phrase in phrases
+            for token in phrase
+        } | {token for phrase in self.words.polite for token in phrase}
         self._phrases = _PhraseIndex(
             [
                 ("no", self.words.no),
                 ("not_a_yes", self.words.not_a_yes),
+                ("ironic", self.words.ironic),
                 ("yes", self.words.yes),
                 ("polite", self.words.polite),
             ]
@@ -414,14 +465,24 @@ class ConfirmationReader:
         addresses = address_spans(text)
         if addresses:
             return self._with_email(text, addresses, nlu)
-        kinds = set(self._label(tokens, call)) - {"polite"}
+        found = self._label(tokens, call)
+        kinds = {label for label, _ in found} - {"polite"}
         if kinds == {"yes"}:
-            return Yes()
-        if "no" in kinds and kinds <= {"no", "not_a_yes"}:
+            doubt = self._irony(found) or _tone(text)
+            return Unclear(doubt) if doubt else Yes()
+        if "no" in kinds and kinds <= {"no", "not_a_yes", "ironic"}:
             return No()  # "no", "actually no", "no, not now": plainly a no, hedged or not
-        if not kinds & {"yes", "no", "not_a_yes"} and self._nlu_says_other(nlu):
+        if not kinds & {"yes", "no", "not_a_yes", "ironic"} and self._nlu_says_other(nlu):
             return Other()
         return Unclear(_why(kinds))
+
+    def _irony(self, found: list[tuple[str, Phrase]]) -> str | None:
+        """Yes-words that together mean doubt: one said twice with no instruction to write
+        ("sure, sure", "great, just great"; but "yes yes, save it")."""
+        said = [phrase for label, phrase in found if label == "yes" and phrase[0][:1].isalpha()]
+        if len(set(said)) < len(said) and not any(phrase in self.words.instruction for phrase in said):
+            return "a yes said twice, which sounds ironic"
+        return None
 
     def _with_email(self, text: str, spans: list[tuple[int, int]], nlu: NluOpinion | None) -> Answer:
         addresses = {text[start:end].rstrip(".!?").casefold() for start, end in spans}
@@ -463,37 +524,45 @@ class ConfirmationReader:
             return Edit(new)
         return None
 
-    def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[str]:
-        """One label per phrase found, longest phrases first, left to right."""
+    def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[tuple[str, Phrase]]:
+        """One (label, phrase) per phrase found, longest phrases first, left to right.
+
+        A word none of the lists knows is first read as the yes or no it may be a slip of
+        ("yse", "yeahhh", "riiight"), so a phrase is found also when one of its words is misspelt.
+        """
         known_numbers = set(_DIGITS.findall(" ".join(str(v) for v in call.values())))
-        labels: list[str] = []
+        slips: dict[str, str] = {}  # each distinct unknown word is looked at once
+        for word in set(tokens) - self._vocabulary:
+            slips[word] = self._slip_of(word) or word
+        words = [slips.get(word, word) for word in tokens]
+        found: list[tuple[str, Phrase]] = []
         i = 0
-        while i < len(tokens):
-            if tokens[i] == "?":
-                labels.append("question")
+        while i < len(words):
+            word = words[i]
+            if word == "?":
+                found.append(("question", (word,)))
                 i += 1
                 continue
-            found = self._phrases.at(tokens, i)
-            if found is not None:
-                labels.append(found[0])
-                i += len(found[1])
+            phrase = self._phrases.at(words, i)
+            if phrase is not None:
+                label, matched = phrase
+                end = i + len(matched)
+                if label == "yes" and any(self._drawn_out(tokens[j], words[j]) for j in range(i, end)):
+                    label = "ironic"  # "suuure", "that's riiight": drawn out, the yes doubts
+                found.append((label, matched))
+                i = end
                 continue
-            word = tokens[i]
             if word.endswith("n't"):
-                labels.append("not_a_yes")
+                found.append(("not_a_yes", (word,)))
             elif word.isdigit() and word in known_numbers:
-                labels.append("polite")  # a number from the call itself says nothing new
+                found.append(("polite", (word,)))  # a number from the call itself says nothing new
             else:
-                labels.append(self._typo(word))
+                found.append(("unknown", (word,)))
             i += 1
-        return labels
+        return found
 
-    def _typo(self, word: str) -> str:
-        """A common slip of a one-word yes or no ("yess", "yse", "nooo"), else unknown."""
-        slip = self._slip_of(word)
-        if slip is None:
-            return "unknown"
-        return "no" if slip in self._single_no else "yes"
+    def _drawn_out(self, typed: str, word: str) -> bool:
+        return word in self.words.drawn_out and _DRAWN_OUT.search(typed) is not None
 
     def _slip_of(self, word: str) -> str | None:
         """The one-word no or yes that ``word`` is a common slip of ("nooo", "yess", "yse"), or None."""
@@ -548,6 +617,7 @@ def _why(kinds: set[str]) -> str:
     for label, reason in (
         ("question", "a question"),
         ("not_a_yes", "a negation, hedge or change"),
+        ("ironic", "yes-words that sound ironic"),
         ("unknown", "words that are not a plain yes or no"),
     ):
         if label in kinds:

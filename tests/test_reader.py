@@ -34,16 +34,16 @@ READER = ConfirmationReader()
 
 
 def labelled() -> list[tuple[str, str]]:
-    pairs = [(text, label) for label in ("yes", "no", "unclear") for text in ANSWERS[label]]
+    pairs = [(text, label) for label in ("yes", "no", "unclear", "sarcasm") for text in ANSWERS[label]]
     return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
 
 
 def test_the_answer_set_covers_every_class() -> None:
-    counts = {
-        label: sum(1 for _, lab in labelled() if lab == label) for label in ("yes", "no", "edit", "unclear")
-    }
+    classes = ("yes", "no", "edit", "unclear", "sarcasm")
+    counts = {label: sum(1 for _, lab in labelled() if lab == label) for label in classes}
     assert sum(counts.values()) >= 150, counts
     assert all(count >= 15 for count in counts.values()), counts
+    assert counts["sarcasm"] >= 20, counts
 
 
 def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,6 +87,46 @@ def test_edits_carry_exactly_the_new_text_or_address(entry: dict[str, str]) -> N
 @pytest.mark.parametrize("text", ANSWERS["unclear"])
 def test_unclear_answers_are_asked_again_offline(text: str) -> None:
     assert isinstance(READER.read(text, None, CALL), Unclear)
+
+
+@pytest.mark.parametrize("text", ANSWERS["sarcasm"])
+def test_sarcasm_made_of_yes_words_is_never_a_yes(text: str) -> None:
+    # Asked again; a no only where the answer also says one ("yeah right, no").
+    for opinion in (None, OVERCONFIDENT):
+        assert isinstance(READER.read(text, opinion, CALL), Unclear | No), (text, opinion)
+
+
+def test_what_makes_yes_words_ironic_is_the_whole_not_each_word() -> None:
+    # Each word alone, or beside a different yes, is a plain yes ...
+    for text in ("yeah", "right", "sure", "great", "oh ok", "ok, sure", "yesss", "that's right"):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Yes(), text
+    # ... together, doubled, drawn out or in a tone they doubt; an instruction beside a doubled yes
+    # keeps it a yes, beside an idiom it does not.
+    for text, reason in (
+        ("yeah right", "yes-words that sound ironic"),
+        ("oh sure, go ahead", "yes-words that sound ironic"),
+        ("suuure", "yes-words that sound ironic"),
+        ("sure, sure", "a yes said twice, which sounds ironic"),
+        ("sure...", "an ellipsis beside the yes"),
+        ('"sure"', "a yes in quotes"),
+        ("sUrE", "a yes in mocking case"),
+    ):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Unclear(reason), text
+    assert READER.read("sure, sure, save it", OVERCONFIDENT, CALL) == Yes()
+    assert READER.read("yeah right, no", None, CALL) == No()
+
+
+def test_a_bot_lists_its_own_irony(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(
+        'yes: ["claro", "vale"]\nironic: ["pues claro"]\ndrawn_out: ["claro"]\npolite: ["pues"]\n'
+    )
+    reader = ConfirmationReader(load_words(words))
+    assert reader.read("claro, vale", None, CALL) == Yes()
+    assert reader.read("pues vale", None, CALL) == Yes()
+    assert reader.read("pues claro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("claaaro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("vaaale", None, CALL) == Yes()  # not listed as drawn_out
 
 
 def test_yes_needs_the_nlu_to_agree() -> None:
@@ -133,7 +173,9 @@ def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
         ("yes: [1, 2]", "yes.0: Input should be a valid string"),
         ("maybe: [perhaps]", "maybe: Extra inputs are not permitted"),
         ('yes: [""]', "yes[0]: an empty entry matches nothing"),
-        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no or hedge: stop"),
+        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no, hedge or irony: stop"),
+        ('ironic: ["sure"]', "listed both as a yes (or polite) and as a no, hedge or irony: sure"),
+        ('instruction: ["never"]', "listed both as a yes (or polite) and as a no, hedge or irony: never"),
         ("yes: [unclosed", "not valid YAML"),
     ],
 )
