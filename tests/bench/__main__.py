@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crm import tools as crm_tools
-from tests.bench import cluster_line, floor_server, micro, rasa_turns, report, webhook
+from tests.bench import cluster_line, floor_server, micro, rasa_turns, reader_line, report, webhook
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -216,6 +216,8 @@ def run(config: Config) -> int:
 
             _say(f"sections 1-3 in process (n = {config.calls}, {config.sessions}, {config.cycles})")
             tool_call, session, cycle = run_async(_in_process(workdir, mcp.url, token, floor.url, config))
+            _say("the confirmation reader at 1 kB, 64 kB and 1 MB")
+            reader = reader_line.measure()
 
             skills = {
                 name: skills_with_source(workdir / f"skills-{name}", src) for name, src in VARIANTS.items()
@@ -278,7 +280,7 @@ def run(config: Config) -> int:
         )
     meta["wall_s"] = round(time.monotonic() - started, 1)
     meta["loadavg_end"] = _loadavg()
-    results = report.Results(tool_call, session, cycle, load, turns, memory, cluster)
+    results = report.Results(tool_call, session, cycle, load, turns, memory, cluster, reader)
     print(report.write(results, meta, config.out))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0

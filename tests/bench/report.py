@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.bench import reader_line
 from tests.bench.cluster_line import ClusterLine
+from tests.bench.reader_line import ReaderLine
 from tests.bench.stats import RatioSpread, Series, ratio, ratio_spread
 from tests.bench.webhook import LoadResult
 
@@ -36,6 +38,7 @@ class Results:
     rasa_turn: dict[str, Series]
     memory: dict[str, dict[str, dict[str, int]]]
     cluster: dict[int, ClusterLine]
+    reader: ReaderLine | None = None
 
 
 def _ms(value: float) -> str:
@@ -274,6 +277,7 @@ def table(results: Results, meta: dict[str, Any]) -> str:
             f"  {count:<16}{line.conversations:>14}{s.errors:>8}{line.per_second:>9.2f}"
             f"{_ms(s.median_ms):>15}{_ms(s.p95_ms):>12}"
         )
+    lines.extend(reader_line.lines(results.reader) if results.reader else [])
     add("")
     add("Targets")
     for target in targets(results):
@@ -297,6 +301,7 @@ def to_json(results: Results, meta: dict[str, Any]) -> dict[str, Any]:
         "rasa_turn_ratio": turn_spread(results).summary(),
         "memory_kib": results.memory,
         "cluster": {str(count): line.summary() for count, line in results.cluster.items()},
+        "reader": results.reader.summary() if results.reader else None,
         "targets": [target.summary() for target in targets(results)],
     }
 
