@@ -2,11 +2,14 @@
 
 A way out everywhere: "cancel", "stop", "never mind", "forget it" or "quit" as the whole answer to
 either question ends the form, clears what it collected and says that nothing was saved; "help"
-answers with help and asks the same question again. Which words count is the plugin's confirmation
+answers with help and asks the same question again. A message over the reader's limit is refused
+before anything here reads it: the question is asked again, or, if it was the request that started
+the form, the form ends with nothing collected. Which words count is the plugin's confirmation
 reader's (its word file), so one list serves the form and the confirmation.
 """
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from rasa_sdk import FormValidationAction, Tracker
@@ -18,8 +21,11 @@ from crm.errors import ValidationError
 from crm.validation import NOTE_MAX_CHARS, validate_email
 from mcp_bridge.rasa import executor
 
-# Anything shaped like an address inside a longer message ("it's dana@example.com, thanks").
-_EMAIL_CANDIDATE = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+")
+# A run of characters that may belong to an address: anything but spaces and the punctuation
+# around addresses in running text. A run with an "@" inside it is a candidate ("it's
+# dana@example.com, thanks"). Found in one pass: no pattern here backtracks, so a long message
+# of "@", dots or letters costs time in proportion to its length.
+_ADDRESS_RUN = re.compile(r"[^\s<>(),;:\"'\[\]]+")
 # A note given with the request: "log a call with x@y.com: <note>" (or " - <note>", or quoted).
 _NOTE_AFTER_EMAIL = re.compile(
     r"^\s*(?::|-|–|—|saying\b|note\b:?)\s*(?P<note>\S.*)$", re.IGNORECASE | re.DOTALL
@@ -29,11 +35,18 @@ _QUOTES = "\"'“”‘’"
 FORM_SLOTS = ("contact_email", "note_text", "contact_id", "contact_name", "contact_company")
 
 
+def email_candidates(text: str) -> Iterator[re.Match[str]]:
+    """Every run of address characters in ``text`` with an "@" that has a character either side."""
+    for run in _ADDRESS_RUN.finditer(text):
+        if run.group().find("@", 1, len(run.group()) - 1) != -1:
+            yield run
+
+
 def find_email(text: str) -> str | None:
     """The first valid address in ``text``, or None."""
-    for candidate in _EMAIL_CANDIDATE.findall(text):
+    for candidate in email_candidates(text):
         try:
-            return validate_email(candidate.rstrip(".!?"))
+            return validate_email(candidate.group().rstrip(".!?"))
         except ValidationError:
             continue
     return None
@@ -41,7 +54,7 @@ def find_email(text: str) -> str | None:
 
 def note_from_request(text: str) -> str | None:
     """The note a person gave in the same message as the request, exactly as typed, or None."""
-    match = _EMAIL_CANDIDATE.search(text)
+    match = next(email_candidates(text), None)
     if match is None:
         return None
     rest = _NOTE_AFTER_EMAIL.match(text[match.end() :])
@@ -53,6 +66,12 @@ def note_from_request(text: str) -> str | None:
     return note or None
 
 
+def _end_form() -> list[EventType]:
+    """Clear what the form collected, end it and listen: its "complete" rule must not run the skill."""
+    cleared = [SlotSet(slot, None) for slot in (*FORM_SLOTS, "pending_confirmation")]
+    return [*cleared, SlotSet("requested_slot", None), ActiveLoop(None), FollowupAction("action_listen")]
+
+
 class ValidateLogNoteForm(FormValidationAction):
     def name(self) -> str:
         return "validate_log_note_form"
@@ -62,17 +81,17 @@ class ValidateLogNoteForm(FormValidationAction):
     ) -> list[EventType]:
         asked = tracker.get_slot("requested_slot")
         text = (tracker.latest_message or {}).get("text") or ""
-        way_out = executor().reader.way_out(text) if asked else None
+        reader = executor().reader
+        too_long = reader.too_long(text)
+        if too_long is not None:
+            # Refused unread (the reader's limit, MESSAGE_MAX_CHARS): nothing is taken from it. Asked
+            # for one slot, the form asks again; a request that starts the form starts nothing.
+            dispatcher.utter_message(response="utter_message_too_long", limit=too_long.limit)
+            return [SlotSet(asked, None)] if asked else _end_form()
+        way_out = reader.way_out(text) if asked else None
         if way_out == "cancel":
             dispatcher.utter_message(response="utter_log_cancelled")
-            cleared = [SlotSet(slot, None) for slot in (*FORM_SLOTS, "pending_confirmation")]
-            # End the form and listen: the form's "complete" rule must not run the skill.
-            return [
-                *cleared,
-                SlotSet("requested_slot", None),
-                ActiveLoop(None),
-                FollowupAction("action_listen"),
-            ]
+            return _end_form()
         if way_out == "help":
             dispatcher.utter_message(response="utter_help")
             return [SlotSet(asked, None)]  # the form asks the same question again

@@ -13,3 +13,7 @@ class ValidationError(CRMError):
 
 class NotFoundError(CRMError):
     """The contact the request is about does not exist; nothing was written."""
+
+
+class ConflictError(CRMError):
+    """The request reuses an idempotency key that belongs to another request; nothing was written."""

@@ -8,7 +8,8 @@ Same tables and columns as the SQLite store, and the same rules:
   `INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`. Two requests with one key, on two
   CRM processes at the same moment, leave one note: the second insert waits for the first to
   commit, then does nothing, and both answer with the first note. The database enforces it, not
-  a check-then-insert in this process.
+  a check-then-insert in this process. The key belongs to the request that stored it: the
+  second request gets the note only if it names the same contact and text, else ConflictError.
 * An unknown contact is refused by the foreign key; nothing is written.
 
 Several processes may open the store at once (replicas starting together): the schema is
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from crm.errors import NotFoundError
-from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now, contact_from_row, note_from_row
+from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now, contact_from_row, note_from_row, replayed_note
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
     validate_email,
@@ -113,10 +114,10 @@ class PostgresStore:
         key = validate_idempotency_key(idempotency_key)
         async with self.pool.acquire() as conn:
             if key is not None:
-                # A key seen before wins over the other arguments, as in the SQLite store.
+                # A key seen before: its note if this is the same request, as in the SQLite store.
                 row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
                 if row is not None:
-                    return note_from_row(row), False
+                    return replayed_note(row, contact_id, body), False
             try:
                 row = await conn.fetchrow(
                     "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
@@ -136,7 +137,7 @@ class PostgresStore:
             row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
             if row is None:  # pragma: no cover - the conflicting row cannot vanish: notes are never deleted
                 raise RuntimeError("idempotency key conflicted but no note carries it")
-            return note_from_row(row), False
+            return replayed_note(row, contact_id, body), False
 
     async def count_notes(self, contact_id: int | None = None) -> int:
         value: Any

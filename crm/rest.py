@@ -1,7 +1,8 @@
 """The CRM's REST API (aiohttp) over a CRMStore (SQLite or PostgreSQL).
 
-Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing. The app opens
-the store when it starts and closes it when it stops.
+Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing: 400 for bad
+input, 404 for an unknown contact, 409 for an idempotency key reused with another contact or text.
+The app opens the store when it starts and closes it when it stops.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from crm.errors import NotFoundError, ValidationError
+from crm.errors import ConflictError, NotFoundError, ValidationError
 from crm.store import CRMStore
 from crm.validation import NOTES_LIMIT_DEFAULT, validate_limit
 
@@ -42,6 +43,8 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
         return _error(400, str(exc))
     except NotFoundError as exc:
         return _error(404, str(exc))
+    except ConflictError as exc:
+        return _error(409, str(exc))
     except Exception:
         # A bug, not a caller's mistake: log it here and keep internals out of the response.
         log.exception("unexpected error in %s %s", request.method, request.path)

@@ -3,8 +3,10 @@
 `CRMStore` is the interface the REST API and `python -m crm seed` use; `open_store()` picks the
 engine from the environment: PostgreSQL (`crm.pg_store`) when `CRM_DATABASE_URL` is set, else the
 embedded SQLite file at `CRM_DB`. Both keep the same schema and the same rule for a repeated
-idempotency key (the first note stored under it is returned, nothing is written again), and both
-enforce it in the database: the key column is UNIQUE.
+idempotency key, and both enforce it in the database (the key column is UNIQUE): a key belongs to
+the request that first used it. The same request again (same contact, same text) returns the note
+first stored under it and writes nothing; the key with another contact or another text is refused
+with ConflictError and writes nothing, so a reused key never answers with another request's note.
 
 `SQLiteStore`: each operation opens its own short-lived connection. That lets several processes
 (the REST server, `python -m crm seed`, a test reading the file) use one database; WAL mode lets
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from crm import config
-from crm.errors import NotFoundError
+from crm.errors import ConflictError, NotFoundError
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
     validate_email,
@@ -111,9 +113,10 @@ class CRMStore(Protocol):
     ) -> tuple[Note, bool]:
         """Add a note to the contact's timeline; returns (note, created).
 
-        A key seen before returns the note first stored under it and created=False, whatever the
-        other arguments say: a retried request must never write twice. Raises ValidationError or
-        NotFoundError, in which case nothing is written.
+        A key seen before with the same contact and text returns the note first stored under it and
+        created=False: a retried request must never write twice. The key with another contact or
+        text raises ConflictError. Raises ValidationError, NotFoundError or ConflictError, in which
+        case nothing is written.
         """
         ...
 
@@ -160,6 +163,20 @@ def note_from_row(row: Row) -> Note:
     return Note(
         note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
     )
+
+
+def replayed_note(row: Row, contact_id: int, text: str) -> Note:
+    """The note stored under a key, if this request is the one that stored it; else ConflictError.
+
+    The text is stored verbatim, so "the same request" is the same contact and exactly the same text.
+    """
+    note = note_from_row(row)
+    if note.contact_id != contact_id or note.text != text:
+        raise ConflictError(
+            "This idempotency key was already used for another note (another contact or another text), "
+            "so nothing was written. Use a new key for a new note."
+        )
+    return note
 
 
 class SQLiteStore:
@@ -217,22 +234,24 @@ class SQLiteStore:
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                stored = None
                 if key is not None:
-                    row = conn.execute("SELECT * FROM notes WHERE idempotency_key = ?", (key,)).fetchone()
-                    if row is not None:
-                        conn.execute("ROLLBACK")
-                        return note_from_row(row), False
-                if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
-                    raise NotFoundError(f"There is no contact with id {contact_id}.")
-                cursor = conn.execute(
-                    "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES (?, ?, ?, ?)",
-                    (contact_id, body, _utc_now(), key),
-                )
-                row = conn.execute("SELECT * FROM notes WHERE id = ?", (cursor.lastrowid,)).fetchone()
-                conn.execute("COMMIT")
+                    stored = conn.execute("SELECT * FROM notes WHERE idempotency_key = ?", (key,)).fetchone()
+                if stored is None:
+                    if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
+                        raise NotFoundError(f"There is no contact with id {contact_id}.")
+                    cursor = conn.execute(
+                        "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
+                        " VALUES (?, ?, ?, ?)",
+                        (contact_id, body, _utc_now(), key),
+                    )
+                    row = conn.execute("SELECT * FROM notes WHERE id = ?", (cursor.lastrowid,)).fetchone()
+                conn.execute("COMMIT" if stored is None else "ROLLBACK")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        if stored is not None:
+            return replayed_note(stored, contact_id, body), False  # the same request again, or refused
         return note_from_row(row), True
 
     async def count_notes(self, contact_id: int | None = None) -> int:

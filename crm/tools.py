@@ -184,7 +184,12 @@ NoteTextArg = Annotated[
 ]
 IdempotencyKeyArg = Annotated[
     str | None,
-    Field(description="Optional. A retried call with the same key returns the first note, never a second."),
+    Field(
+        description=(
+            "Optional. A retried call with the same key and arguments returns the first note, never a"
+            " second; the key with another contact or text is refused."
+        )
+    ),
 ]
 LimitArg = Annotated[
     int, Field(description=f"How many notes to return, newest first (1 to {NOTES_LIMIT_MAX}).")

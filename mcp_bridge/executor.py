@@ -19,8 +19,9 @@ The rules, in order of importance:
    about again). A seal that does not verify, arguments that changed
    since, or a yes that came late or after other messages never write.
 4. A no calls nothing. An edit or a redirect replaces the question with a new one. An unclear
-   answer asks again. A message that is not an answer is handed back to the bot, and the question is
-   asked again afterwards; a question left behind by a new request is dropped aloud.
+   answer asks again, and so does a message over the reader's limit, which nothing reads. A message
+   that is not an answer is handed back to the bot, and the question is asked again afterwards; a
+   question left behind by a new request is dropped aloud.
 5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
    and nothing runs.
 """
@@ -37,7 +38,7 @@ from typing import Any, Literal
 from mcp_bridge import templating
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
-from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, Yes
+from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
 from mcp_bridge.results import ToolResult
 from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, resolve_arguments
@@ -82,6 +83,7 @@ Outcome = Literal[
     "cancelled",  # the person said no; nothing was called
     "handed_back",  # the message was not an answer; the bot handles it, the question waits
     "nothing_pending",
+    "too_long",  # the message was over the reader's limit: refused unread, nothing pending or called
     "rejected",  # the pending confirmation did not hold; nothing was called
     "failed",
     "not_found",
@@ -134,6 +136,8 @@ class Responses:
     answer_yes_or_no: str = "utter_answer_yes_or_no"
     # Said when a question left behind (the person started something else) is dropped.
     question_dropped: str = "utter_question_dropped"
+    # Said instead of reading a message over the reader's limit (variable: limit).
+    message_too_long: str = "utter_message_too_long"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -175,12 +179,17 @@ class Executor:
     # -- entry points: one per Rasa action ----------------------------------------------------
 
     async def start(self, skill_id: str, turn: Turn) -> Decision:
-        """Run a skill from its first step, until it ends or asks (rule 1).
+        """Run a skill from its first step, until it ends or asks (rule 1); not for a message over
+        the reader's limit, which is refused unread.
 
         A question still pending while the confirmation loop is active was interrupted: it stays
         and is asked again afterwards. One left behind outside the loop is dropped aloud (rule 4).
         """
         skill = self.skills[skill_id]
+        too_long = self.reader.too_long(turn.text) if turn.new_message else None
+        if too_long is not None:
+            # Started by a message over the limit: whatever the NLU took from it is not used.
+            return Decision("too_long", [self._too_long(too_long)])
         decision = Decision("done")
         raw = turn.slots.get(PENDING_SLOT)
         if raw is not None and not turn.loop_active:
@@ -206,7 +215,10 @@ class Executor:
             return await self._resume(turn, pending, raw)
         nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
         if pending is None:
-            if isinstance(self.reader.read(turn.text, nlu), Yes | No):
+            reading = self.reader.read(turn.text, nlu)
+            if isinstance(reading, TooLong):
+                return Decision("too_long", [self._too_long(reading)], _clear(raw))
+            if isinstance(reading, Yes | No):
                 return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
             return Decision("handed_back")  # not an answer to anything: the bot's to handle
         bound = await self._verified(pending, turn)
@@ -221,6 +233,11 @@ class Executor:
         if isinstance(reading, Other):
             self._record(turn, pending, "handed_back", None)
             return Decision("handed_back")
+        if isinstance(reading, TooLong):
+            self._record(turn, pending, "unclear", reading.reason)
+            again = await self._ask_again(skill, pending, turn, None)
+            again.say.insert(0, self._too_long(reading))
+            return again
         if isinstance(reading, Edit | Redirect):
             slot = skill.edits.get("text" if isinstance(reading, Edit) else "email")
             value = reading.text if isinstance(reading, Edit) else reading.email
@@ -252,6 +269,9 @@ class Executor:
         return decision
 
     # -- answers --------------------------------------------------------------------------
+
+    def _too_long(self, reading: TooLong) -> Say:
+        return Say(self.responses.message_too_long, {"limit": reading.limit})
 
     async def _resume(self, turn: Turn, pending: PendingConfirmation | None, raw: Any) -> Decision:
         if pending is None:

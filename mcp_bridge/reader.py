@@ -3,9 +3,12 @@
 While a question is pending, every message the person sends is read here first, from its *text*,
 with the NLU's intent as a second opinion. The reading is one of a closed set of answers:
 
+* :class:`TooLong`: the message is longer than ``max_chars`` (5,000 by default). It is refused
+  before any of it is read; nothing else below applies.
 * :class:`Yes`: every word of the answer is a plain yes ("yes", "sure, go ahead", "👍", "yse") or a
-  polite filler, there is no question mark, no number the pending call does not contain, and the
-  NLU also read it as the affirm intent. Anything else is never a yes.
+  polite filler, there is no question mark, no number the pending call does not contain, nothing
+  that makes the yes-words ironic (below), and the NLU also read it as the affirm intent. Anything
+  else is never a yes.
 * :class:`No`: every word is a plain no or a filler ("no", "nope, cancel", "👎", "never mind").
 * :class:`Edit`: "change it to: ...", "make it say ...", "actually: ..." replace the call's text.
 * :class:`Redirect`: an email address beside a redirecting word ("no, it's for x@y.com",
@@ -14,6 +17,20 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
   gave another of the bot's intents and the text holds no yes, no or hedge at all.
 * :class:`Unclear`: everything else, among them negations beside a yes ("yes but..."), questions,
   hedges, a bare name, unknown words and unknown emoji. The person is asked again.
+
+Yes-words can say no. Three things make an answer of yes-words ironic, so unclear, never a yes:
+
+* a phrase the word file lists as ``ironic`` ("yeah right", "oh sure", "oh great"), also with the
+  words misspelt or drawn out ("yeahhh riiight"), or a yes-word it lists as ``drawn_out`` that is
+  written drawn out ("suuure", "okaaay"; an eager "yesss" stays a yes);
+* the same yes-word said twice without an instruction to write ("sure, sure", "yeah yeah",
+  "great, just great"); "yes yes, save it" is a yes, because "save it" is an ``instruction``;
+* its tone: a trailing or inner ellipsis ("sure..."), scare quotes ('"sure"'), mocking case
+  ("sUrE"). Emoji such as 🙄 or 🙃, "lol" or "/s" are unknown words, which no yes may contain.
+
+Reading takes time linear in the length of the text: no pattern here can backtrack over more than
+one run of characters, and the few per-character loops look words up in tables (see
+``tests/test_reader_linear.py``). The limit keeps even that short.
 
 A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
 naming another intent or carrying entities is not a yes.
@@ -71,13 +88,26 @@ class Other:
 
 
 @dataclass(frozen=True)
+class TooLong:
+    """A message longer than the reader takes: refused unread, so nothing is written."""
+
+    length: int
+    limit: int
+    kind: Literal["too_long"] = "too_long"
+
+    @property
+    def reason(self) -> str:
+        return f"a message of {self.length} characters, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
 class Unclear:
     # Why, in a few words, for the audit trail; never the person's text.
     reason: str
     kind: Literal["unclear"] = "unclear"
 
 
-Answer = Yes | No | Edit | Redirect | Other | Unclear
+Answer = Yes | No | Edit | Redirect | Other | Unclear | TooLong
 
 
 @dataclass(frozen=True)
@@ -99,6 +129,9 @@ class _WordFile(BaseModel):
     no: list[str] = Field(default_factory=list)
     polite: list[str] = Field(default_factory=list)
     not_a_yes: list[str] = Field(default_factory=list)
+    ironic: list[str] = Field(default_factory=list)
+    drawn_out: list[str] = Field(default_factory=list)
+    instruction: list[str] = Field(default_factory=list)
     edit: list[str] = Field(default_factory=list)
     edit_with_colon: list[str] = Field(default_factory=list)
     edit_lead_in: list[str] = Field(default_factory=list)
@@ -117,6 +150,9 @@ class Words:
     no: frozenset[tuple[str, ...]]
     polite: frozenset[tuple[str, ...]]
     not_a_yes: frozenset[tuple[str, ...]]
+    ironic: frozenset[tuple[str, ...]]
+    drawn_out: frozenset[str]
+    instruction: frozenset[tuple[str, ...]]
     edit: tuple[str, ...]
     edit_with_colon: tuple[str, ...]
     edit_lead_in: frozenset[str]
@@ -134,11 +170,14 @@ def load_words(*extra: str | Path) -> Words:
         for key, values in _read_word_file(Path(path)).model_dump().items():
             merged.setdefault(key, []).extend(values)
     words = _compile(merged)
-    clash = (words.yes & (words.no | words.not_a_yes)) | (words.polite & (words.no | words.not_a_yes))
+    never_yes = words.no | words.not_a_yes | words.ironic
+    clash = (words.yes & never_yes) | (words.polite & never_yes)
     if clash:
         listed = ", ".join(sorted(" ".join(entry) for entry in clash))
         sources = ", ".join(str(p) for p in (DEFAULT_WORDS, *extra))
-        raise ConfigError(f"{sources}: listed both as a yes (or polite) and as a no or hedge: {listed}")
+        raise ConfigError(
+            f"{sources}: listed both as a yes (or polite) and as a no, hedge or irony: {listed}"
+        )
     return words
 
 
@@ -174,10 +213,14 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
         return tuple(sorted({" ".join(_tokens(v)) for v in lists.get(key, [])}, key=len, reverse=True))
 
     return Words(
-        yes=phrases("yes"),
+        # An instruction ("save it") is a yes that also overrules a doubled yes ("yes yes, save it").
+        yes=phrases("yes") | phrases("instruction"),
         no=phrases("no"),
         polite=phrases("polite"),
         not_a_yes=phrases("not_a_yes"),
+        ironic=phrases("ironic"),
+        drawn_out=frozenset(" ".join(_tokens(v)) for v in lists.get("drawn_out", [])),
+        instruction=phrases("instruction"),
         edit=longest_first("edit"),
         edit_with_colon=longest_first("edit_with_colon"),
         edit_lead_in=frozenset(" ".join(_tokens(v)) for v in lists.get("edit_lead_in", [])),
@@ -190,6 +233,10 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
 
 
 # -- normalising text ------------------------------------------------------------------------
+#
+# Every pattern below is linear in the text it reads: each is a character class, a run of one
+# class with nothing after it that could fail and make it give characters back, or a literal.
+# tests/test_reader_linear.py holds them to it.
 
 # Emoji modifiers that do not change meaning: variation selectors, skin tones, joiners.
 _MODIFIERS = re.compile("[\ufe0e\ufe0f\u200d\U0001f3fb-\U0001f3ff]")
@@ -198,7 +245,15 @@ _TOKEN = re.compile(r"\w+(?:'\w+)*|\?|[^\w\s]", re.UNICODE)
 # Punctuation that separates words and means nothing on its own; "?" is kept (a question).
 _SEPARATORS = set(".,!;:-–—…\"'()[]«»“”*~") | {"¡", "¿"}
 _QUESTION = {"?", "？", "¿"}
-EMAIL = re.compile(r"[^\s<>(),;:\"'\[\]]+@[^\s<>(),;:\"'\[\]]+\.[^\s<>(),;:\"'\[\]]+")
+# A run of characters that may belong to an email address: anything but spaces and the
+# punctuation around addresses in running text. An address is a run shaped x@y.z.
+_ADDRESS_RUN = re.compile(r"[^\s<>(),;:\"'\[\]]+")
+# Quote marks around words (scare quotes); an apostrophe inside a word ("that's") is not one.
+_QUOTE_MARK = re.compile(r"[\"“”«»„‟]|(?<!\w)'|'(?!\w)")
+_LETTERS = re.compile(r"[^\W\d_]{4,}")
+_DIGITS = re.compile(r"\d+")
+# A letter three times in a row: a word drawn out ("suuure"), not a slip of the finger ("suree").
+_DRAWN_OUT = re.compile(r"([^\W\d_])\1\1")
 
 
 def _normalise(text: str) -> str:
@@ -216,6 +271,23 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+def address_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds something shaped like an email address (``x@y.z``), in order.
+
+    A run of address characters is one when it has an "@" after its first character and a "."
+    at least two characters after that "@" and before its last character. One pass over the text,
+    with ``str.find`` inside each run: no backtracking, so a megabyte of "@" or of dots costs what
+    a megabyte of letters does.
+    """
+    spans = []
+    for run in _ADDRESS_RUN.finditer(text):
+        word = run.group()
+        at = word.find("@", 1)
+        if at != -1 and word.find(".", at + 2, len(word) - 1) != -1:
+            spans.append(run.span())
+    return spans
+
+
 def _squeeze(word: str) -> str:
     """Runs of one letter to one letter: "yesss" -> "yes", "okkk" -> "ok"."""
     return re.sub(r"(.)\1+", r"\1", word)
@@ -227,7 +299,47 @@ def _swaps(word: str) -> Iterable[str]:
         yield word[:i] + word[i + 1] + word[i] + word[i + 2 :]
 
 
+def _tone(text: str) -> str | None:
+    """What in the way a yes is written makes it doubtful ("sure...", '"sure"', "sUrE"), or None."""
+    text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES)  # "…" becomes "..."
+    if ".." in text:
+        return "an ellipsis beside the yes"
+    if _QUOTE_MARK.search(text):
+        return "a yes in quotes"
+    for word in _LETTERS.findall(text):
+        # "sUrE", "YeAh RiGhT": case flipping letter to letter mocks the word.
+        if sum(a.isupper() != b.isupper() for a, b in zip(word, word[1:], strict=False)) >= 3:
+            return "a yes in mocking case"
+    return None
+
+
+Phrase = tuple[str, ...]
+
+
+class _PhraseIndex:
+    """Phrases by their first word, longest first, so finding the phrase at a position costs a
+    dictionary look-up and a few comparisons, however many phrases there are."""
+
+    def __init__(self, labelled: Iterable[tuple[str, Iterable[Phrase]]]) -> None:
+        by_first: dict[str, list[tuple[int, int, str, Phrase]]] = {}
+        for order, (label, phrases) in enumerate(labelled):
+            for phrase in phrases:
+                by_first.setdefault(phrase[0], []).append((-len(phrase), order, label, phrase))
+        # Longest first; at equal length the label given first wins.
+        self._by_first = {
+            word: [(label, p) for *_, label, p in sorted(entries)] for word, entries in by_first.items()
+        }
+
+    def at(self, tokens: list[str], i: int) -> tuple[str, Phrase] | None:
+        for label, phrase in self._by_first.get(tokens[i], ()):
+            if tuple(tokens[i : i + len(phrase)]) == phrase:
+                return label, phrase
+        return None
+
+
 # -- the reader ------------------------------------------------------------------------------
+
+DEFAULT_MAX_CHARS = 5000
 
 
 class ConfirmationReader:
@@ -242,17 +354,42 @@ class ConfirmationReader:
         fallback_intents: Iterable[str] = ("nlu_fallback",),
         min_confidence: float = 0.6,
         deny_margin: float = 0.25,
+        max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
+        if max_chars < 1:
+            raise ValueError("max_chars must be at least 1")
         self.words = words or load_words()
         self.affirm_intent = affirm_intent
         self.deny_intent = deny_intent
         self._fallback = frozenset(fallback_intents)
         self.min_confidence = min_confidence
         self.deny_margin = deny_margin
+        self.max_chars = max_chars
         self._single_yes = {entry[0] for entry in self.words.yes if len(entry) == 1}
         self._single_no = {entry[0] for entry in self.words.no if len(entry) == 1}
-        self._squeezed_yes = {_squeeze(word) for word in self._single_yes}
-        self._squeezed_no = {_squeeze(word) for word in self._single_no}
+        self._squeezed_yes = {_squeeze(word): word for word in self._single_yes}
+        self._squeezed_no = {_squeeze(word): word for word in self._single_no}
+        self._longest_single = max(map(len, self._single_yes | self._single_no), default=0)
+        # Words of the lists that decide yes and no: never "corrected" into another word.
+        self._vocabulary = {
+            token
+            for phrases in (self.words.yes, self.words.no, self.words.not_a_yes, self.words.ironic)
+            for phrase in phrases
+            for token in phrase
+        } | {token for phrase in self.words.polite for token in phrase}
+        self._phrases = _PhraseIndex(
+            [
+                ("no", self.words.no),
+                ("not_a_yes", self.words.not_a_yes),
+                ("ironic", self.words.ironic),
+                ("yes", self.words.yes),
+                ("polite", self.words.polite),
+            ]
+        )
+        self._cancel = _PhraseIndex([("hit", self.words.cancel), ("polite", self.words.polite)])
+        self._help = _PhraseIndex([("hit", self.words.help), ("polite", self.words.polite)])
+        redirect_words = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
+        self._redirect_words = _PhraseIndex([("hit", redirect_words), ("polite", self.words.polite)])
         # "change it to: <new text>" and the like, one pattern per marker, in the word lists' order.
         self._edit_patterns = tuple(
             _edit_pattern(marker, needs_colon)
@@ -260,12 +397,19 @@ class ConfirmationReader:
             + [(m, True) for m in self.words.edit_with_colon]
         )
 
+    def too_long(self, text: str) -> TooLong | None:
+        """``text`` is over the limit: a bot's own question (a form) refuses it unread too."""
+        return TooLong(len(text), self.max_chars) if len(text) > self.max_chars else None
+
     def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
 
         ``nlu`` is the NLU's reading of the same message. Without it (offline) the text decides
         alone; with it, a yes needs the NLU's affirm as well.
         """
+        too_long = self.too_long(text)
+        if too_long is not None:
+            return too_long
         stripped = text.strip()
         if stripped.startswith("/"):
             return self._payload(stripped)
@@ -276,29 +420,14 @@ class ConfirmationReader:
 
     def way_out(self, text: str) -> Literal["cancel", "help"] | None:
         """For a bot's own questions (a form): is the whole answer a "cancel" or a "help"?"""
+        if self.too_long(text):
+            return None
         tokens = _tokens(text)
-        if tokens and self._covered(tokens, self.words.cancel):
+        if tokens and _covered(tokens, self._cancel):
             return "cancel"
-        if tokens and self._covered(tokens, self.words.help):
+        if tokens and _covered(tokens, self._help):
             return "help"
         return None
-
-    def _covered(self, tokens: list[str], phrases: frozenset[tuple[str, ...]], need_hit: bool = True) -> bool:
-        """Every token belongs to one of ``phrases`` or to a polite filler (and one to ``phrases``)."""
-        i, hit = 0, False
-        while i < len(tokens):
-            length = max(
-                (len(p) for p in phrases if tuple(tokens[i : i + len(p)]) == p),
-                default=0,
-            )
-            if length:
-                hit, i = True, i + length
-                continue
-            polite = max((len(p) for p in self.words.polite if tuple(tokens[i : i + len(p)]) == p), default=0)
-            if not polite:
-                return False
-            i += polite
-        return hit or not need_hit
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -330,26 +459,41 @@ class ConfirmationReader:
         if self._starts_with(tokens, self.words.new_request):
             # A new request takes all of its own values; it never edits or moves this one.
             return Other() if self._nlu_says_other(nlu) else Unclear("looks like a new request")
-        edit = self._edit(text)
+        edit = self._edit(text, set(tokens))
         if edit is not None:
             return edit
-        emails = EMAIL.findall(text)
-        if emails:
-            return self._with_email(text, emails, nlu)
-        kinds = set(self._label(tokens, call)) - {"polite"}
+        addresses = address_spans(text)
+        if addresses:
+            return self._with_email(text, addresses, nlu)
+        found = self._label(tokens, call)
+        kinds = {label for label, _ in found} - {"polite"}
         if kinds == {"yes"}:
-            return Yes()
-        if "no" in kinds and kinds <= {"no", "not_a_yes"}:
+            doubt = self._irony(found) or _tone(text)
+            return Unclear(doubt) if doubt else Yes()
+        if "no" in kinds and kinds <= {"no", "not_a_yes", "ironic"}:
             return No()  # "no", "actually no", "no, not now": plainly a no, hedged or not
-        if not kinds & {"yes", "no", "not_a_yes"} and self._nlu_says_other(nlu):
+        if not kinds & {"yes", "no", "not_a_yes", "ironic"} and self._nlu_says_other(nlu):
             return Other()
         return Unclear(_why(kinds))
 
-    def _with_email(self, text: str, emails: list[str], nlu: NluOpinion | None) -> Answer:
-        addresses = {email.rstrip(".!?").casefold() for email in emails}
+    def _irony(self, found: list[tuple[str, Phrase]]) -> str | None:
+        """Yes-words that together mean doubt: one said twice with no instruction to write
+        ("sure, sure", "great, just great"; but "yes yes, save it")."""
+        said = [phrase for label, phrase in found if label == "yes" and phrase[0][:1].isalpha()]
+        if len(set(said)) < len(said) and not any(phrase in self.words.instruction for phrase in said):
+            return "a yes said twice, which sounds ironic"
+        return None
+
+    def _with_email(self, text: str, spans: list[tuple[int, int]], nlu: NluOpinion | None) -> Answer:
+        addresses = {text[start:end].rstrip(".!?").casefold() for start, end in spans}
         if len(addresses) != 1:
             return Unclear("more than one email address")
-        rest = _tokens(EMAIL.sub(" ", text))
+        pieces, last = [], 0
+        for start, end in spans:
+            pieces.append(text[last:start])
+            last = end
+        pieces.append(text[last:])
+        rest = _tokens(" ".join(pieces))
         if "?" not in rest and self._is_redirect(rest):
             return Redirect(next(iter(addresses)))
         if self._nlu_says_other(nlu):
@@ -360,18 +504,19 @@ class ConfirmationReader:
         """A redirecting word, and nothing but the few words a redirect is made of."""
         if not any(_contains(tokens, phrase) for phrase in self.words.redirect):
             return False
-        allowed = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
-        return self._covered(tokens, frozenset(allowed), need_hit=False)
+        return _covered(tokens, self._redirect_words, need_hit=False)
 
-    def _edit(self, text: str) -> Edit | Unclear | None:
+    def _edit(self, text: str, words: set[str]) -> Edit | Unclear | None:
         """ "change it to: <new text>" and the like; the new text exactly as typed."""
-        for pattern in self._edit_patterns:
-            match = pattern.match(text)
+        for marker, pattern in self._edit_patterns:
+            if marker[0] not in words:
+                continue  # the marker's first word is nowhere in the text: no need to look for it
+            match = pattern.search(text)
             if match is None:
                 continue
-            if any(t not in self.words.edit_lead_in for t in _tokens(match.group("lead"))):
+            if any(t not in self.words.edit_lead_in for t in _tokens(text[: match.start()])):
                 continue
-            new = match.group("new").strip()
+            new = text[match.end() :].strip()
             if len(new) >= 2 and new[0] in "\"'“‘" and new[-1] in "\"'”’":
                 new = new[1:-1].strip()
             if not new:
@@ -379,69 +524,91 @@ class ConfirmationReader:
             return Edit(new)
         return None
 
-    def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[str]:
-        """One label per phrase found, longest phrases first, left to right."""
-        known_numbers = set(re.findall(r"\d+", " ".join(str(v) for v in call.values())))
-        labels: list[str] = []
+    def _label(self, tokens: list[str], call: Mapping[str, Any]) -> list[tuple[str, Phrase]]:
+        """One (label, phrase) per phrase found, longest phrases first, left to right.
+
+        A word none of the lists knows is first read as the yes or no it may be a slip of
+        ("yse", "yeahhh", "riiight"), so a phrase is found also when one of its words is misspelt.
+        """
+        known_numbers = set(_DIGITS.findall(" ".join(str(v) for v in call.values())))
+        slips: dict[str, str] = {}  # each distinct unknown word is looked at once
+        for word in set(tokens) - self._vocabulary:
+            slips[word] = self._slip_of(word) or word
+        words = [slips.get(word, word) for word in tokens]
+        found: list[tuple[str, Phrase]] = []
         i = 0
-        while i < len(tokens):
-            if tokens[i] == "?":
-                labels.append("question")
+        while i < len(words):
+            word = words[i]
+            if word == "?":
+                found.append(("question", (word,)))
                 i += 1
                 continue
-            found = self._phrase_at(tokens, i)
-            if found is not None:
-                label, length = found
-                labels.append(label)
-                i += length
+            phrase = self._phrases.at(words, i)
+            if phrase is not None:
+                label, matched = phrase
+                end = i + len(matched)
+                if label == "yes" and any(self._drawn_out(tokens[j], words[j]) for j in range(i, end)):
+                    label = "ironic"  # "suuure", "that's riiight": drawn out, the yes doubts
+                found.append((label, matched))
+                i = end
                 continue
-            word = tokens[i]
             if word.endswith("n't"):
-                labels.append("not_a_yes")
+                found.append(("not_a_yes", (word,)))
             elif word.isdigit() and word in known_numbers:
-                labels.append("polite")  # a number from the call itself says nothing new
+                found.append(("polite", (word,)))  # a number from the call itself says nothing new
             else:
-                labels.append(self._typo(word))
+                found.append(("unknown", (word,)))
             i += 1
-        return labels
+        return found
 
-    def _phrase_at(self, tokens: list[str], i: int) -> tuple[str, int] | None:
-        best: tuple[str, int] | None = None
-        for label, phrases in (
-            ("no", self.words.no),
-            ("not_a_yes", self.words.not_a_yes),
-            ("yes", self.words.yes),
-            ("polite", self.words.polite),
-        ):
-            for phrase in phrases:
-                n = len(phrase)
-                if tuple(tokens[i : i + n]) == phrase and (best is None or n > best[1]):
-                    best = (label, n)
-        return best
+    def _drawn_out(self, typed: str, word: str) -> bool:
+        return word in self.words.drawn_out and _DRAWN_OUT.search(typed) is not None
 
-    def _typo(self, word: str) -> str:
-        """A common slip of a one-word yes or no ("yess", "yse", "nooo"), else unknown."""
+    def _slip_of(self, word: str) -> str | None:
+        """The one-word no or yes that ``word`` is a common slip of ("nooo", "yess", "yse"), or None."""
         if len(word) < 3 or not word.isalpha():
-            return "unknown"
-        candidates = {_squeeze(word), *_swaps(word)}
-        if candidates & self._single_no or _squeeze(word) in self._squeezed_no:
-            return "no"
-        if candidates & self._single_yes or _squeeze(word) in self._squeezed_yes:
-            return "yes"
-        return "unknown"
+            return None
+        squeezed = _squeeze(word)
+        if len(squeezed) > self._longest_single:
+            return None  # longer than any one-word yes or no, even squeezed: not a slip of one
+        swaps = set(_swaps(word)) if len(word) <= self._longest_single else set()
+        for singles, squeezed_singles in (
+            (self._single_no, self._squeezed_no),
+            (self._single_yes, self._squeezed_yes),
+        ):
+            if squeezed in singles:
+                return squeezed
+            hit = swaps & singles
+            if hit:
+                return min(hit)
+            if squeezed in squeezed_singles:
+                return squeezed_singles[squeezed]
+        return None
 
     @staticmethod
-    def _starts_with(tokens: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
+    def _starts_with(tokens: list[str], phrases: Iterable[Phrase]) -> bool:
         return any(tuple(tokens[: len(p)]) == p for p in phrases)
 
 
-def _edit_pattern(marker: str, needs_colon: bool) -> re.Pattern[str]:
+def _covered(tokens: list[str], index: _PhraseIndex, need_hit: bool = True) -> bool:
+    """Every token belongs to a phrase of ``index``, and (with ``need_hit``) one is not polite."""
+    i, hit = 0, False
+    while i < len(tokens):
+        found = index.at(tokens, i)
+        if found is None:
+            return False
+        hit = hit or found[0] != "polite"
+        i += len(found[1])
+    return hit or not need_hit
+
+
+def _edit_pattern(marker: str, needs_colon: bool) -> tuple[Phrase, re.Pattern[str]]:
     words = r"\s+".join(re.escape(part) for part in marker.split())
     tail = r"\s*:\s*" if needs_colon else r"\s*:?\s*"
-    return re.compile(rf"^(?P<lead>.*?)\b{words}{tail}(?P<new>.*)$", re.IGNORECASE | re.DOTALL)
+    return tuple(marker.split()), re.compile(rf"\b{words}{tail}", re.IGNORECASE)
 
 
-def _contains(tokens: list[str], phrase: tuple[str, ...]) -> bool:
+def _contains(tokens: list[str], phrase: Phrase) -> bool:
     n = len(phrase)
     return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
 
@@ -450,6 +617,7 @@ def _why(kinds: set[str]) -> str:
     for label, reason in (
         ("question", "a question"),
         ("not_a_yes", "a negation, hedge or change"),
+        ("ironic", "yes-words that sound ironic"),
         ("unknown", "words that are not a plain yes or no"),
     ):
         if label in kinds:

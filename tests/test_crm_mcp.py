@@ -150,6 +150,48 @@ async def test_idempotency_key_in_request_meta(crm_mcp: str, crm_db: Path) -> No
     assert sqlite_check.count_notes_with_key(crm_db, key) == 1
 
 
+async def test_a_key_reused_for_another_note_is_an_error_result(crm_mcp: str, crm_db: Path) -> None:
+    # Over MCP, the key in `_meta` and as an argument alike: another contact or text under a used key
+    # is `ok: false` with the CRM's reason, never the first note with `ok: true`.
+    lena = sqlite_check.contact_id(crm_db, "lena.fischer@example.net")
+    tom = sqlite_check.contact_id(crm_db, "tom@example.org")
+    key = f"reused-{uuid.uuid4()}"
+    before = sqlite_check.count_notes(crm_db)
+    async with mcp_session(crm_mcp) as session:
+        first = structured(
+            await session.call_tool(
+                "add_timeline_note",
+                {"contact_id": lena, "text": "Lena confirmed"},
+                meta={IDEMPOTENCY_META_KEY: key},
+            )
+        )
+        other_contact = structured(
+            await session.call_tool(
+                "add_timeline_note",
+                {"contact_id": tom, "text": "Lena confirmed"},
+                meta={IDEMPOTENCY_META_KEY: key},
+            )
+        )
+        other_text = structured(
+            await session.call_tool(
+                "add_timeline_note", {"contact_id": lena, "text": "Lena declined", "idempotency_key": key}
+            )
+        )
+        same = structured(
+            await session.call_tool(
+                "add_timeline_note",
+                {"contact_id": lena, "text": "Lena confirmed"},
+                meta={IDEMPOTENCY_META_KEY: key},
+            )
+        )
+    assert first["ok"] is True and same == first
+    for refused in (other_contact, other_text):
+        assert refused["ok"] is False and refused["note_id"] is None
+        assert "idempotency key" in refused["error"]
+    assert sqlite_check.count_notes(crm_db) == before + 1
+    assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+
+
 async def test_bad_arguments_still_carry_ok_and_error(crm_mcp: str, crm_db: Path) -> None:
     before = sqlite_check.count_notes(crm_db)
     async with mcp_session(crm_mcp) as session:

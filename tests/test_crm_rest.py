@@ -187,13 +187,42 @@ def test_idempotency_key_twice_stores_one_note(crm_rest: str, crm_db: Path) -> N
     url = f"{crm_rest}/contacts/{contact_id}/notes"
 
     first_status, first = request_json("POST", url, {"text": "Dana called", "idempotency_key": key})
-    # The retry may differ in text: the key alone identifies the write.
-    again_status, again = request_json("POST", url, {"text": "Dana called (retry)", "idempotency_key": key})
+    again_status, again = request_json("POST", url, {"text": "Dana called", "idempotency_key": key})
 
     assert (first_status, again_status) == (201, 200)
     assert again == first
     assert sqlite_check.count_notes_with_key(crm_db, key) == 1
     assert sqlite_check.count_notes(crm_db) == before + 1
+
+
+@pytest.mark.parametrize(
+    ("email", "text"),
+    [
+        pytest.param("priya@example.com", "Dana called", id="another contact"),
+        pytest.param("dana@example.com", "Dana called (retry)", id="another text"),
+    ],
+)
+def test_a_key_reused_for_another_note_is_refused_with_409_and_writes_nothing(
+    crm_rest: str, crm_db: Path, email: str, text: str
+) -> None:
+    dana = sqlite_check.contact_id(crm_db, "dana@example.com")
+    other = sqlite_check.contact_id(crm_db, email)
+    key = f"reused-{uuid.uuid4()}"
+    status, first = request_json(
+        "POST", f"{crm_rest}/contacts/{dana}/notes", {"text": "Dana called", "idempotency_key": key}
+    )
+    assert status == 201
+    before = sqlite_check.count_notes(crm_db)
+
+    status, body = request_json(
+        "POST", f"{crm_rest}/contacts/{other}/notes", {"text": text, "idempotency_key": key}
+    )
+
+    assert_error(status, body, 409)  # not another note, and not the first note with success
+    assert "idempotency key" in body["error"] and "nothing was written" in body["error"]
+    assert sqlite_check.count_notes(crm_db) == before
+    assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+    assert sqlite_check.note_text(crm_db, first["note_id"]) == "Dana called"
 
 
 def test_concurrent_requests_with_one_key_store_one_note(crm_rest: str, crm_db: Path) -> None:
@@ -203,7 +232,8 @@ def test_concurrent_requests_with_one_key_store_one_note(crm_rest: str, crm_db: 
     with ThreadPoolExecutor(max_workers=8) as pool:
         replies = list(
             pool.map(
-                lambda i: request_json("POST", url, {"text": f"try {i}", "idempotency_key": key}), range(16)
+                lambda i: request_json("POST", url, {"text": "the same retry", "idempotency_key": key}),
+                range(16),
             )
         )
     assert sorted(status for status, _ in replies) == [200] * 15 + [201]

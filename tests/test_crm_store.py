@@ -23,7 +23,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from crm.errors import NotFoundError, ValidationError
+from crm.errors import ConflictError, NotFoundError, ValidationError
 from crm.pg_store import PostgresStore
 from crm.store import DEMO_CONTACTS, CRMStore, SQLiteStore
 from scripts.engines import Postgres
@@ -145,19 +145,42 @@ async def test_bad_limit_is_refused(store: CRMStore) -> None:
             await store.list_notes(await _dana(store), limit=limit)
 
 
-async def test_a_repeated_key_returns_the_first_note_and_writes_nothing(store: CRMStore) -> None:
+async def test_a_repeated_request_returns_its_note_and_writes_nothing(store: CRMStore) -> None:
     dana = await _dana(store)
     first, created = await store.add_note(dana, "the first", idempotency_key="conf-1")
     assert created
-    # Whatever else the repeat says (other text, another contact), it is the same write.
-    priya = await store.find_contact_by_email("priya@example.com")
-    assert priya is not None
-    again, created_again = await store.add_note(priya.contact_id, "something else", idempotency_key="conf-1")
+    again, created_again = await store.add_note(dana, "the first", idempotency_key="conf-1")
     assert (again, created_again) == (first, False)
     assert await store.count_notes() == 1
     other, created_other = await store.add_note(dana, "another key", idempotency_key="conf-2")
     assert created_other and other.note_id != first.note_id
     assert await store.count_notes() == 2
+
+
+@pytest.mark.parametrize(
+    ("contact", "text"),
+    [
+        pytest.param("priya@example.com", "Dana called", id="another contact"),
+        pytest.param(DANA, "Dana called back", id="another text"),
+        pytest.param(DANA, "Dana called ", id="one more space"),
+        pytest.param("priya@example.com", "Priya called", id="both"),
+    ],
+)
+async def test_a_key_reused_for_another_request_is_refused_and_writes_nothing(
+    store: CRMStore, contact: str, text: str
+) -> None:
+    # Not another note, and not the old note with success: that would tell the caller its own note,
+    # on its own contact, was saved.
+    dana = await _dana(store)
+    first, _ = await store.add_note(dana, "Dana called", idempotency_key="conf-1")
+    other = await store.find_contact_by_email(contact)
+    assert other is not None
+    with pytest.raises(ConflictError, match="idempotency key was already used"):
+        await store.add_note(other.contact_id, text, idempotency_key="conf-1")
+    assert await store.count_notes() == 1
+    assert await store.list_notes(dana) == [first]
+    # The key still answers the request it belongs to.
+    assert await store.add_note(dana, "Dana called", idempotency_key="conf-1") == (first, False)
 
 
 async def test_two_stores_racing_with_one_key_leave_one_note(engine: tuple[str, str]) -> None:
@@ -169,10 +192,41 @@ async def test_two_stores_racing_with_one_key_leave_one_note(engine: tuple[str, 
         await stores[0].seed()
         dana = await _dana(stores[0])
         results = await asyncio.gather(
-            *(stores[i % 2].add_note(dana, f"attempt {i}", idempotency_key="race-key") for i in range(20))
+            *(stores[i % 2].add_note(dana, "the retried note", idempotency_key="race-key") for i in range(20))
         )
         assert sum(created for _, created in results) == 1
         assert len({note.note_id for note, _ in results}) == 1
+        assert await stores[1].count_notes() == 1
+    finally:
+        for opened in stores:
+            await opened.close()
+
+
+async def test_racers_sharing_a_key_but_not_a_text_write_one_note(
+    engine: tuple[str, str],
+) -> None:
+    # Whichever request wins the key, the others get its note only if they are the same request;
+    # the rest are refused, also when they lose the race inside the database (PostgreSQL's
+    # ON CONFLICT path, which answers after the winner commits).
+    stores = [_make(engine), _make(engine)]
+    for opened in stores:
+        await opened.open()
+    try:
+        await stores[0].seed()
+        dana = await _dana(stores[0])
+        texts = [f"attempt {i % 3}" for i in range(21)]
+        results = await asyncio.gather(
+            *(stores[i % 2].add_note(dana, text, idempotency_key="race-key") for i, text in enumerate(texts)),
+            return_exceptions=True,
+        )
+        written = [result for result in results if isinstance(result, tuple) and result[1]]
+        assert len(written) == 1
+        winner = written[0][0]
+        for text, result in zip(texts, results, strict=True):
+            if text == winner.text:
+                assert isinstance(result, tuple) and result[0] == winner, result
+            else:
+                assert isinstance(result, ConflictError), result
         assert await stores[1].count_notes() == 1
     finally:
         for opened in stores:
@@ -229,6 +283,9 @@ def test_rest_api_on_postgres_keeps_one_note_per_key(postgres: Postgres, service
     first = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
     second = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
     assert first[0] == 201 and second[0] == 200 and first[1] == second[1]
+    reused = {"text": "another note under the same key", "idempotency_key": "rest-key"}
+    status, refused = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", reused)
+    assert status == 409 and "idempotency key" in refused["error"]
     status, listed = request_json("GET", f"{rest.url}/contacts/{contact['contact_id']}/notes")
     assert [note["text"] for note in listed["notes"]] == ["over REST on PostgreSQL"]
     assert "postgres" in rest.output().lower() and "crm-test-password" not in rest.output()

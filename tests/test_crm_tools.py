@@ -75,6 +75,11 @@ async def test_idempotency_key_stores_one_note(crm_tools: ModuleType, crm_db: Pa
     again = await crm_tools.add_timeline_note(contact_id, "once", idempotency_key=key)
     assert first.ok and again == first
     assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+    # The key with another text is the CRM's refusal, as a result a person can read.
+    other = await crm_tools.add_timeline_note(contact_id, "twice", idempotency_key=key)
+    assert other.ok is False and other.note_id is None
+    assert other.error and "idempotency key" in other.error
+    assert sqlite_check.count_notes_with_key(crm_db, key) == 1
 
 
 @pytest.mark.parametrize(

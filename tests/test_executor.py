@@ -293,3 +293,41 @@ async def test_arguments_the_tool_refuses_are_refused_before_asking(make_executo
     assert "contact_id" in decision.say[0].variables["error"]
     assert PENDING_SLOT not in decision.slots or decision.slots[PENDING_SLOT] is None
     assert notes_for(crm_db, DANA) == before
+
+
+async def test_an_answer_over_the_limit_is_refused_unread_and_nothing_is_written(
+    make_executor: Any, crm_db: Path
+) -> None:
+    note = "asked, then a very long answer"
+    before = notes_for(crm_db, DANA)
+    executor = make_executor()
+    limit = executor.reader.max_chars
+    chat = Conversation(executor, contact_email=DANA, note_text=note)
+    question = (await chat.start()).say[0].response
+    # A yes and spaces, one character over: a yes if it were read, so refusing it is the reader's limit.
+    refused = await chat.say("yes" + " " * (limit - 2), "affirm")
+    assert refused.outcome == "pending"
+    assert [s.response for s in refused.say] == ["utter_message_too_long", question]
+    assert refused.say[0].variables == {"limit": limit}
+    assert chat.slots[PENDING_SLOT] is not None
+    assert notes_for(crm_db, DANA) == before
+    # At the limit it is read: the yes writes, once.
+    done = await chat.say("yes" + " " * (limit - 3), "affirm")
+    assert done.outcome == "done"
+    assert notes_for(crm_db, DANA) == [*before, note]
+
+
+async def test_a_request_over_the_limit_starts_nothing(make_executor: Any, crm_db: Path) -> None:
+    before = notes_for(crm_db, DANA)
+    executor = make_executor()
+    chat = Conversation(executor, contact_email=DANA, note_text="taken from a message too long to read")
+    chat.user_turn += 1
+    long_request = "log a call with dana@example.com: " + "x" * executor.reader.max_chars
+    decision = await executor.start("log_interaction", chat.turn("log_interaction", text=long_request))
+    assert decision.outcome == "too_long"
+    assert [s.response for s in decision.say] == ["utter_message_too_long"]
+    assert PENDING_SLOT not in decision.slots  # nothing asked
+    # With nothing pending, the confirmation loop refuses it the same way.
+    decision = await executor.answer(chat.turn("affirm", text=long_request, loop_active=True))
+    assert (decision.outcome, [s.response for s in decision.say]) == ("too_long", ["utter_message_too_long"])
+    assert notes_for(crm_db, DANA) == before

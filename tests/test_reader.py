@@ -21,6 +21,7 @@ from mcp_bridge.reader import (
     No,
     Other,
     Redirect,
+    TooLong,
     Unclear,
     Yes,
     load_words,
@@ -33,16 +34,16 @@ READER = ConfirmationReader()
 
 
 def labelled() -> list[tuple[str, str]]:
-    pairs = [(text, label) for label in ("yes", "no", "unclear") for text in ANSWERS[label]]
+    pairs = [(text, label) for label in ("yes", "no", "unclear", "sarcasm") for text in ANSWERS[label]]
     return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
 
 
 def test_the_answer_set_covers_every_class() -> None:
-    counts = {
-        label: sum(1 for _, lab in labelled() if lab == label) for label in ("yes", "no", "edit", "unclear")
-    }
+    classes = ("yes", "no", "edit", "unclear", "sarcasm")
+    counts = {label: sum(1 for _, lab in labelled() if lab == label) for label in classes}
     assert sum(counts.values()) >= 150, counts
     assert all(count >= 15 for count in counts.values()), counts
+    assert counts["sarcasm"] >= 20, counts
 
 
 def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,6 +87,46 @@ def test_edits_carry_exactly_the_new_text_or_address(entry: dict[str, str]) -> N
 @pytest.mark.parametrize("text", ANSWERS["unclear"])
 def test_unclear_answers_are_asked_again_offline(text: str) -> None:
     assert isinstance(READER.read(text, None, CALL), Unclear)
+
+
+@pytest.mark.parametrize("text", ANSWERS["sarcasm"])
+def test_sarcasm_made_of_yes_words_is_never_a_yes(text: str) -> None:
+    # Asked again; a no only where the answer also says one ("yeah right, no").
+    for opinion in (None, OVERCONFIDENT):
+        assert isinstance(READER.read(text, opinion, CALL), Unclear | No), (text, opinion)
+
+
+def test_what_makes_yes_words_ironic_is_the_whole_not_each_word() -> None:
+    # Each word alone, or beside a different yes, is a plain yes ...
+    for text in ("yeah", "right", "sure", "great", "oh ok", "ok, sure", "yesss", "that's right"):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Yes(), text
+    # ... together, doubled, drawn out or in a tone they doubt; an instruction beside a doubled yes
+    # keeps it a yes, beside an idiom it does not.
+    for text, reason in (
+        ("yeah right", "yes-words that sound ironic"),
+        ("oh sure, go ahead", "yes-words that sound ironic"),
+        ("suuure", "yes-words that sound ironic"),
+        ("sure, sure", "a yes said twice, which sounds ironic"),
+        ("sure...", "an ellipsis beside the yes"),
+        ('"sure"', "a yes in quotes"),
+        ("sUrE", "a yes in mocking case"),
+    ):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Unclear(reason), text
+    assert READER.read("sure, sure, save it", OVERCONFIDENT, CALL) == Yes()
+    assert READER.read("yeah right, no", None, CALL) == No()
+
+
+def test_a_bot_lists_its_own_irony(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(
+        'yes: ["claro", "vale"]\nironic: ["pues claro"]\ndrawn_out: ["claro"]\npolite: ["pues"]\n'
+    )
+    reader = ConfirmationReader(load_words(words))
+    assert reader.read("claro, vale", None, CALL) == Yes()
+    assert reader.read("pues vale", None, CALL) == Yes()
+    assert reader.read("pues claro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("claaaro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("vaaale", None, CALL) == Yes()  # not listed as drawn_out
 
 
 def test_yes_needs_the_nlu_to_agree() -> None:
@@ -132,7 +173,9 @@ def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
         ("yes: [1, 2]", "yes.0: Input should be a valid string"),
         ("maybe: [perhaps]", "maybe: Extra inputs are not permitted"),
         ('yes: [""]', "yes[0]: an empty entry matches nothing"),
-        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no or hedge: stop"),
+        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no, hedge or irony: stop"),
+        ('ironic: ["sure"]', "listed both as a yes (or polite) and as a no, hedge or irony: sure"),
+        ('instruction: ["never"]', "listed both as a yes (or polite) and as a no, hedge or irony: never"),
         ("yes: [unclosed", "not valid YAML"),
     ],
 )
@@ -144,3 +187,49 @@ def test_a_bad_word_file_stops_start_up_naming_file_place_and_reason(
     with pytest.raises(ConfigError) as caught:
         load_words(words)
     assert str(words) in str(caught.value) and message in str(caught.value)
+
+
+def test_a_message_over_the_limit_is_refused_unread() -> None:
+    reader = ConfirmationReader(max_chars=10)
+    assert reader.read("yes" + " " * 7, OVERCONFIDENT, CALL) == Yes()  # 10 characters: read
+    assert reader.read("yes" + " " * 8, OVERCONFIDENT, CALL) == TooLong(11, 10)
+    assert reader.read("/affirm" + " " * 4, OVERCONFIDENT, CALL) == TooLong(11, 10)  # buttons too
+    assert reader.way_out("cancel") == "cancel"
+    assert reader.way_out("cancel" + " " * 5) is None  # the form refuses it itself (too_long)
+    assert reader.too_long("x" * 11) == TooLong(11, 10) and reader.too_long("x" * 10) is None
+    assert ConfirmationReader().max_chars == 5000
+    with pytest.raises(ValueError):
+        ConfirmationReader(max_chars=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 5000),
+        ("12000", 12000),
+        ("0", "environment variable MESSAGE_MAX_CHARS: must be a positive whole number"),
+        ("5k", "environment variable MESSAGE_MAX_CHARS: '5k' is not a whole number"),
+    ],
+)
+def test_the_bot_owner_sets_the_limit_with_message_max_chars(
+    value: str | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_bridge.rasa.build import build_executor
+
+    monkeypatch.setenv("CRM_MCP_TOKEN", "offline")  # endpoints.yml reads it from the process
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        "ENDPOINTS": str(repo / "endpoints.yml"),
+        "SKILLS_DIR": str(repo / "skills"),
+        "DOMAIN": str(repo / "domain.yml"),
+        "AUDIT_LOG": "",
+        "CONFIRMATION_SECRET": "a test secret that is long enough to seal",
+    }
+    if value is not None:
+        env["MESSAGE_MAX_CHARS"] = value
+    if isinstance(expected, int):
+        assert build_executor(env).reader.max_chars == expected
+    else:
+        with pytest.raises(ConfigError, match=expected):
+            build_executor(env)

@@ -3,7 +3,8 @@
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
 AUDIT_LOG (var/audit.jsonl), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
 confirmations; give every replica the same value, or a question asked before a restart cannot be
-confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults).
+confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
+MESSAGE_MAX_CHARS (5000: a longer message is refused unread).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
 Everything is checked here, so the action server refuses to start on a bad file, naming the file,
@@ -22,7 +23,7 @@ from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
-from mcp_bridge.reader import ConfirmationReader, load_words
+from mcp_bridge.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills import check_question_buttons, domain_documents, domain_responses, load_skills
@@ -72,6 +73,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         deny_intent=policy.deny_intent,
         min_confidence=policy.min_confidence,
         deny_margin=policy.deny_margin,
+        max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
     )
     seal = confirmation_seal(env)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
@@ -173,4 +175,17 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(f"environment variable {name}: {raw!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"environment variable {name}: must be a positive number")
+    return value
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}: {raw!r} is not a whole number") from None
+    if value < 1:
+        raise ConfigError(f"environment variable {name}: must be a positive whole number")
     return value

@@ -30,7 +30,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.bench import cluster_line, ends, floor_server, micro, rasa_turns, report, router, webhook
+from tests.bench import (
+    cluster_line,
+    ends,
+    floor_server,
+    micro,
+    rasa_turns,
+    reader_line,
+    report,
+    router,
+    webhook,
+)
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 
@@ -242,6 +252,8 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             finally:
                 for worker in running.values():
                     worker.close()
+            _say("the confirmation reader at 1 kB, 64 kB and 1 MB")
+            reader = reader_line.measure()
 
             skills = {
                 variant: skills_with_source(workdir / f"skills-{variant}", src)
@@ -321,10 +333,12 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             {variant: turns[(key, variant)] for variant in VARIANTS},
             {variant: memory[(key, variant)] for variant in VARIANTS},
             cluster[key],
+            reader,  # one measurement, in this process: the reader is the same code at every end
         )
         for key in keys
     }
     print(report.write(results, chosen, meta, config.out))
+    print("\n".join(reader_line.lines(reader)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 

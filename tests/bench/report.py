@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.bench.cluster_line import ClusterLine
 from tests.bench.ends import End
+from tests.bench.reader_line import ReaderLine
 from tests.bench.stats import RatioSpread, Series, ratio, ratio_spread
 from tests.bench.webhook import LoadResult
 
@@ -37,6 +38,7 @@ class Results:
     rasa_turn: dict[str, Series]
     memory: dict[str, dict[str, dict[str, int]]]
     cluster: dict[int, ClusterLine]
+    reader: ReaderLine | None = None
 
 
 def _ms(value: float) -> str:
@@ -512,6 +514,7 @@ def to_json(results: Results) -> dict[str, Any]:
         "rasa_turn_ratio": turn_spread(results).summary(),
         "memory_kib": results.memory,
         "cluster": {str(count): line.summary() for count, line in results.cluster.items()},
+        "reader": results.reader.summary() if results.reader else None,
         "targets": [target.summary() for target in targets(results)],
     }
 
