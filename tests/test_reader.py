@@ -216,8 +216,6 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
 ) -> None:
     from mcp_bridge.rasa.build import build_executor
 
-    monkeypatch.setenv("CRM_MCP_TOKEN", "offline")  # endpoints.yml reads it from the process
-
     repo = Path(__file__).resolve().parents[1]
     env = {
         "ENDPOINTS": str(repo / "endpoints.yml"),
@@ -225,6 +223,7 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
         "DOMAIN": str(repo / "domain.yml"),
         "AUDIT_LOG": "",
         "CONFIRMATION_SECRET": "a test secret that is long enough to seal",
+        "CRM_MCP_TOKEN": "offline",  # endpoints.yml's ${CRM_MCP_TOKEN}, read from this environment
     }
     if value is not None:
         env["MESSAGE_MAX_CHARS"] = value
