@@ -1,0 +1,25 @@
+"""Rasa input channels that authenticate the person: optional, for the Rasa server's credentials.yml.
+
+The confirmation's rule is that only the person who was asked may answer. Rasa's own ``rest`` and
+``socketio`` channels take the conversation id from the client, so anyone who knows an id can answer
+for it. These channels take it from a credential instead, and name who sent each message in the
+message's metadata, under :data:`USER_KEY`; the plugin's Rasa adapter reads it from there
+(:func:`mcp_bridge.rasa.adapter.turn_from_tracker`) and the seal binds a question to it:
+
+* :class:`mcp_bridge.channels.socketio.SignedSocketIOInput`: socket.io for a web page; a signed token
+  (JWT) names the conversation, the page's Origin must be on an allow-list.
+* :class:`mcp_bridge.channels.rest.BearerRestInput`: Rasa's REST channel behind a bearer token, for
+  tests, operators and server-to-server callers.
+
+They run in the *Rasa* server's process, whose environment has Rasa, python-socketio, PyJWT and
+Sanic but none of the plugin's dependencies: these modules import nothing else of the plugin but
+:mod:`mcp_bridge.envsubst` (the ``${VAR}`` expansion endpoints.yml uses too). Install the plugin
+into Rasa's environment without its dependencies (``pip install --no-deps rasa-mcp-bridge``), or
+run Rasa from a folder that holds ``mcp_bridge/``.
+"""
+
+# The message metadata key the channels set and the adapter reads: "<channel>:<who>", set by the
+# channel for every message (whatever a client put there is replaced).
+USER_KEY = "mcp_bridge_user"
+
+__all__ = ["USER_KEY"]
