@@ -14,10 +14,12 @@ The rules, in order of importance:
 2. A tool from an MCP server that the skill gives no constraint needs a confirmation too, unless
    the server is marked ``trusted`` and annotates the tool read-only. A skill can switch it off
    explicitly (``enabled: false``).
-3. Only a plain yes to the question just asked runs the call: exactly the sealed arguments, once,
-   with the question's idempotency key (the first question's id, kept when the same call is asked
-   about again). A seal that does not verify, arguments that changed
-   since, or a yes that came late or after other messages never write.
+3. Only a plain yes to the question just asked, from the person who was asked, runs the call:
+   exactly the sealed arguments, once, with the question's idempotency key (the first question's
+   id, kept when the same call is asked about again). A seal that does not verify, arguments that
+   changed since, or a yes that came late or after other messages never write. An answer of any kind
+   from someone else (another user the channel names) is refused and audited; the question waits
+   for its person.
 4. A no calls nothing. An edit or a redirect replaces the question with a new one. An unclear
    answer asks again, and so does a message over the reader's limit, which nothing reads. A message
    that is not an answer is handed back to the bot, and the question is asked again afterwards; a
@@ -69,6 +71,9 @@ class Turn:
     # True when the confirmation loop is the conversation's active loop: a pending question is
     # being answered or was interrupted. A pending question without it was left behind.
     loop_active: bool = False
+    # Who sent the message, as the channel authenticated them ("socketio:...", "rest:..."); None
+    # when the channel names nobody. A question is sealed to it, and only its answers count.
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ Outcome = Literal[
     "nothing_pending",
     "too_long",  # the message was over the reader's limit: refused unread, nothing pending or called
     "rejected",  # the pending confirmation did not hold; nothing was called
+    "refused",  # an answer from someone other than the person asked; nothing called, the question waits
     "failed",
     "not_found",
     "unavailable",
@@ -103,7 +109,7 @@ class Decision:
     @property
     def waiting(self) -> bool:
         """A question is pending after this decision (the confirmation loop stays active)."""
-        return self.outcome == "pending"
+        return self.outcome in ("pending", "refused")
 
 
 @dataclass(frozen=True)
@@ -221,6 +227,8 @@ class Executor:
             if isinstance(reading, Yes | No):
                 return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
             return Decision("handed_back")  # not an answer to anything: the bot's to handle
+        if pending.user != turn.user:
+            return self._refuse(turn, pending)
         bound = await self._verified(pending, turn)
         if bound is None:
             return self._reject(turn, pending, "confirmation does not match a known call")
@@ -255,6 +263,8 @@ class Executor:
         pending = PendingConfirmation.from_slot(raw)
         if pending is None:
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
+        if pending.user != turn.user:
+            return self._refuse(turn, pending)
         self._record(turn, pending, "denied", None)
         skill = self.skills.get(pending.skill)
         rule = await self._confirmation_rule(skill, pending.tool) if skill is not None else None
@@ -330,12 +340,13 @@ class Executor:
     async def _ask_again(
         self, skill: Skill, old: PendingConfirmation, turn: Turn, preface: str | None
     ) -> Decision:
-        """Ask the pending question again, bound to this turn (a new id and seal). The same call keeps
-        its idempotency key, so confirming it again cannot write it twice."""
+        """Ask the pending question again, bound to this turn (a new id and seal), of the same person.
+        The same call keeps its idempotency key, so confirming it again cannot write it twice."""
         decision = Decision("pending", slots={PENDING_SLOT: None})
         if preface is not None:
             decision.say.append(Say(preface))
-        await self._run(skill, old.step, turn, dict(turn.slots), decision, asked_before=old)
+        again = replace(turn, user=old.user)
+        await self._run(skill, old.step, again, dict(turn.slots), decision, asked_before=old)
         return decision
 
     # -- the step loop --------------------------------------------------------------------
@@ -427,6 +438,7 @@ class Executor:
             asked_at=self._clock(),
             user_turn=turn.user_turn,
             key=asked_before.key if same_call and asked_before is not None else question_id,
+            user=turn.user,
         )
         pending = self._seal.sign(pending, turn.conversation_id)
         decision.outcome = "pending"
@@ -572,16 +584,36 @@ class Executor:
         self._record(turn, pending, "rejected", reason)
         return Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
 
+    def _refuse(self, turn: Turn, pending: PendingConfirmation) -> Decision:
+        """Rule 3: only the person asked may answer. Nothing runs; the question stays for them."""
+        log.warning(
+            "conversation %s: an answer to confirmation %s came from someone other than the person "
+            "asked; refused, nothing was run",
+            turn.conversation_id,
+            pending.id,
+        )
+        self._record(
+            turn, pending, "refused", "answered by someone other than the person asked", answered_by=turn.user
+        )
+        return Decision("refused", [Say(self.responses.confirmation_invalid)])
+
     def _finish(self, skill: Skill, decision: Decision) -> None:
         decision.slots[PENDING_SLOT] = None
         for slot in skill.reset_slots:
             decision.slots[slot] = None
 
     def _record(
-        self, turn: Turn, pending: PendingConfirmation, decision: str, result: str | None, **extra: str
+        self,
+        turn: Turn,
+        pending: PendingConfirmation,
+        decision: str,
+        result: str | None,
+        **extra: str | None,
     ) -> None:
         self._audit.record(
             conversation=turn.conversation_id,
+            # Who was asked (None: the channel names nobody).
+            user=pending.user,
             skill=pending.skill,
             tool=pending.tool,
             source=pending.source,

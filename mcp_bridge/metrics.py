@@ -61,12 +61,12 @@ PlatformCollector(registry=REGISTRY)
 
 # Decisions shown from the first scrape on (at 0), so a rate over them is defined before the first
 # one happens. The audit trail's other entries (asked_again, executed, unclear, ...) are counted too.
-DECISIONS = ("asked", "confirmed", "denied", "edited", "expired", "rejected")
+DECISIONS = ("asked", "confirmed", "denied", "edited", "expired", "rejected", "refused")
 
 CONFIRMATIONS = Counter(
     "mcp_bridge_confirmations",
     "Confirmation events from the audit trail, by decision: asked, confirmed, denied, edited, "
-    "expired, rejected (and asked_again, executed, unclear).",
+    "expired, rejected, refused (and asked_again, executed, unclear).",
     ["decision"],
     registry=REGISTRY,
 )

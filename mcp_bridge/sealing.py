@@ -4,7 +4,9 @@ The tracker carries the pending call between turns, so any replica can serve the
 comes back from the tracker is untrusted: :class:`Seal` signs every field of a
 :class:`PendingConfirmation` together with the conversation id (HMAC-SHA256, keyed with the action
 servers' shared secret), and a value built or edited outside the action server, or replayed in
-another conversation, fails :meth:`Seal.verify`.
+another conversation, fails :meth:`Seal.verify`. Among the signed fields is who was asked
+(``user``: the person the channel authenticated, when it names one), so that whoever answers can be
+compared with it and a changed name fails the signature.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class PendingConfirmation:
     # The idempotency key the call will carry: the id of the first question about this exact call,
     # kept when the same call is asked about again (after a crash, a late yes), so it writes once.
     key: str = ""
+    # Who was asked, as the channel named them ("socketio:...", "rest:..."); None: the channel names
+    # nobody. Only an answer from the same name counts.
+    user: str | None = None
     mac: str = ""
 
     def to_slot(self) -> dict[str, Any]:
@@ -60,10 +65,17 @@ class PendingConfirmation:
                 asked_at=float(value["asked_at"]),
                 user_turn=int(value["user_turn"]),
                 key=str(value.get("key") or value["id"]),
+                user=_optional_text(value.get("user")),
                 mac=str(value.get("mac", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError("not a string")
 
 
 def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
@@ -110,6 +122,9 @@ class Seal:
     def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
         # Every field but the signature itself, read as is (no deep copy: it is serialised at once).
         signed_fields = {f.name: getattr(pending, f.name) for f in fields(pending) if f.name != "mac"}
+        if signed_fields["user"] is None:
+            # Signed as before the field existed: a question asked then, of nobody named, still holds.
+            del signed_fields["user"]
         signed_fields["conversation"] = conversation_id
         signed = _canonical(signed_fields).encode("ascii")
         return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from crm.tools import TOOLS
-from mcp_bridge import MCPRuntime, MCPServerConfig
+from mcp_bridge import AuditLog, MCPRuntime, MCPServerConfig
 from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
@@ -31,7 +31,11 @@ async def make_executor(
     source = request.param
     made: list[Executor] = []
 
-    def make(policy: ConfirmationPolicy | None = None, clock: Callable[[], float] | None = None) -> Executor:
+    def make(
+        policy: ConfirmationPolicy | None = None,
+        clock: Callable[[], float] | None = None,
+        audit: AuditLog | None = None,
+    ) -> Executor:
         servers = {
             "crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)
         }
@@ -43,7 +47,7 @@ async def make_executor(
             mcp_servers=servers,
             responses=domain_responses(REPO / "domain.yml"),
         )
-        kwargs: dict[str, Any] = {"policy": policy}
+        kwargs: dict[str, Any] = {"policy": policy, "audit": audit}
         if clock is not None:
             kwargs["clock"] = clock
         executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers)), **kwargs)
@@ -185,6 +189,58 @@ async def test_a_genuine_question_copied_into_another_conversation_writes_nothin
     # The same value in its own conversation still confirms: the refusal was the conversation's.
     assert (await asked.yes()).outcome == "done"
     assert len(notes_for(crm_db, DANA)) == len(before) + 1
+
+
+async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_audited(
+    make_executor: Any, crm_db: Path, tmp_path: Path
+) -> None:
+    """The seal names who was asked; a yes, a no or a "stop" from another name is refused, and the
+    question waits for its person, whose yes then writes once."""
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(
+        make_executor(audit=audit), user="socketio:alice", contact_email=DANA, note_text="hers"
+    )
+    await chat.start()
+    asked = dict(chat.slots[PENDING_SLOT])
+    assert asked["user"] == "socketio:alice"
+
+    for intruder in ("rest:operator", "socketio:mallory", None):
+        chat.user = intruder
+        for answer in (chat.yes, chat.no, chat.drop):
+            decision = await answer()
+            assert decision.outcome == "refused", (intruder, answer)
+            assert [say.response for say in decision.say] == ["utter_confirmation_invalid"]
+            assert decision.waiting and chat.slots[PENDING_SLOT] == asked  # the question stays as it was
+    assert notes_for(crm_db, DANA) == before
+    refusals = [entry for entry in audit.entries() if entry["decision"] == "refused"]
+    assert len(refusals) == 9 and {entry["user"] for entry in refusals} == {"socketio:alice"}
+    assert {entry["answered_by"] for entry in refusals} == {"rest:operator", "socketio:mallory", None}
+    assert all(entry["confirmation"] == asked["id"] for entry in refusals)
+
+    chat.user = "socketio:alice"
+    again = await chat.yes()  # other messages came in between: asked again, of her again
+    assert again.outcome == "pending" and chat.slots[PENDING_SLOT]["user"] == "socketio:alice"
+    assert (await chat.yes()).outcome == "done"
+    assert notes_for(crm_db, DANA) == [*before, "hers"]
+
+
+async def test_who_was_asked_is_sealed(make_executor: Any, crm_db: Path) -> None:
+    """Rewriting the name in the tracker (to answer as someone else) breaks the seal; a question asked
+    of nobody named (Rasa's own channels) cannot be answered by a named user, nor the other way."""
+    before = notes_for(crm_db, DANA)
+    chat = Conversation(make_executor(), user="socketio:alice", contact_email=DANA, note_text="hers")
+    await chat.start()
+    chat.slots[PENDING_SLOT] = {**chat.slots[PENDING_SLOT], "user": "rest:operator"}
+    chat.user = "rest:operator"
+    assert (await chat.yes()).outcome == "rejected"
+
+    unnamed = Conversation(make_executor(), contact_email=DANA, note_text="nobody's")
+    await unnamed.start()
+    assert "user" in unnamed.slots[PENDING_SLOT] and unnamed.slots[PENDING_SLOT]["user"] is None
+    unnamed.user = "socketio:alice"
+    assert (await unnamed.yes()).outcome == "refused"
+    assert notes_for(crm_db, DANA) == before
 
 
 async def test_name_resolving_to_nothing_fails_loudly_on_yes(

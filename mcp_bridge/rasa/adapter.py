@@ -18,6 +18,7 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
+from mcp_bridge.channels import USER_KEY
 from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
 
 CONFIRMATION_LOOP = "action_confirm_tool"
@@ -41,7 +42,20 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
         text=str(latest.get("text") or ""),
         new_message=tracker.latest_action_name == "action_listen",
         loop_active=tracker.active_loop_name == CONFIRMATION_LOOP,
+        user=sender(latest),
     )
+
+
+def sender(latest_message: dict[str, Any]) -> str | None:
+    """Who sent the message, as the channel that received it says (:mod:`mcp_bridge.channels`).
+
+    The channel writes it into the message's metadata, replacing whatever a client put there; Rasa
+    passes the metadata on with the latest message. None when the channel names nobody (Rasa's own
+    channels, ``rasa shell``).
+    """
+    metadata = latest_message.get("metadata")
+    user = metadata.get(USER_KEY) if isinstance(metadata, dict) else None
+    return user if isinstance(user, str) and user else None
 
 
 def whole_numbers(value: Any) -> Any:

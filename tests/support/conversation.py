@@ -42,11 +42,15 @@ def skills_with_source(target: Path, source: str) -> Path:
 
 
 class Conversation:
-    """One conversation: its slots, and how many messages the person has sent."""
+    """One conversation: its slots, how many messages the person has sent, and who sends the next
+    one as the channel names them (``user``; None: a channel that names nobody)."""
 
-    def __init__(self, executor: Executor, conversation_id: str = "test", **slots: Any) -> None:
+    def __init__(
+        self, executor: Executor, conversation_id: str = "test", *, user: str | None = None, **slots: Any
+    ) -> None:
         self.executor = executor
         self.conversation_id = conversation_id
+        self.user = user
         self.slots: dict[str, Any] = dict(slots)
         self.user_turn = 0
 
@@ -74,6 +78,7 @@ class Conversation:
             new_message=new_message,
             # As in Rasa: the confirmation loop is active while a question is pending.
             loop_active=self.slots.get(PENDING_SLOT) is not None if loop_active is None else loop_active,
+            user=self.user,
         )
 
     def absorb(self, decision: Decision) -> Decision:
@@ -102,6 +107,11 @@ class Conversation:
 
     async def no(self) -> Decision:
         return await self.say("no", "deny")
+
+    async def drop(self) -> Decision:
+        """The bot's own "stop" rule runs ``action_deny_tool``."""
+        self.user_turn += 1
+        return self.absorb(await self.executor.deny(self.turn("stop")))
 
     async def resume(self) -> Decision:
         """Rasa runs the loop again after the bot handled a message that was not an answer."""
