@@ -1,41 +1,125 @@
-"""Serve the chat page (web/) on 127.0.0.1: a few static files and the address of Rasa's socket.io.
+"""Serve the chat page (web/) on 127.0.0.1, and the token that lets the page's browser talk to Rasa.
 
-    python scripts/chat_page.py --rasa-url http://127.0.0.1:5005 [--host 127.0.0.1] [--port 8080]
-                                [--no-answer-seconds 20]
+    CHAT_JWT_KEY=... python scripts/chat_page.py --rasa-url http://127.0.0.1:5005
+        [--host 127.0.0.1] [--port 8080] [--no-answer-seconds 20] [--token-seconds 120]
 
-The page talks to Rasa's `socketio` channel over a WebSocket only (no HTTP long-polling), so the
-browser never makes a cross-origin HTTP request to Rasa and Rasa needs no `--cors` opening: its HTTP
-API stays closed to other web pages. Every file goes out with a Content-Security-Policy that allows
-scripts from this server only and connections to this Rasa only, so even if a bot message were ever
-rendered as HTML, a `<script>` in a note could not run.
+Who may talk in a conversation is decided here, not by the browser. The page (`/`) comes with an
+HttpOnly session cookie: 32 random bytes, the browser session's key. `/token` answers that browser
+session (and only a same-origin request from it) with a short-lived JWT signed with CHAT_JWT_KEY,
+the key of the Rasa server's socket.io channel (mcp_bridge.channels.socketio): `sub` is the
+conversation id, an HMAC of the cookie, so the same browser session always gets the same
+conversation (a reload carries on with it) and knowing a conversation id (from a log, say) gives no
+way in. The page connects with that token; it never names a conversation itself.
+
+A deployment with its own login replaces the default, anonymous `identify` (see `Identity`,
+`make_app(..., identify=...)`): return the conversation of the logged-in person and their user id,
+which then rides in every message and binds the confirmations they are asked for.
+
+The page talks to Rasa over a WebSocket only (no HTTP long-polling), so the browser never makes a
+cross-origin HTTP request to Rasa and Rasa needs no `--cors` opening: its HTTP API stays closed to
+other web pages. Every file goes out with a Content-Security-Policy that allows scripts from this
+server only and connections to this Rasa only, so even if a bot message were ever rendered as HTML,
+a `<script>` in a note could not run.
 
 Routes: `/` (the page), `/chat.js`, `/chat.css`, `/vendor/socket.io.min.js` (socket.io-client from
-web/node_modules, installed by `make setup`), `/config.json` (where the socket is, and after how
-many seconds without an answer the page says so), `/health`.
+web/node_modules, installed by `make setup`), `/config.json` (where the socket is, where the token
+is, after how many seconds without an answer the page says so), `/token`, `/health`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
+import os
+import re
+import secrets
 import sys
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import jwt
 from aiohttp import web
 
 WEB = Path(__file__).resolve().parents[1] / "web"
 SOCKET_IO_CLIENT = WEB / "node_modules" / "socket.io-client" / "dist" / "socket.io.min.js"
 SOCKET_PATH = "/socket.io/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The browser session's cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's
+# request carries it), no expiry (it ends with the browser session).
+COOKIE = "chat_session"
+_COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+MIN_KEY_CHARS = 32
+TOKEN_SECONDS = 120
 
 FILES = {
-    "/": (WEB / "index.html", "text/html"),
     "/chat.js": (WEB / "chat.js", "text/javascript"),
     "/chat.css": (WEB / "chat.css", "text/css"),
     "/vendor/socket.io.min.js": (SOCKET_IO_CLIENT, "text/javascript"),
 }
+PAGE = WEB / "index.html"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the browser is: the conversation it may use, and (with a login) the user behind it.
+
+    `conversation_id` becomes the token's `sub`, `user` its `user` claim; the socket.io channel puts
+    `socketio:<user>` (without a user: `socketio:<conversation_id>`) into every message's metadata,
+    and a confirmation asked of that name can only be answered by it.
+    """
+
+    conversation_id: str
+    user: str | None = None
+
+
+Identify = Callable[[web.Request], Awaitable[Identity | None]]
+
+
+class BrowserSessions:
+    """The default identity: no login; each browser session (its cookie) is one conversation."""
+
+    def __init__(self, key: bytes) -> None:
+        # A key of its own for conversation ids, derived from the page's key.
+        self._key = hmac.new(key, b"chat page: conversation ids", hashlib.sha256).digest()
+
+    def start(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Give a browser without a session cookie a new one, with the page."""
+        if _COOKIE_VALUE.fullmatch(request.cookies.get(COOKIE, "")):
+            return
+        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        response.set_cookie(
+            COOKIE, secrets.token_urlsafe(32), path="/", httponly=True, samesite="Strict", secure=secure
+        )
+
+    async def identify(self, request: web.Request) -> Identity | None:
+        cookie = request.cookies.get(COOKIE, "")
+        if not _COOKIE_VALUE.fullmatch(cookie):
+            return None
+        return Identity(hmac.new(self._key, cookie.encode("ascii"), hashlib.sha256).hexdigest()[:32])
+
+
+def issue_token(identity: Identity, key: str, seconds: int, now: float | None = None) -> str:
+    """The socket.io channel's token for `identity`: `sub`, `exp` (required by the channel), `iat`,
+    and `user` when there is one."""
+    issued = int(time.time() if now is None else now)
+    claims: dict[str, object] = {"sub": identity.conversation_id, "iat": issued, "exp": issued + seconds}
+    if identity.user:
+        claims["user"] = identity.user
+    return jwt.encode(claims, key, algorithm="HS256")
+
+
+def same_origin(request: web.Request) -> bool:
+    """The request comes from this server's own pages (a browser says so in Sec-Fetch-Site)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    return origin is None or urlsplit(origin).netloc == request.host
 
 
 def security_headers(rasa_url: str) -> dict[str, str]:
@@ -53,13 +137,32 @@ def security_headers(rasa_url: str) -> dict[str, str]:
     }
 
 
-def make_app(rasa_url: str, no_answer_seconds: float = 20.0) -> web.Application:
-    missing = [str(path) for path, _ in FILES.values() if not path.is_file()]
+def make_app(
+    rasa_url: str,
+    key: str,
+    *,
+    no_answer_seconds: float = 20.0,
+    token_seconds: int = TOKEN_SECONDS,
+    identify: Identify | None = None,
+) -> web.Application:
+    """The page's server. `key` signs the tokens (the Rasa channel's `jwt_key`); `identify` says who
+    a request comes from, None for "nobody yet" (default: one conversation per browser session)."""
+    if len(key) < MIN_KEY_CHARS:
+        raise SystemExit(f"chat page: CHAT_JWT_KEY must be at least {MIN_KEY_CHARS} random characters")
+    missing = [str(path) for path, _ in [*FILES.values(), (PAGE, "")] if not path.is_file()]
     if missing:
         raise SystemExit(f"chat page: missing {', '.join(missing)} (run `make setup`)")
     headers = security_headers(rasa_url)
+    sessions = BrowserSessions(key.encode("utf-8")) if identify is None else None
+    who = identify or (sessions.identify if sessions else None)
+    assert who is not None
     config = json.dumps(
-        {"socketUrl": rasa_url.rstrip("/"), "socketPath": SOCKET_PATH, "noAnswerSeconds": no_answer_seconds}
+        {
+            "socketUrl": rasa_url.rstrip("/"),
+            "socketPath": SOCKET_PATH,
+            "tokenPath": "token",
+            "noAnswerSeconds": no_answer_seconds,
+        }
     )
 
     def static(path: Path, content_type: str) -> Handler:
@@ -70,6 +173,23 @@ def make_app(rasa_url: str, no_answer_seconds: float = 20.0) -> web.Application:
 
         return handler
 
+    page_body = PAGE.read_bytes()
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=page_body, content_type="text/html", headers=headers)
+        if sessions is not None:
+            sessions.start(request, response)
+        return response
+
+    async def token(request: web.Request) -> web.StreamResponse:
+        if not same_origin(request):
+            return web.json_response({"error": "only the chat page may ask"}, status=403, headers=headers)
+        identity = await who(request)
+        if identity is None:
+            return web.json_response({"error": "no session: reload the page"}, status=401, headers=headers)
+        body = {"token": issue_token(identity, key, token_seconds), "expiresIn": token_seconds}
+        return web.json_response(body, headers=headers)
+
     async def config_json(request: web.Request) -> web.StreamResponse:
         return web.Response(text=config, content_type="application/json", headers=headers)
 
@@ -79,10 +199,12 @@ def make_app(rasa_url: str, no_answer_seconds: float = 20.0) -> web.Application:
     async def favicon(request: web.Request) -> web.StreamResponse:
         return web.Response(status=204, headers=headers)
 
-    app = web.Application()
+    app = web.Application(client_max_size=4096)  # no route takes a body
+    app.router.add_get("/", page)
     for route, (path, content_type) in FILES.items():
         app.router.add_get(route, static(path, content_type))
     app.router.add_get("/config.json", config_json)
+    app.router.add_get("/token", token)
     app.router.add_get("/health", health)
     app.router.add_get("/favicon.ico", favicon)
     return app
@@ -98,8 +220,14 @@ def main() -> int:
     parser.add_argument(
         "--no-answer-seconds", type=float, default=20.0, help="say so when the assistant is silent this long"
     )
+    parser.add_argument(
+        "--token-seconds", type=int, default=TOKEN_SECONDS, help="how long a token lets the page connect"
+    )
     args = parser.parse_args()
-    app = make_app(args.rasa_url, args.no_answer_seconds)
+    key = os.environ.get("CHAT_JWT_KEY", "")
+    app = make_app(
+        args.rasa_url, key, no_answer_seconds=args.no_answer_seconds, token_seconds=args.token_seconds
+    )
     print(f"chat page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0

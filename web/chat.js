@@ -1,18 +1,24 @@
 /*
- * The CRM assistant's chat page, on Rasa's `socketio` channel (rasa/core/channels/socketio.py):
+ * The CRM assistant's chat page, on the signed socket.io channel (mcp_bridge/channels/socketio.py):
  *
- *   page -> Rasa  session_request {session_id}           Rasa -> page  session_confirm <session_id>
- *   page -> Rasa  user_uttered {message, session_id}     Rasa -> page  bot_uttered {text, quick_replies}
+ *   page -> page server  GET token (the session cookie)  page server -> page  {token}
+ *   page -> Rasa  connect {auth: {token}}                (refused without a valid token)
+ *   page -> Rasa  session_request {}                     Rasa -> page  session_confirm <conversation id>
+ *   page -> Rasa  user_uttered {message}                 Rasa -> page  bot_uttered {text, quick_replies}
  *
  * The rules, first:
+ *  - The page never names a conversation. Its server gives it a short-lived token for the browser
+ *    session that loaded it (an HttpOnly cookie), and the channel takes the conversation from the
+ *    token. Every connection, reconnections included, asks for a fresh token.
  *  - Whatever the assistant or the person wrote is shown with textContent, never parsed as HTML:
  *    a note that contains <script> or <b> shows as those characters.
  *  - A question's buttons work once. A click disables them (and records that) before the payload
  *    is sent, so a double click sends one payload. Anything else the person sends answers the
  *    open question too and disables its buttons.
- *  - The session id and the transcript live in sessionStorage. After a reload the page asks Rasa
- *    for the same session (credentials.yml: session_persistence), so the conversation and its
- *    pending confirmation carry on, with the open question's buttons still usable.
+ *  - The transcript lives in sessionStorage, with the conversation it belongs to. A reload keeps the
+ *    browser session, so the token names the same conversation and it carries on, pending
+ *    confirmation included, with the open question's buttons still usable. A transcript of another
+ *    conversation (the browser session ended) is cleared.
  *  - Nothing is sent unless the channel has confirmed the session. Otherwise the page says that it
  *    was not sent; socket.io-client would buffer it and deliver it whenever the connection came
  *    back, and a "yes" must not arrive minutes after the person gave up on it.
@@ -30,13 +36,14 @@
   var composer = document.getElementById("composer");
   var input = document.getElementById("message");
 
-  // {sessionId: string|null, messages: [{from: "bot"|"user", text, buttons: [{title, payload}],
-  //  answered: bool, chosen: payload|null}]}
+  // {conversationId: string|null (as the channel confirmed it), messages: [{from: "bot"|"user", text,
+  //  buttons: [{title, payload}], answered: bool, chosen: payload|null}]}
   var state = load();
   var ready = false; // the channel confirmed our session on the current connection
   var buttonRows = []; // message index -> the element holding that message's buttons
   var noAnswerTimer = null;
   var socket = null; // made once config.json says where Rasa is
+  var noSession = false; // the page's server knows no browser session: only a reload starts one
 
   function load() {
     try {
@@ -45,7 +52,7 @@
     } catch (ignored) {
       // A damaged entry starts a new conversation.
     }
-    return { sessionId: null, messages: [] };
+    return { conversationId: null, messages: [] };
   }
 
   function save() {
@@ -135,7 +142,7 @@
     clearNotice();
     closeOpenQuestions(chosenIndex, message);
     add({ from: "user", text: shown, buttons: [], answered: true, chosen: null });
-    socket.emit("user_uttered", { message: message, session_id: state.sessionId });
+    socket.emit("user_uttered", { message: message });
     clearTimeout(noAnswerTimer);
     noAnswerTimer = setTimeout(function () {
       showNotice("No answer from the assistant after " + noAnswerMs / 1000 + " s.");
@@ -171,11 +178,40 @@
       setStatus("unreachable", "The page could not load its settings: " + error.message);
     });
 
+  // socket.io-client calls this before every connection attempt: a fresh token each time.
+  function fetchToken(tokenPath) {
+    return function (callback) {
+      fetch(tokenPath, { cache: "no-store", credentials: "same-origin" })
+        .then(function (response) {
+          if (response.status === 401) noSession = true;
+          if (!response.ok) throw new Error("token: HTTP " + response.status);
+          return response.json();
+        })
+        .then(function (body) {
+          noSession = false;
+          callback({ token: String(body.token) });
+        })
+        .catch(function () {
+          callback({}); // refused by the channel, and retried
+        });
+    };
+  }
+
+  function forget(conversationId) {
+    // The browser session ended and the token names another conversation: the old transcript is
+    // not this conversation's.
+    state = { conversationId: conversationId, messages: [] };
+    buttonRows = [];
+    log.textContent = "";
+    save();
+  }
+
   function connect(config) {
     if (typeof config.noAnswerSeconds === "number") noAnswerMs = config.noAnswerSeconds * 1000;
     // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see README).
     socket = io(config.socketUrl, {
       path: config.socketPath,
+      auth: fetchToken(config.tokenPath || "token"),
       transports: ["websocket"],
       reconnectionDelay: 500,
       reconnectionDelayMax: 4000,
@@ -184,14 +220,15 @@
 
     socket.on("connect", function () {
       setStatus("connecting", "Connected, starting the conversation…");
-      socket.emit("session_request", { session_id: state.sessionId });
+      socket.emit("session_request", {});
     });
 
-    socket.on("session_confirm", function (sessionId) {
-      // Rasa answers with the id we asked for, or a new one when we had none.
-      var id = typeof sessionId === "string" ? sessionId : sessionId && sessionId.session_id;
-      if (id && id !== state.sessionId) {
-        state.sessionId = id;
+    socket.on("session_confirm", function (conversationId) {
+      // The channel names the conversation: the one the token's subject gives.
+      var id = typeof conversationId === "string" ? conversationId : "";
+      if (id && id !== state.conversationId) {
+        if (state.conversationId) forget(id);
+        state.conversationId = id;
         save();
       }
       ready = true;
@@ -218,7 +255,14 @@
 
     socket.on("connect_error", function () {
       ready = false;
+      if (noSession) {
+        setStatus("unreachable", "This conversation has ended. Reload the page to start a new one.");
+        return;
+      }
       setStatus("unreachable", "Can't reach the assistant. Retrying…");
+      // A connection the channel refused (its token could not be had, or had just expired) is not
+      // retried by socket.io-client itself; a network failure is.
+      if (!socket.active) setTimeout(function () { socket.connect(); }, 2000);
     });
 
     socket.on("disconnect", function () {
