@@ -10,4 +10,5 @@ echo "==> opening rasa shell (type /stop to end); try: log a call with dana@exam
 # Library deprecation warnings (TensorFlow, pkg_resources, SQLAlchemy) are noise to a person chatting.
 PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 TF_CPP_MIN_LOG_LEVEL=3 \
   .venv-rasa/bin/python scripts/rasa_quiet.py shell --model "$(scripts/model-path.sh)" --endpoints var/run/endpoints.yml \
+  --interface 127.0.0.1 \
   --port "${RASA_PORT:-5005}" --quiet

@@ -16,7 +16,8 @@ What runs (every process on 127.0.0.1, every port free unless configured):
 
 Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it). Secrets are
 generated once into files there (mode 0600), or taken from the environment: CRM_MCP_TOKEN,
-ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN. The nginx front ports can be fixed with
+ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
+bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
 
 `var/cluster/urls.json` says where to reach it (`rasa`: the REST channel's base URL through
@@ -55,6 +56,8 @@ SECRETS = {
     "action_token": ("ACTION_SERVER_TOKEN", "action_server_token"),
     "confirmation_secret": ("CONFIRMATION_SECRET", "confirmation_secret"),
     "rasa_auth_token": ("RASA_AUTH_TOKEN", "rasa_auth_token"),
+    "rest_token": ("REST_CHANNEL_TOKEN", "rest_channel_token"),
+    "chat_key": ("CHAT_JWT_KEY", "chat_jwt_key"),
     "postgres_password": ("", "postgres_password"),
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
@@ -116,6 +119,15 @@ class Cluster:
     def actions_url(self) -> str:
         return f"http://{HOST}:{self.front['actions']}"
 
+    @property
+    def rasa_access(self) -> services.RasaAccess:
+        """What the Rasa servers run with, and what a client of theirs needs."""
+        return services.RasaAccess(
+            rest_token=self.secrets["rest_token"],
+            chat_key=self.secrets["chat_key"],
+            api_token=self.secrets["rasa_auth_token"],
+        )
+
     def audit_log(self, replica: int) -> Path:
         return self.var / f"audit-action-{replica}.jsonl"
 
@@ -135,6 +147,7 @@ class Cluster:
             "redis": f"redis://{HOST}:{self.redis_port}",
             "secrets": {
                 "rasa_auth_token": str(self.var / SECRETS["rasa_auth_token"][1]),
+                "rest_channel_token": str(self.var / SECRETS["rest_token"][1]),
                 "action_server_token": str(self.var / SECRETS["action_token"][1]),
                 "crm_mcp_token": str(self.var / SECRETS["mcp_token"][1]),
                 "confirmation_secret": str(self.var / SECRETS["confirmation_secret"][1]),
@@ -258,7 +271,7 @@ lock_store:
                 model=self.model,
                 endpoints=self._rasa_endpoints_path,
                 port=self.rasa_ports[replica - 1],
-                auth_token=self.secrets["rasa_auth_token"],
+                access=self.rasa_access,
                 extra_env={
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "RASA_DB_PASSWORD": self.secrets["rasa_db_password"],
@@ -395,8 +408,8 @@ def up(var: Path) -> int:
     print(cluster.table())
     print(f"\nURLs as JSON in {urls}; secrets in {var} (mode 0600); logs in {cluster.logs}")
     print(
-        f"Rasa's HTTP API needs ?token=$(cat {var / SECRETS['rasa_auth_token'][1]}); "
-        "stop with `make cluster-down`"
+        f"the REST channel needs Authorization: Bearer $(cat {var / SECRETS['rest_token'][1]}); "
+        f"Rasa's HTTP API ?token=$(cat {var / SECRETS['rasa_auth_token'][1]}); stop with `make cluster-down`"
     )
     return 0
 

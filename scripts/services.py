@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -363,7 +364,50 @@ class Services:
 
 
 RASA = REPO_ROOT / ".venv-rasa" / "bin" / "rasa"
+RASA_PYTHON = REPO_ROOT / ".venv-rasa" / "bin" / "python"
+# `rasa` with its HTTP API token read from the environment instead of the command line.
+RASA_RUN = REPO_ROOT / "scripts" / "rasa_run.py"
 RASA_START_TIMEOUT = 240.0
+
+
+@dataclass(frozen=True)
+class RasaAccess:
+    """The secrets a Rasa server of this project runs with (credentials.yml names the variables).
+
+    Every one goes to Rasa in its environment, never on its command line: ``rest_token`` guards the
+    REST channel (REST_CHANNEL_TOKEN), ``chat_key`` signs the chat page's tokens for the socket.io
+    channel (CHAT_JWT_KEY, shared with the chat page's server), ``api_token`` guards Rasa's HTTP API
+    (its --auth-token, RASA_AUTH_TOKEN). ``page_origins`` are the chat pages allowed to connect.
+    """
+
+    rest_token: str
+    chat_key: str
+    api_token: str
+    page_origins: tuple[str, ...] = ()
+
+    @classmethod
+    def generate(cls, page_origins: Sequence[str] = ()) -> RasaAccess:
+        rest_token, chat_key, api_token = (secrets.token_urlsafe(32) for _ in range(3))
+        return cls(rest_token, chat_key, api_token, page_origins=tuple(page_origins))
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "REST_CHANNEL_TOKEN": self.rest_token,
+            "CHAT_JWT_KEY": self.chat_key,
+            "RASA_AUTH_TOKEN": self.api_token,
+        }
+        if self.page_origins:
+            env["CHAT_PAGE_ORIGINS"] = " ".join(self.page_origins)
+        return env
+
+    def rest_headers(self) -> dict[str, str]:
+        """The header the REST channel requires."""
+        return {"Authorization": f"Bearer {self.rest_token}"}
+
+
+def page_origins(port: int) -> tuple[str, ...]:
+    """The origins a chat page on this port of the loopback has, as a browser names them."""
+    return (f"http://{HOST}:{port}", f"http://localhost:{port}")
 
 
 def current_model() -> Path:
@@ -444,29 +488,30 @@ def rasa_server(
     *,
     model: Path,
     endpoints: Path,
+    access: RasaAccess,
     port: int | None = None,
     log_path: Path | None = None,
     detached: bool = False,
-    auth_token: str | None = None,
     extra_env: Mapping[str, str] | None = None,
 ) -> ServiceProcess:
-    """A (not yet started) `rasa run --enable-api` with the REST and socket.io channels; `.url` is its base.
+    """A (not yet started) `rasa run --enable-api` on 127.0.0.1 with the channels of credentials.yml
+    (REST with a bearer token, the chat page's signed socket.io); `.url` is its base.
 
-    With `auth_token`, Rasa's HTTP API (trackers, /model/parse) requires `?token=...`; the REST
-    channel and /status do not.
+    Rasa's HTTP API (trackers, /model/parse, /status) requires `?token=<access.api_token>`; the REST
+    channel `Authorization: Bearer <access.rest_token>`. No secret is on the command line.
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
-    args = [str(RASA), "run", "--enable-api", "--model", str(model), "--endpoints", str(endpoints)]
-    args += ["--credentials", str(REPO_ROOT / "credentials.yml"), "-i", HOST, "-p", str(port)]
-    if auth_token:
-        args += ["--auth-token", auth_token]
+    args = [str(RASA_PYTHON), str(RASA_RUN), "run", "--enable-api", "--model", str(model)]
+    args += ["--endpoints", str(endpoints), "--credentials", str(REPO_ROOT / "credentials.yml")]
+    args += ["-i", HOST, "-p", str(port)]
     return ServiceProcess(
         "rasa-server",
         args,
-        env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {})}),
-        # /status is part of the HTTP API: with a token it answers 401 without one.
-        ready_url=f"{base}/status" + (f"?token={auth_token}" if auth_token else ""),
+        env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {}), **access.env()}),
+        # Rasa loads its model before it listens, so any answer means ready; the root route needs
+        # no token (a token in this URL would end up in error messages).
+        ready_url=f"{base}/",
         url=base,
         log_path=log_path,
         detached=detached,
@@ -480,12 +525,14 @@ CHAT_PAGE = REPO_ROOT / "scripts" / "chat_page.py"
 def chat_page(
     *,
     rasa_url: str,
+    chat_key: str,
     port: int | None = None,
     no_answer_seconds: float | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
-    """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`; `.url` ends in /."""
+    """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`, signing the
+    browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY); `.url` ends in /."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)]
@@ -494,7 +541,7 @@ def chat_page(
     return ServiceProcess(
         "chat-page",
         args,
-        env=child_env(),
+        env=child_env({"CHAT_JWT_KEY": chat_key}),
         ready_url=f"{base}/health",
         url=f"{base}/",
         log_path=log_path,

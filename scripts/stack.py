@@ -5,11 +5,14 @@
 
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080 (override
 with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT). The chat page talks to
-Rasa's socket.io channel; with --without-rasa it is served all the same and says it cannot reach
-Rasa. The MCP bearer token is CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token;
-likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa sends to the action server, and
-CONFIRMATION_SECRET (var/confirmation_secret). SKILLS_DIR picks the skill files (default skills/).
-Logs go to var/log/ (STACK_VAR moves var/ elsewhere).
+Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
+reach Rasa. The MCP bearer token is CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token;
+likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa sends to the action server,
+CONFIRMATION_SECRET (var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the
+REST channel's bearer token), CHAT_JWT_KEY (var/chat_jwt_key: signs the chat page's tokens) and
+RASA_AUTH_TOKEN (var/rasa_auth_token: Rasa's HTTP API). The state file (mode 0600) records what
+runs, `rest_token` and `rasa_token`. SKILLS_DIR picks the skill files (default skills/). Logs go to
+var/log/ (STACK_VAR moves var/ elsewhere).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -41,14 +45,26 @@ def port(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def processes(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services a state file names (its other keys are the tokens)."""
+    return {name: info for name, info in state.items() if isinstance(info, dict) and "pid" in info}
+
+
 def up(state: Path, with_rasa: bool) -> int:
     if state.exists():
-        if any(_alive(int(info["pid"])) for info in json.loads(state.read_text()).values()):
+        if any(_alive(int(info["pid"])) for info in processes(json.loads(state.read_text())).values()):
             print(f"already running (see {state}); run `make down` first", file=sys.stderr)
             return 1
         state.unlink()  # left behind by a run that was killed; nothing of it is running
     token = secret("CRM_MCP_TOKEN", "crm_mcp_token")
     action_token = secret("ACTION_SERVER_TOKEN", "action_server_token")
+    page_port = port("CHAT_PAGE_PORT", 8080)
+    access = procs.RasaAccess(
+        rest_token=secret("REST_CHANNEL_TOKEN", "rest_channel_token"),
+        chat_key=secret("CHAT_JWT_KEY", "chat_jwt_key"),
+        api_token=secret("RASA_AUTH_TOKEN", "rasa_auth_token"),
+        page_origins=procs.page_origins(page_port),
+    )
     db = Path(os.environ.get("CRM_DB", VAR / "crm.sqlite3"))
     logs = VAR / "log"
     started: list[procs.ServiceProcess] = []
@@ -100,6 +116,7 @@ def up(state: Path, with_rasa: bool) -> int:
                 procs.rasa_server(
                     model=procs.current_model(),
                     endpoints=endpoints,
+                    access=access,
                     port=rasa_port,
                     log_path=logs / "rasa.log",
                     detached=True,
@@ -110,7 +127,8 @@ def up(state: Path, with_rasa: bool) -> int:
         services["chat_page"] = start(
             procs.chat_page(
                 rasa_url=f"http://{procs.HOST}:{rasa_port}",
-                port=port("CHAT_PAGE_PORT", 8080),
+                chat_key=access.chat_key,
+                port=page_port,
                 log_path=logs / "chat-page.log",
                 detached=True,
             ),
@@ -123,16 +141,22 @@ def up(state: Path, with_rasa: bool) -> int:
         return 1
     state.parent.mkdir(parents=True, exist_ok=True)
     assert all(s.process is not None for s in services.values())
-    state.write_text(
-        json.dumps(
-            {name: {"pid": s.process.pid, "url": s.url} for name, s in services.items() if s.process},
-            indent=2,
-        )
-    )
+    recorded: dict[str, Any] = {
+        name: {"pid": s.process.pid, "url": s.url} for name, s in services.items() if s.process
+    }
+    # For tools that talk to this stack (`mcp-bridge test e2e` reads them): the REST channel's token
+    # and the HTTP API's. The file is the owner's alone from the moment it exists.
+    recorded |= {"rest_token": access.rest_token, "rasa_token": access.api_token}
+    procs.write_private(state, json.dumps(recorded, indent=2))
     print("\nrunning:")
     for name, service in services.items():
         print(f"  {name:<14} {service.url}")
     print(f"\nopen the chat page: {services['chat_page'].url}")
+    if with_rasa:
+        print(
+            "the REST channel needs Authorization: Bearer <rest_token>, Rasa's HTTP API ?token=<rasa_token>; "
+            f"both are in {state}"
+        )
     print(f"logs in {logs}; stop with `make down`")
     return 0
 
@@ -158,7 +182,7 @@ def down(state: Path) -> int:
     if not state.exists():
         print("nothing to stop")
         return 0
-    services = json.loads(state.read_text())
+    services = processes(json.loads(state.read_text()))
     for name, info in reversed(list(services.items())):
         pid = int(info["pid"])
         left = procs.descendants(pid)

@@ -19,17 +19,19 @@ folder, as a stranger would:
    whose only warnings must be the ones step 8 of the guide explains. The installed `mcp-bridge
    init` must find nothing to change; `mcp-bridge tools reminders`, `mcp-bridge check` and
    `mcp-bridge check --live` must pass;
-4. served: `rasa run --enable-api` (.venv-rasa) and rasa_sdk's own command, unmodified,
-   `python -m rasa_sdk --actions actions --port N` (the fresh venv), with
-   ACTION_SERVER_SANIC_WORKERS=2 at the rasa-sdk 3.21 end. Over the REST channel, counted at the
-   MCP server: a yes writes exactly once, a no and a question handed back write nothing, and each
-   of 24 conversations confirmed in a row is saved, first without CONFIRMATION_SECRET (the workers
-   share the key drawn at start; the test fails if they do not, since a quarter to a half of the
-   yeses reach the other worker), then with it. A question asked before a restart without the secret is
-   refused after it; one asked before a restart with the same secret is saved after it. Neither
-   Rasa nor the action server logs anything at ERROR level, and no log or audit line holds the
-   secret or a reminder's text. The starter bot's own test stories still pass
-   (`rasa test core --stories tests/ --fail-on-prediction-errors`).
+4. served: `rasa run --enable-api` (.venv-rasa, with the plugin's REST channel in place of `rest:`,
+   behind a bearer token, and the plugin's wheel installed for it without dependencies, `pip install
+   --no-deps --target`, so the shared .venv-rasa stays as it is) and rasa_sdk's own command,
+   unmodified, `python -m rasa_sdk --actions actions --port N` (the fresh venv), with
+   ACTION_SERVER_SANIC_WORKERS=2 at the rasa-sdk 3.21 end. Over the REST channel, counted at the MCP
+   server: a request without the token is refused, a yes writes exactly once, a no and a question
+   handed back write nothing, and each of 24 conversations confirmed in a row is saved, first
+   without CONFIRMATION_SECRET (the workers share the key drawn at start; the test fails if they do
+   not, since a quarter to a half of the yeses reach the other worker), then with it. A question
+   asked before a restart without the secret is refused after it; one asked before a restart with
+   the same secret is saved after it. Neither Rasa nor the action server logs anything at ERROR
+   level, and no log or audit line holds the secrets or a reminder's text. The starter bot's own
+   test stories still pass (`rasa test core --stories tests/ --fail-on-prediction-errors`).
 
 Every server listens on a free port on 127.0.0.1 and is stopped at the end. Exit status 0 only when
 every check passes; each step prints when it started and how long it took.
@@ -358,6 +360,30 @@ def _answers(url: str) -> bool:
 # -- step 10 of the guide: the conversations ------------------------------------------------------
 
 
+# The REST channel's bearer token for this run (the Rasa server gets it as REST_CHANNEL_TOKEN).
+REST_TOKEN = secrets.token_urlsafe(32)
+
+
+def authenticated_rest(bot: Path) -> None:
+    """The starter bot's `rest:` channel becomes the plugin's, behind a bearer token (README)."""
+    credentials = bot / "credentials.yml"
+    text = credentials.read_text()
+    check("\nrest:\n" in text, f"{credentials}: no `rest:` channel to replace")
+    channel = '\nmcp_bridge.channels.rest.BearerRestInput:\n  token: "${REST_CHANNEL_TOKEN}"\n'
+    credentials.write_text(text.replace("\nrest:\n", channel, 1))
+
+
+def plugin_for_rasa(target: Path, wheels: Path) -> None:
+    """The plugin's wheel where Rasa finds it, without its dependencies (its channels need none that
+    Rasa lacks), in a folder of its own on Rasa's path."""
+    (wheel,) = sorted(wheels.glob("rasa_mcp_bridge-*.whl"))
+    pip = [RASA_PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
+    sh([*pip, "--no-deps", "--target", target, wheel], cwd=target.parent, timeout=300)
+    check(
+        (target / "mcp_bridge" / "channels" / "rest.py").is_file(), "the plugin's channels were not installed"
+    )
+
+
 class Chat:
     def __init__(self, rasa_url: str, *, quiet: bool = False) -> None:
         self.url = f"{rasa_url}/webhooks/rest/webhook"
@@ -365,7 +391,12 @@ class Chat:
         self.quiet = quiet
 
     def say(self, text: str) -> list[dict[str, Any]]:
-        status, replies = request_json("POST", self.url, {"sender": self.sender, "message": text})
+        status, replies = request_json(
+            "POST",
+            self.url,
+            {"sender": self.sender, "message": text},
+            headers={"Authorization": f"Bearer {REST_TOKEN}"},
+        )
         check(status == 200 and isinstance(replies, list), f"REST channel answered {status}: {replies!r}")
         if not self.quiet:
             print(f"      > {text}")
@@ -408,6 +439,8 @@ def ask(chat: Chat, reminder: str, written: Written) -> list[dict[str, Any]]:
 def guide_conversation(rasa_url: str, written: Written) -> None:
     """Step 10 of the guide: a yes (after a question handed back) writes once, a no writes nothing."""
     written.check("before any conversation")
+    status, _ = request_json("POST", f"{rasa_url}/webhooks/rest/webhook", {"sender": "x", "message": "hi"})
+    check(status == 401, f"the REST channel answered {status} to a request without its token")
     confirmed = Chat(rasa_url)
     reminder = "remind me to water the plants"
     ask(confirmed, reminder, written)
@@ -494,6 +527,7 @@ def check_logs(work: Path, bot: Path, rasa: procs.ServiceProcess, written: list[
         ]
         check(not errors, f"{log.name} has lines at ERROR level: {errors[:5]}")
         check(secret not in text, f"{log.name} holds CONFIRMATION_SECRET")
+        check(REST_TOKEN not in text, f"{log.name} holds the REST channel's token")
     audit = bot / "var" / "audit.jsonl"
     check(audit.is_file(), f"no audit trail at {audit} (the guide's step 9 announces it)")
     for log in [audit, *action_logs]:
@@ -543,6 +577,7 @@ def _run(
         add_reminder_skill(bot)  # steps 3 to 6, with the guide's code blocks
         sh([*here, "init"], cwd=bot)  # adds the skill's action to the domain
         (bot / "config.yml").write_text(SMALL_CONFIG)
+        authenticated_rest(bot)
 
     steps.run("mcp-bridge init, the guide's steps 3 to 6", adopt)
     action_port, rasa_port = procs.free_port(), procs.free_port()
@@ -571,11 +606,23 @@ def _run(
         print(f"      rasa data validate: only the {len(unused)} warnings the guide's step 8 explains")
 
     validated = pool.submit(steps.run, "rasa data validate --fail-on-warnings", validate)
+    rasa_site = work / "rasa-site"
+
+    def channel_for_rasa() -> None:
+        venv_ready.result()  # the wheel is built
+        steps.run(
+            "the plugin into Rasa's environment (pip install --no-deps)",
+            lambda: plugin_for_rasa(rasa_site, work / "wheels"),
+        )
+
+    rasa_has_channel = pool.submit(channel_for_rasa)
     server = procs.ServiceProcess(
         "rasa-server",
         [*rasa, "run", "--enable-api", "--model", str(model), "--endpoints", "endpoints.yml"]
         + ["--credentials", "credentials.yml", "-i", procs.HOST, "-p", str(rasa_port)],
-        env=procs.child_env({"TF_CPP_MIN_LOG_LEVEL": "3"}),
+        env=procs.child_env(
+            {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(rasa_site), "REST_CHANNEL_TOKEN": REST_TOKEN}
+        ),
         ready_url=f"http://{procs.HOST}:{rasa_port}/status",
         url=f"http://{procs.HOST}:{rasa_port}",
         start_timeout=procs.RASA_START_TIMEOUT,
@@ -602,7 +649,11 @@ def _run(
 
         return run
 
-    serving = pool.submit(after_training("Rasa server loads the model", lambda: services.start(server)))
+    def serve() -> procs.ServiceProcess:
+        rasa_has_channel.result()
+        return services.start(server)
+
+    serving = pool.submit(after_training("Rasa server loads the model", serve))
     stories = pool.submit(
         after_training(
             "the starter bot's own test stories (rasa test core)",
@@ -630,7 +681,8 @@ def _run(
     serving.result()
     written = Written(mcp)
     secret = steps.run(
-        "over the REST channel: a yes writes once, a no nothing; without and with CONFIRMATION_SECRET",
+        "over the REST channel with its token: a yes writes once, a no nothing; without and with "
+        "CONFIRMATION_SECRET",
         lambda: serve_and_converse(server, written, servers),
     )
     check_logs(work, bot, server, written.asked, secret)

@@ -53,7 +53,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
 def run(stack: E2EStack, variant: Variant, *paths: Path) -> list[CaseResult]:
     if stack.variant != variant:
         stack.use(variant)
-    target = Target(rasa_url=stack.rasa_url, audit_log=stack.audit_log(variant), timeout=60.0)
+    target = Target(
+        rasa_url=stack.rasa_url,
+        rasa_token=stack.access.api_token,
+        rest_token=stack.access.rest_token,
+        audit_log=stack.audit_log(variant),
+        timeout=60.0,
+    )
     return asyncio.run(run_cases(load_paths(paths), target, concurrency=4))
 
 
@@ -204,7 +210,10 @@ def test_each_kind_of_step_fails_with_the_step_the_expectation_and_what_came(sta
 def test_fixtures_fill_slots_and_metadata_travels_with_the_message(stack: E2EStack) -> None:
     (result,) = run(stack, stack.mcp_tools(), FIXTURES / "fixtures_and_metadata.yml")
     assert result.passed, text_report([result])
-    with urllib.request.urlopen(f"{stack.rasa_url}/conversations/{result.conversation_id}/tracker") as reply:
+    tracker = (
+        f"{stack.rasa_url}/conversations/{result.conversation_id}/tracker?token={stack.access.api_token}"
+    )
+    with urllib.request.urlopen(tracker) as reply:
         events = json.load(reply)["events"]
     first_user = next(index for index, event in enumerate(events) if event["event"] == "user")
     assert events[first_user]["metadata"]["e2e_marker"] == "set-by-test"
@@ -219,7 +228,9 @@ def test_the_command_reports_in_text_and_junit(stack: E2EStack, tmp_path: Path) 
     junit = tmp_path / "report.xml"
     command = [str(MCP_BRIDGE), "test", "e2e", str(FIXTURES / "should_fail.yml"), str(E2E / "cases")]
     command += ["--rasa-url", stack.rasa_url, "--audit", str(stack.audit_log(mcp)), "--junit", str(junit)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, check=False, env=stack.command_env()
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.rstrip().splitlines()
     bot_cases = len(load_paths([E2E / "cases"]))
@@ -239,13 +250,22 @@ def test_a_wrong_audit_trail_is_pointed_out(stack: E2EStack, tmp_path: Path) -> 
         stack.use(mcp)
     command = [str(MCP_BRIDGE), "test", "e2e", str(E2E / "cases"), "--rasa-url", stack.rasa_url]
     done = subprocess.run(
-        [*command, "--audit", str(tmp_path / "elsewhere.jsonl")], capture_output=True, text=True, timeout=300
+        [*command, "--audit", str(tmp_path / "elsewhere.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=stack.command_env(),
     )
     lines = done.stdout.rstrip().splitlines()
     assert lines[-2].startswith(f"warning: the audit trail {tmp_path / 'elsewhere.jsonl'} holds nothing"), (
         done.stdout
     )
-    right = subprocess.run([*command, "--audit", str(stack.audit_log(mcp))], capture_output=True, text=True)
+    right = subprocess.run(
+        [*command, "--audit", str(stack.audit_log(mcp))],
+        capture_output=True,
+        text=True,
+        env=stack.command_env(),
+    )
     assert right.returncode == 0 and "warning" not in right.stdout, right.stdout
 
 

@@ -39,8 +39,16 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
     state = tmp_path / "run" / "stack.json"
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        services = json.loads(state.read_text())
+        recorded = json.loads(state.read_text())
+        services = {name: info for name, info in recorded.items() if isinstance(info, dict)}
         assert set(services) == {"crm_rest", "crm_mcp", "action_server", "chat_page"}
+        # The tokens a client of the stack needs, in a file that was never readable by others.
+        assert state.stat().st_mode & 0o777 == 0o600
+        assert recorded["rest_token"] == (tmp_path / "rest_channel_token").read_text().strip()
+        assert recorded["rasa_token"] == (tmp_path / "rasa_auth_token").read_text().strip()
+        for secret in ("rest_channel_token", "rasa_auth_token", "chat_jwt_key"):
+            assert (tmp_path / secret).stat().st_mode & 0o777 == 0o600
+            assert (tmp_path / secret).read_text().strip() not in started.stdout + started.stderr
         expected_ports = {
             "crm_rest": "CRM_PORT",
             "crm_mcp": "MCP_PORT",

@@ -37,7 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(--state), else http://127.0.0.1:5005",
     )
     parser.add_argument(
-        "--rasa-token", default=os.environ.get("RASA_AUTH_TOKEN"), help="Rasa's --auth-token, if any"
+        "--rasa-token",
+        default=os.environ.get("RASA_AUTH_TOKEN"),
+        help="Rasa's --auth-token, if any (default: $RASA_AUTH_TOKEN, else the `rasa_token` of --state)",
+    )
+    parser.add_argument(
+        "--rest-token-file",
+        type=Path,
+        help="a file holding the REST channel's bearer token (default: $REST_CHANNEL_TOKEN, else the "
+        "`rest_token` of --state); a token is never taken on the command line",
     )
     parser.add_argument(
         "--audit",
@@ -59,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
     except CaseFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        rest_token = _rest_token(args.rest_token_file)
+    except OSError as exc:
+        print(f"error: --rest-token-file: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     target = Target(
         rasa_url=args.rasa_url or _rasa_from_state(args.state) or "http://127.0.0.1:5005",
-        rasa_token=args.rasa_token,
+        rasa_token=args.rasa_token or _from_state(args.state, "rasa_token"),
+        rest_token=rest_token or _from_state(args.state, "rest_token"),
         audit_log=args.audit,
         timeout=args.timeout,
     )
@@ -75,6 +89,21 @@ def run(args: argparse.Namespace) -> int:
     if args.junit is not None:
         write_junit(results, args.junit)
     return 0 if all(result.passed for result in results) else 1
+
+
+def _rest_token(path: Path | None) -> str | None:
+    if path is not None:
+        return path.read_text(encoding="utf-8").strip() or None
+    return os.environ.get("REST_CHANNEL_TOKEN") or None
+
+
+def _from_state(state: Path, key: str) -> str | None:
+    """A token `make up` recorded in its state file, when there is one."""
+    try:
+        value = json.loads(state.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _rasa_from_state(state: Path) -> str | None:

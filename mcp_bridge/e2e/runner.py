@@ -36,6 +36,8 @@ class Target:
     rasa_url: str
     # Rasa's --auth-token, when the server was started with one (the tracker API needs it).
     rasa_token: str | None = None
+    # The REST channel's bearer token (mcp_bridge.channels.rest), sent as Authorization: Bearer.
+    rest_token: str | None = None
     # The action server's AUDIT_LOG; needed only by tool_called / no_tool_called steps.
     audit_log: Path | None = None
     timeout: float = 60.0
@@ -333,15 +335,21 @@ class _Rasa:
         self.http = http
         self.base = target.rasa_url.rstrip("/")
         self.params: dict[str, str] = {"token": target.rasa_token} if target.rasa_token else {}
+        self.rest_headers = {"Authorization": f"Bearer {target.rest_token}"} if target.rest_token else {}
 
     def _conversation(self, conversation_id: str, tail: str) -> str:
         return f"{self.base}/conversations/{quote(conversation_id, safe='')}/{tail}"
 
     async def _json(
-        self, method: str, url: str, body: Any = None, params: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         async with self.http.request(
-            method, url, json=body, params={**self.params, **(params or {})}
+            method, url, json=body, params={**self.params, **(params or {})}, headers=headers
         ) as reply:
             text = await reply.text()
             if reply.status != 200:
@@ -352,7 +360,7 @@ class _Rasa:
         body: dict[str, Any] = {"sender": conversation_id, "message": text}
         if metadata:
             body["metadata"] = dict(metadata)
-        await self._json("POST", f"{self.base}/webhooks/rest/webhook", body)
+        await self._json("POST", f"{self.base}/webhooks/rest/webhook", body, headers=self.rest_headers)
 
     async def events(self, conversation_id: str) -> list[dict[str, Any]]:
         tracker = await self._json(

@@ -287,10 +287,12 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             _say("starting one Rasa server for every end and variant (takes a minute or two)")
             model = config.model or procs.current_model()
             meta["rasa_model"] = model.name
+            access = procs.RasaAccess.generate()
             rasa = services.start(
                 procs.rasa_server(
                     model=model,
                     endpoints=procs.write_endpoints(workdir / "endpoints-rasa.yml", f"{hop.url}/webhook"),
+                    access=access,
                 )
             )
 
@@ -306,7 +308,11 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             with contextlib.ExitStack() as stack:
                 for route, line in routes.items():
                     stack.enter_context(action_server(line, ports[route]))
-                by_route = run_async(rasa_turns.interleaved_yes_turns(rasa.url, list(routes), config.turns))
+                by_route = run_async(
+                    rasa_turns.interleaved_yes_turns(
+                        rasa.url, list(routes), config.turns, rest_token=access.rest_token
+                    )
+                )
             turns = {line: by_route[route] for route, line in routes.items()}
         finally:
             services.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench.rasa_turns import ASKED, DANA, SAVED, _say, _texts
+from tests.bench.rasa_turns import ASKED, DANA, SAVED, _say, _texts, rest_headers
 from tests.bench.stats import Series
 
 
@@ -48,7 +48,9 @@ class ClusterLine:
         }
 
 
-async def _round(rasa_url: str, label: str, conversations: int, clients: int, series: Series) -> float:
+async def _round(
+    rasa_url: str, rest_token: str, label: str, conversations: int, clients: int, series: Series
+) -> float:
     queue = iter(range(conversations))
 
     async def client(http: aiohttp.ClientSession) -> None:
@@ -67,7 +69,10 @@ async def _round(rasa_url: str, label: str, conversations: int, clients: int, se
             series.errors += 0 if ok else 1
 
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as http:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=rest_headers(rest_token)
+    ) as http:
         started = time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
         return time.perf_counter() - started
@@ -100,6 +105,7 @@ def measure(
     cluster = Cluster(var, durable=False)
     cluster.action_python = pythons[keys[0]]
     cluster.start()
+    token = cluster.secrets["rest_token"]
     lines = {
         key: {count: ClusterLine(count, 0, 0.0, Series(f"{key}: {count} action servers")) for count in (2, 1)}
         for key in keys
@@ -109,13 +115,13 @@ def measure(
             for key in keys if r % 2 == 0 else keys[::-1]:
                 if r == 0 or cluster.action_python != pythons[key]:
                     _use(cluster, pythons[key])
-                    asyncio.run(_round(cluster.rasa_url, f"warm-up-{r}", 6, 2, Series("warm-up")))
+                    asyncio.run(_round(cluster.rasa_url, token, f"warm-up-{r}", 6, 2, Series("warm-up")))
                 for count in (2, 1) if r % 2 == 0 else (1, 2):
                     if count == 1:
                         cluster.kill("action-2")
                     line = lines[key][count]
                     line.wall_s += asyncio.run(
-                        _round(cluster.rasa_url, f"{count}-{r}", conversations, clients, line.yes_turn)
+                        _round(cluster.rasa_url, token, f"{count}-{r}", conversations, clients, line.yes_turn)
                     )
                     line.conversations += conversations
                     if count == 1:

@@ -49,8 +49,13 @@ async def _conversation(http: aiohttp.ClientSession, rasa_url: str, route: str, 
     return time.perf_counter() - start, ok
 
 
+def rest_headers(rest_token: str) -> dict[str, str]:
+    """What the REST channel (mcp_bridge.channels.rest) requires of every request."""
+    return {"Authorization": f"Bearer {rest_token}"}
+
+
 async def interleaved_yes_turns(
-    rasa_url: str, routes: list[str], n: int, *, warmup: int = 3
+    rasa_url: str, routes: list[str], n: int, *, rest_token: str, warmup: int = 3
 ) -> dict[str, Series]:
     """`n` timed "yes" turns per route, the routes in turn (the first one moving on every time).
 
@@ -59,7 +64,8 @@ async def interleaved_yes_turns(
     all routes were taken next to each other: pairs, for `stats.ratio_spread`.
     """
     series = {route: Series(route) for route in routes}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout, headers=rest_headers(rest_token)) as http:
         for i in range(warmup + n):
             shift = i % len(routes)
             for route in routes[shift:] + routes[:shift]:

@@ -1,10 +1,12 @@
 """The chat page in a real browser, against the real stack over MCP tools.
 
-One stack for the whole module (the live proof's `ProofStack`: CRM REST over a fresh SQLite file,
+One stack for the whole folder (the live proof's `ProofStack`: CRM REST over a fresh SQLite file,
 the CRM MCP server with a token, the action server with every tool from MCP, one Rasa server with
-the socketio channel), plus the chat page server, all on free ports on 127.0.0.1. Debian's Chromium
+the channels of credentials.yml: the signed socket.io channel and the REST channel with its bearer
+token), plus the chat page server, all on free ports on 127.0.0.1. Rasa lets pages from two ports in:
+the chat page's and a spare one for the page servers a test starts itself. Debian's Chromium
 (/usr/bin/chromium, installed by `make setup`) runs headless under Python's Playwright; no browser
-is downloaded. Each test gets a fresh browser context (so a fresh sessionStorage and a new
+is downloaded. Each test gets a fresh browser context (so a fresh session cookie, sessionStorage and
 conversation) and, when it fails, leaves a screenshot in test-results/browser/.
 """
 
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 import urllib.request
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Locator, Page, Playwright, expect, sync_playwright
@@ -44,18 +48,33 @@ class ChatStack:
     store: StoreReader
     rasa_url: str
     page_url: str
+    access: procs.RasaAccess
+    # A port whose pages the Rasa server lets in too, for a page server a test starts (one at a time).
+    spare_page_port: int
+    audit_log: Path
+
+    def page_server(self, rasa_url: str, **options: float) -> procs.ServiceProcess:
+        """A chat page server on the spare port, talking to `rasa_url` (the Rasa server, or a proxy)."""
+        return procs.chat_page(
+            rasa_url=rasa_url, chat_key=self.access.chat_key, port=self.spare_page_port, **options
+        )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def chat_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatStack]:
     stack = ProofStack(tmp_path_factory.mktemp("chat-stack"))
+    page_port, spare_port = procs.free_port(), procs.free_port()
+    stack.allow_pages(page_port, spare_port)
     try:
         stack.start_backends()
         stack.start_rasa_in_background(stack.endpoints)
         stack.use_skills("mcp")  # every tool from the MCP server
         rasa_url = stack.wait_for_rasa()
-        page = stack.services.start(procs.chat_page(rasa_url=rasa_url))
-        yield ChatStack(StoreReader(stack.db), rasa_url, page.url)
+        page = stack.services.start(
+            procs.chat_page(rasa_url=rasa_url, chat_key=stack.access.chat_key, port=page_port)
+        )
+        audit = stack.workdir / "audit-mcp.jsonl"
+        yield ChatStack(StoreReader(stack.db), rasa_url, page.url, stack.access, spare_port, audit)
     finally:
         stack.close()
 
@@ -164,12 +183,20 @@ class ChatPage:
         self.say(note)
 
     def session_id(self) -> str:
+        """The conversation the channel confirmed to the page (the id in its token)."""
         saved = json.loads(self.page.evaluate(f"sessionStorage.getItem({json.dumps(STORE_KEY)})"))
-        return str(saved["sessionId"])
+        return str(saved["conversationId"])
 
 
-def user_texts(rasa_url: str, session_id: str) -> list[str]:
-    """What the conversation's tracker says the person sent (Rasa's HTTP API, read-only)."""
-    with urllib.request.urlopen(f"{rasa_url}/conversations/{session_id}/tracker", timeout=10) as reply:
-        tracker = json.loads(reply.read())
-    return [str(event.get("text")) for event in tracker["events"] if event.get("event") == "user"]
+def tracker(chat_stack: ChatStack, conversation_id: str) -> dict[str, Any]:
+    """The conversation's tracker (Rasa's HTTP API, with its token, read-only)."""
+    query = urllib.parse.urlencode({"token": chat_stack.access.api_token})
+    url = f"{chat_stack.rasa_url}/conversations/{urllib.parse.quote(conversation_id)}/tracker?{query}"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return dict(json.loads(reply.read()))
+
+
+def user_texts(chat_stack: ChatStack, conversation_id: str) -> list[str]:
+    """What the conversation's tracker says the person sent."""
+    events = tracker(chat_stack, conversation_id)["events"]
+    return [str(event.get("text")) for event in events if event.get("event") == "user"]

@@ -111,7 +111,7 @@ def test_a_double_click_on_yes_sends_one_answer_and_writes_one_note(
     expect(chat.bot_bubbles.last).to_contain_text("Here's what I can do", timeout=REPLY_TIMEOUT_MS)
     assert chat_stack.store.notes_after(mark) == [StoredNote(dana(chat_stack), note)]
     # The page, not only the executor's single-use confirmation, kept the second click from going out.
-    assert user_texts(chat_stack.rasa_url, chat.session_id()).count("/affirm") == 1
+    assert user_texts(chat_stack, chat.session_id()).count("/affirm") == 1
     expect(chat.user_bubbles.filter(has_text="Yes")).to_have_count(1)
     expect(chat.bot_bubbles.filter(has_text=NOTHING_PENDING)).to_have_count(0)
 
@@ -133,7 +133,7 @@ def test_a_reload_between_question_and_click_confirms_the_same_call_once(
     chat.button("Yes").click()
     chat.expect_reply(SAVED)
     assert chat_stack.store.notes_after(mark) == [StoredNote(dana(chat_stack), note)]
-    assert user_texts(chat_stack.rasa_url, session).count("/affirm") == 1
+    assert user_texts(chat_stack, session).count("/affirm") == 1
 
 
 def test_an_edit_typed_instead_of_a_click_is_asked_about(page: Page, chat_stack: ChatStack) -> None:
@@ -166,7 +166,7 @@ def test_the_page_says_when_the_assistant_cannot_be_reached_and_sends_nothing(
     assert rasa_port is not None
     proxy = TcpProxy(rasa_port).start()
     try:
-        page_server = services.start(procs.chat_page(rasa_url=proxy.url()))
+        page_server = services.start(chat_stack.page_server(proxy.url()))
         mark = chat_stack.store.mark()
         chat = ChatPage(page, page_server.url).open()
         note = "Said no rush on the invoice (browser, connection lost)."
@@ -185,19 +185,19 @@ def test_the_page_says_when_the_assistant_cannot_be_reached_and_sends_nothing(
         proxy = TcpProxy(rasa_port, port=proxy.port).start()  # back, on the same address
         chat.expect_connected()
         session = chat.session_id()
-        assert user_texts(chat_stack.rasa_url, session).count("/affirm") == 0  # nothing came late
+        assert user_texts(chat_stack, session).count("/affirm") == 0  # nothing came late
         assert chat_stack.store.notes_after(mark) == []
         chat.button("Yes").click()
         chat.expect_reply(SAVED)
         assert chat_stack.store.notes_after(mark) == [StoredNote(dana(chat_stack), note)]
-        assert user_texts(chat_stack.rasa_url, session).count("/affirm") == 1
+        assert user_texts(chat_stack, session).count("/affirm") == 1
     finally:
         proxy.stop()
 
 
 def test_a_page_whose_assistant_is_down_says_so(page: Page, services: procs.Services) -> None:
     nothing_there = f"http://{procs.HOST}:{procs.free_port()}"
-    page_server = services.start(procs.chat_page(rasa_url=nothing_there))
+    page_server = services.start(procs.chat_page(rasa_url=nothing_there, chat_key="k" * 43))
     page.goto(page_server.url)
 
     expect(page.locator("#status")).to_have_text("Can't reach the assistant. Retrying…", timeout=10_000)
@@ -213,7 +213,7 @@ def test_the_page_says_when_the_assistant_is_slow_to_answer(
     rasa_port = urlsplit(chat_stack.rasa_url).port
     assert rasa_port is not None
     with TcpProxy(rasa_port) as proxy:
-        page_server = services.start(procs.chat_page(rasa_url=proxy.url(), no_answer_seconds=1))
+        page_server = services.start(chat_stack.page_server(proxy.url(), no_answer_seconds=1))
         chat = ChatPage(page, page_server.url).open()
         proxy.delay = 4.0  # every answer from Rasa now takes 4 s to arrive
 

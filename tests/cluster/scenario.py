@@ -64,17 +64,18 @@ def _kind_of(texts: list[str]) -> str:
 
 
 class Person:
-    """Talks to the REST channel through nginx, one message at a time."""
+    """Talks to the REST channel through nginx (which passes the bearer token on), one message at a time."""
 
-    def __init__(self, rasa_url: str) -> None:
+    def __init__(self, rasa_url: str, rest_token: str) -> None:
         self.webhook = f"{rasa_url}/webhooks/rest/webhook"
+        self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {rest_token}"}
 
     def send(self, sender: str, message: str) -> Answer:
         request = urllib.request.Request(
             self.webhook,
             data=json.dumps({"sender": sender, "message": message}).encode(),
             method="POST",
-            headers={"Content-Type": "application/json"},
+            headers=self.headers,
         )
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
@@ -195,7 +196,7 @@ class Faults:
 def run_conversations(
     cluster: Cluster, run_id: str, count: int, workers: int, faults: Faults, hold_back_from: int
 ) -> list[Conversation]:
-    person = Person(cluster.rasa_url)
+    person = Person(cluster.rasa_url, cluster.secrets["rest_token"])
     chats = [
         Conversation(
             index=i,

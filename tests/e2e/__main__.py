@@ -43,7 +43,7 @@ def run_suite(stack: E2EStack, variant: Variant, paths: list[Path], label: str) 
         "--junit",
         str(REPO_ROOT / "results" / f"e2e-{label.split()[0]}.xml"),
     ]
-    return subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
+    return subprocess.run(command, cwd=REPO_ROOT, env=stack.command_env(), check=False).returncode
 
 
 def main() -> int:

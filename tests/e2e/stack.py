@@ -67,6 +67,12 @@ class E2EStack(LoggedStack):
         assert self.rasa is not None
         return self.rasa.url
 
+    def command_env(self) -> dict[str, str]:
+        """The environment for `mcp-bridge test e2e` against this stack: its tokens (never arguments)."""
+        return procs.child_env(
+            {"RASA_AUTH_TOKEN": self.access.api_token, "REST_CHANNEL_TOKEN": self.access.rest_token}
+        )
+
     def use(self, variant: Variant) -> procs.ServiceProcess:
         """(Re)start the action server on its fixed port as ``variant``."""
         assert self.crm is not None

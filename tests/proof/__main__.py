@@ -42,7 +42,7 @@ def run(stack: ProofStack, report: Report) -> None:
         report.add(result)
 
     stack.use_skills("mcp")  # starts while Rasa is still loading
-    chat = RasaChat(stack.wait_for_rasa())
+    chat = RasaChat(stack.wait_for_rasa(), stack.access)
     contacts = {email: store.contact(email) for email in (*phrasings.contacts, *phrasings.absent_contacts)}
     book = ScriptBook(phrasings, responses, contacts)
     ctx = Context(stack, Runner(chat, store, uuid.uuid4().hex[:8]), book, responses, store, report)

@@ -1,10 +1,13 @@
 """What the live stacks of the proof and the conversation tests share: every service's output kept
 in a log file of its own, a Rasa server loaded in the background while the rest starts, and a close
-that stops everything, Rasa first, even while it is still loading."""
+that stops everything, Rasa first, even while it is still loading. Rasa runs as `make up` runs it: the
+REST channel behind a bearer token, the HTTP API behind another, the chat page's socket.io behind
+signed tokens (`access` holds all three)."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from tests.support import procs
@@ -19,6 +22,12 @@ class LoggedStack:
         self._rasa_thread: threading.Thread | None = None
         self._rasa_error: BaseException | None = None
         self._starts: dict[str, int] = {}
+        self.access = procs.RasaAccess.generate()
+
+    def allow_pages(self, *ports: int) -> None:
+        """Let chat pages on these ports of the loopback connect to the Rasa server (before it starts)."""
+        origins = tuple(origin for port in ports for origin in procs.page_origins(port))
+        self.access = replace(self.access, page_origins=origins)
 
     def logged(self, service: procs.ServiceProcess) -> procs.ServiceProcess:
         """Keep the service's output in workdir/logs/<name>[-n].log (n counts restarts)."""
@@ -35,7 +44,9 @@ class LoggedStack:
 
     def start_rasa_in_background(self, endpoints: Path) -> None:
         """Start loading a Rasa server on the current model (tens of seconds); see wait_for_rasa."""
-        self.rasa = self.logged(procs.rasa_server(model=procs.current_model(), endpoints=endpoints))
+        self.rasa = self.logged(
+            procs.rasa_server(model=procs.current_model(), endpoints=endpoints, access=self.access)
+        )
         rasa = self.rasa
 
         def load() -> None:
