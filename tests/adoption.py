@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.support import procs
-from tests.support.bots import add_reminder_skill, expected_unused_responses, rasa_warnings
+from tests.support.bots import add_reminder_skill, expected_unused_responses, guide_block, rasa_warnings
 from tests.support.http import request_json
 
 T = TypeVar("T")
@@ -365,12 +365,13 @@ REST_TOKEN = secrets.token_urlsafe(32)
 
 
 def authenticated_rest(bot: Path) -> None:
-    """The starter bot's `rest:` channel becomes the plugin's, behind a bearer token (README)."""
+    """The starter bot's `rest:` channel becomes the plugin's, behind a bearer token: the guide's
+    block (step 9, "Rasa's channels")."""
     credentials = bot / "credentials.yml"
     text = credentials.read_text()
     check("\nrest:\n" in text, f"{credentials}: no `rest:` channel to replace")
-    channel = '\nmcp_bridge.channels.rest.BearerRestInput:\n  token: "${REST_CHANNEL_TOKEN}"\n'
-    credentials.write_text(text.replace("\nrest:\n", channel, 1))
+    channel = guide_block("# credentials.yml: in place of `rest:`").split("\n", 1)[1]
+    credentials.write_text(text.replace("\nrest:\n", "\n" + channel, 1))
 
 
 def plugin_for_rasa(target: Path, wheels: Path) -> None:
