@@ -116,7 +116,11 @@ def test_the_cases_catch_a_deny_action_that_writes(stack: E2EStack, tmp_path: Pa
     failed = failures(results)
     report = text_report(results)
     # The bot still says "Nothing was written": only the check of what was called sees the write.
-    assert set(failed) == {"user denies the note", "unclear answer, asked again, nothing written"}, report
+    assert set(failed) == {
+        "user denies the note",
+        "unclear answer, asked again, nothing written",
+        "an answer over the limit is refused, the question asked again, nothing written",
+    }, report
     for result in failed.values():
         failure = result.failure
         assert failure is not None, report
