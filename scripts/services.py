@@ -424,17 +424,22 @@ def current_model() -> Path:
 def write_endpoints(path: Path, action_url: str, action_token: str | None = None) -> Path:
     """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
 
-    With `action_token`, Rasa sends it to the action server as `?token=...`.
+    With `action_token`, Rasa sends it to the action server in an `Authorization: Bearer` header, never
+    as `?token=...` in a URL (which ends up in logs); the file then holds a secret and is 0600.
     """
     import yaml
 
     document = yaml.safe_load((REPO_ROOT / "endpoints.yml").read_text())
     document["action_endpoint"] = {"url": action_url}
     if action_token:
-        document["action_endpoint"]["token"] = action_token
+        document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    text = yaml.safe_dump(document, default_style='"', sort_keys=False)
+    replacement = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    replacement.unlink(missing_ok=True)
+    write_private(replacement, text)
+    os.replace(replacement, path)
     return path
 
 

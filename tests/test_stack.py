@@ -9,6 +9,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from tests.support import procs
 
 
@@ -65,9 +67,14 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
             assert b'id="composer"' in response.read()
         with urllib.request.urlopen(services["chat_page"]["url"] + "config.json") as response:
             assert json.loads(response.read())["socketUrl"] == f"http://127.0.0.1:{ports['RASA_PORT']}"
-        # The generated endpoints carry the action server token, so Rasa would be let in.
-        endpoints = (tmp_path / "run" / "endpoints.yml").read_text()
-        assert (tmp_path / "action_server_token").read_text().strip() in endpoints
+        # The generated endpoints carry the action server token, so Rasa would be let in: in a header,
+        # never in the URL (where it would end up in logs), and in a file only its owner can read.
+        generated = tmp_path / "run" / "endpoints.yml"
+        action = yaml.safe_load(generated.read_text())["action_endpoint"]
+        token = (tmp_path / "action_server_token").read_text().strip()
+        assert action["headers"]["Authorization"] == f"Bearer {token}"
+        assert "token" not in action and token not in action["url"]
+        assert generated.stat().st_mode & 0o777 == 0o600
         assert stack("up", tmp_path, ports).returncode == 1  # already running: refuses, starts nothing
     finally:
         stopped = stack("down", tmp_path, ports)
