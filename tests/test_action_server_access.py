@@ -149,37 +149,42 @@ def test_invalid_skill_file_stops_start_up_with_file_and_reason(tmp_path: Path, 
     assert "utter_no_such_response" in result.stderr and "not defined in the domain" in result.stderr
 
 
-def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
-    tmp_path: Path, endpoints: Path
-) -> None:
-    document = yaml.safe_load(endpoints.read_text())
-    document["mcp_servers"][0]["tool_timout"] = 5
-    endpoints.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
-    # Its own session: if it wrongly starts, the server and its worker processes all go at the end.
+def start_up(endpoints: Path, timeout: float = 60.0, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m rasa_sdk --actions actions` with ``env``; returns once it exits, or after ``timeout``
+    seconds with returncode -1 (it started). In a session of its own, so its Sanic workers end with it."""
+    variables = {
+        "ENDPOINTS": str(endpoints),
+        "CRM_MCP_TOKEN": TOKEN,
+        "ACTION_SERVER_PORT": str(procs.free_port()),
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(procs.free_port())],
+        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", variables["ACTION_SERVER_PORT"]],
         cwd=procs.REPO_ROOT,
-        env=procs.child_env(
-            {
-                "ENDPOINTS": str(endpoints),
-                "CRM_MCP_TOKEN": TOKEN,
-                "ACTION_SERVER_PORT": str(procs.free_port()),
-            }
-        ),
+        env=procs.child_env({**variables, **env}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-    assert process.returncode == 2
-    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in stderr
-    assert TOKEN not in stderr
+        out, err = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    except subprocess.TimeoutExpired:  # it started: that is the answer
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        return subprocess.CompletedProcess(process.args, -1, out, err)
+
+
+def test_an_unknown_server_key_stops_start_up_naming_file_place_and_key(
+    tmp_path: Path, endpoints: Path
+) -> None:
+    document = yaml.safe_load(endpoints.read_text())
+    document["mcp_servers"][0]["tool_timout"] = 5
+    endpoints.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False))
+    result = start_up(endpoints)
+    assert result.returncode == 2
+    assert f"{endpoints}: mcp_servers[0] (crm): unknown key(s) 'tool_timout'" in result.stderr
+    assert TOKEN not in result.stderr
 
 
 def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) -> None:
@@ -196,32 +201,6 @@ def test_unset_token_variable_stops_start_up(tmp_path: Path, endpoints: Path) ->
 
 
 # -- fail closed: start-up refusals -------------------------------------------------------------
-
-
-def start_up(endpoints: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m rasa_sdk --actions actions` with ``env``; returns once it exits, or after 20 s with
-    returncode -1 (it started). In a session of its own, so its Sanic workers end with it."""
-    variables = {
-        "ENDPOINTS": str(endpoints),
-        "CRM_MCP_TOKEN": TOKEN,
-        "ACTION_SERVER_PORT": str(procs.free_port()),
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", variables["ACTION_SERVER_PORT"]],
-        cwd=procs.REPO_ROOT,
-        env=procs.child_env({**variables, **env}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=20)
-        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
-    except subprocess.TimeoutExpired:  # it started: that is the answer
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        return subprocess.CompletedProcess(process.args, -1, out, err)
 
 
 def test_a_public_address_without_a_token_is_refused(endpoints: Path) -> None:
@@ -247,7 +226,7 @@ def test_a_weak_confirmation_secret_is_refused(endpoints: Path, secret: str, rea
 
 
 def test_the_development_flag_accepts_a_weak_secret_loudly(endpoints: Path) -> None:
-    result = start_up(endpoints, CONFIRMATION_SECRET="change-me", MCP_BRIDGE_DEVELOPMENT="1")
+    result = start_up(endpoints, 20.0, CONFIRMATION_SECRET="change-me", MCP_BRIDGE_DEVELOPMENT="1")
     assert result.returncode == -1, result.stderr[-2000:]  # still running when stopped
     output = result.stdout + result.stderr
     assert "accepted only because MCP_BRIDGE_DEVELOPMENT=1" in output

@@ -116,11 +116,9 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
 
 
 def _class_name(action: str) -> str:
-    """A Python identifier for ``action`` that no other skill action of this process has."""
-    base = "".join(part.capitalize() for part in action.split("_") if part.isidentifier() or part.isalnum())
-    base = "".join(c for c in base if c.isalnum()) or "SkillAction"
-    if not base[0].isalpha():
-        base = f"Skill{base}"
+    """A Python identifier for ``action`` (``action_`` and letters, digits and underscores, as
+    :data:`ACTION_NAME` requires) that no other skill action of this process has."""
+    base = "".join(part.capitalize() for part in action.split("_"))  # ActionLogInteraction
     name, n = base, 1
     while name in _BY_CLASS_NAME or name in globals():
         n += 1
