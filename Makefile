@@ -13,7 +13,9 @@ PY        := $(VENV)/bin/python
 PY_OLD    := $(VENV_OLD)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
 RASA_VERSION := 3.6.21
-WEB_DEPS  := web/node_modules/.installed
+BOT       := examples/crm_bot
+WEB       := $(BOT)/web
+WEB_DEPS  := $(WEB)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
 .PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
@@ -27,7 +29,7 @@ help:
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
-	@echo "make e2e      the bot's conversation tests (tests/e2e, mcp-bridge test e2e) over MCP and local tools"
+	@echo "make e2e      the example bot's conversation tests ($(BOT)/tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
@@ -69,11 +71,11 @@ $(VENV_RASA)/.installed: constraints/venv-rasa.txt
 	@$(VENV_RASA)/bin/python -c "import rasa" || { echo "error: rasa did not install into $(VENV_RASA)"; exit 1; }
 	@touch $@
 
-# The chat page's socket.io-client, exactly as web/package-lock.json pins it (served as is, no build).
-$(WEB_DEPS): web/package.json web/package-lock.json
+# The chat page's socket.io-client, exactly as its package-lock.json pins it (served as is, no build).
+$(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the chat page: apt-get install npm"; exit 1; }
-	@echo "==> installing the chat page's npm packages into web/node_modules (web/package-lock.json)"
-	@cd web && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@echo "==> installing the chat page's npm packages into $(WEB)/node_modules ($(WEB)/package-lock.json)"
+	@cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
 	@touch $@
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser is ever downloaded).
@@ -92,11 +94,11 @@ train: setup
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check crm mcp_bridge actions tests scripts
-	@$(VENV)/bin/ruff format --check crm mcp_bridge actions tests scripts
+	@$(VENV)/bin/ruff check mcp_bridge tests scripts $(BOT)
+	@$(VENV)/bin/ruff format --check mcp_bridge tests scripts $(BOT)
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy (crm, mcp_bridge, actions, scripts)"
+	@echo "==> mypy (mcp_bridge, scripts, the example bot's crm and actions)"
 	@$(VENV)/bin/mypy
 
 pytest: setup train services
@@ -105,24 +107,24 @@ pytest: setup train services
 
 # The plugin's suite on the oldest end. Run once, above: the chat page's browser tests and the example
 # CRM's own store and REST API (neither runs in the action server). The channel tests of
-# tests/browser (test_channel_identity.py) run at both ends: the action server reads the sender.
+# tests/live/browser (test_channel_identity.py) run at both ends: the action server reads the sender.
 pytest-sdk36: setup train services
 	@echo "==> pytest (rasa-sdk 3.6, Python 3.10)"
-	@$(VENV_OLD)/bin/pytest -q --ignore=tests/browser/test_chat_page.py --ignore=tests/test_crm_store.py --ignore=tests/test_crm_rest.py
+	@$(VENV_OLD)/bin/pytest -q --ignore=tests/live/browser/test_chat_page.py --ignore=tests/example/test_crm_store.py --ignore=tests/example/test_crm_rest.py
 
 quick: $(VENV)/.installed lint typecheck
-	@$(VENV)/bin/pytest -q tests/test_reader.py tests/test_skills.py tests/test_bridge_config.py \
-		tests/test_init.py tests/test_rasa_adapter.py tests/test_confirmation_properties.py
+	@$(VENV)/bin/pytest -q tests/plugin/test_reader.py tests/plugin/test_skills.py tests/plugin/test_bridge_config.py \
+		tests/plugin/test_init.py tests/plugin/test_rasa_adapter.py tests/plugin/test_confirmation_properties.py
 
 validate: setup
 	@echo "==> rasa data validate"
-	@$(RASA) data validate --fail-on-warnings --quiet
-	@echo "==> mcp-bridge init (must find nothing to change) and check, on this bot"
-	@$(VENV)/bin/mcp-bridge init . | grep -q "nothing to change" || { echo "mcp-bridge init changed the bot: commit what it wrote"; exit 1; }
-	@$(VENV)/bin/mcp-bridge check .
+	@cd $(BOT) && PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 ../../$(VENV_RASA)/bin/rasa data validate --fail-on-warnings --quiet
+	@echo "==> mcp-bridge init (must find nothing to change) and check, on the example bot"
+	@$(VENV)/bin/mcp-bridge init $(BOT) | grep -q "nothing to change" || { echo "mcp-bridge init changed the bot: commit what it wrote"; exit 1; }
+	@$(VENV)/bin/mcp-bridge check $(BOT)
 
 rasa-test: train
-	@echo "==> rasa test (test stories in tests/)"
+	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
 test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test adoption adoption-sdk36
@@ -139,30 +141,30 @@ down:
 # rasa_sdk's own command (what `rasa run actions` runs), from the action-server venv; the plugin adds
 # its start-up checks, the token check and the loopback default through rasa_sdk's plugin hook.
 actions: $(VENV)/.installed
-	@$(PY) -m rasa_sdk --actions actions --port $${ACTION_SERVER_PORT:-5055}
+	@cd $(BOT) && ../../$(PY) -m rasa_sdk --actions actions --port $${ACTION_SERVER_PORT:-5055}
 
 browser-test: setup train
 	@echo "==> browser tests (headless Chromium)"
-	@$(VENV)/bin/pytest -q tests/browser
+	@$(VENV)/bin/pytest -q tests/live/browser
 
 proof: setup train
-	@$(PY) -m tests.proof
+	@$(PY) -m tests.live.proof
 
 proof-sdk36: setup train
 	@echo "==> the live proof on rasa-sdk 3.6, Python 3.10"
-	@$(PY_OLD) -m tests.proof
+	@$(PY_OLD) -m tests.live.proof
 
 e2e: setup train
-	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.e2e
+	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.live.e2e
 
 # A bot nobody here wrote (Rasa's starter bot) adopts the plugin the way docs/ADOPTING.md says.
 adoption: setup
 	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv, rasa-sdk 3.21 (a few minutes)"
-	@$(PY) -m tests.adoption
+	@$(PY) -m tests.live.adoption
 
 adoption-sdk36: setup
 	@echo "==> adoption test: Rasa's starter bot adopts mcp_bridge from a fresh venv, rasa-sdk 3.6 on Python 3.10"
-	@$(PY_OLD) -m tests.adoption
+	@$(PY_OLD) -m tests.live.adoption
 
 # Both ends side by side in one run (.venv and .venv-sdk36: tests/bench/ends.py), one Rasa server for both.
 bench: setup train services
@@ -187,7 +189,7 @@ cluster-down:
 	@if [ -x $(PY) ]; then $(PY) -m scripts.cluster down; else echo "nothing to stop"; fi
 
 cluster-test: setup train services
-	@$(PY) -m tests.cluster
+	@$(PY) -m tests.live.cluster
 
 clean:
 	rm -rf var models results bench-results

@@ -30,7 +30,7 @@ Yes-words can say no. Three things make an answer of yes-words ironic, so unclea
 
 Reading takes time linear in the length of the text: no pattern here can backtrack over more than
 one run of characters, and the few per-character loops look words up in tables (see
-``tests/test_reader_linear.py``). The limit keeps even that short.
+``tests/plugin/test_reader_linear.py``). The limit keeps even that short.
 
 A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
 naming another intent or carrying entities is not a yes.
@@ -236,7 +236,7 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
 #
 # Every pattern below is linear in the text it reads: each is a character class, a run of one
 # class with nothing after it that could fail and make it give characters back, or a literal.
-# tests/test_reader_linear.py holds them to it.
+# tests/plugin/test_reader_linear.py holds them to it.
 
 # Emoji modifiers that do not change meaning: variation selectors, skin tones, joiners.
 _MODIFIERS = re.compile("[\ufe0e\ufe0f\u200d\U0001f3fb-\U0001f3ff]")

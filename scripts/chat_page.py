@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import jwt
 from aiohttp import web
 
-WEB = Path(__file__).resolve().parents[1] / "web"
+WEB = Path(__file__).resolve().parents[1] / "examples" / "crm_bot" / "web"
 SOCKET_IO_CLIENT = WEB / "node_modules" / "socket.io-client" / "dist" / "socket.io.min.js"
 SOCKET_PATH = "/socket.io/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

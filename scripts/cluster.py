@@ -162,7 +162,7 @@ class Cluster:
         """Rasa's endpoints: the action servers through nginx, PostgreSQL, Redis. Secrets stay
         `${VAR}` (unquoted, so Rasa fills them from its environment); the bridge's `mcp_servers`
         stay quoted, for Rasa to leave alone."""
-        document = yaml.safe_load((REPO / "endpoints.yml").read_text())
+        document = yaml.safe_load((services.EXAMPLE_BOT / "endpoints.yml").read_text())
         mcp_servers = yaml.safe_dump(
             {"mcp_servers": document.get("mcp_servers", [])}, default_style='"', sort_keys=False
         )

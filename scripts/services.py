@@ -26,6 +26,9 @@ from pathlib import Path
 from types import TracebackType
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The example bot (its Rasa project, its actions and its CRM): its services run in this folder, as
+# its owner would run them.
+EXAMPLE_BOT = REPO_ROOT / "examples" / "crm_bot"
 HOST = "127.0.0.1"
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 8.0
@@ -141,7 +144,7 @@ class ServiceProcess:
         cwd: Path | None = None,
     ) -> None:
         self.name = name
-        self.cwd = cwd or REPO_ROOT
+        self.cwd = cwd or EXAMPLE_BOT
         self.args = list(args)
         self.env = dict(env)
         self.ready_url = ready_url
@@ -279,7 +282,7 @@ def seed_db(db: Path | None = None, *, database_url: str | None = None) -> Path 
     result = subprocess.run(
         [sys.executable, "-m", "crm", "seed"],
         env=child_env({"CRM_DB": str(db) if db else None, "CRM_DATABASE_URL": database_url}),
-        cwd=REPO_ROOT,
+        cwd=EXAMPLE_BOT,
         capture_output=True,
         text=True,
         timeout=30,
@@ -429,7 +432,7 @@ def write_endpoints(path: Path, action_url: str, action_token: str | None = None
     """
     import yaml
 
-    document = yaml.safe_load((REPO_ROOT / "endpoints.yml").read_text())
+    document = yaml.safe_load((EXAMPLE_BOT / "endpoints.yml").read_text())
     document["action_endpoint"] = {"url": action_url}
     if action_token:
         document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
@@ -467,7 +470,7 @@ def action_server(
             "ACTION_SERVER_HOST": HOST,
             "ACTION_SERVER_PORT": str(port),
             "ENDPOINTS": str(endpoints),
-            "SKILLS_DIR": str(skills_dir or REPO_ROOT / "skills"),
+            "SKILLS_DIR": str(skills_dir or EXAMPLE_BOT / "skills"),
             "CRM_URL": crm_url,
             "CRM_MCP_URL": mcp_url,
             "CRM_MCP_TOKEN": mcp_token,
@@ -508,12 +511,16 @@ def rasa_server(
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [str(RASA_PYTHON), str(RASA_RUN), "run", "--enable-api", "--model", str(model)]
-    args += ["--endpoints", str(endpoints), "--credentials", str(REPO_ROOT / "credentials.yml")]
+    args += ["--endpoints", str(endpoints), "--credentials", str(EXAMPLE_BOT / "credentials.yml")]
     args += ["-i", HOST, "-p", str(port)]
     return ServiceProcess(
         "rasa-server",
         args,
-        env=child_env({"TF_CPP_MIN_LOG_LEVEL": "2", **(extra_env or {}), **access.env()}),
+        # The channels of credentials.yml are the plugin's (mcp_bridge.channels), taken from this
+        # checkout; a deployment installs the plugin into Rasa's environment instead.
+        env=child_env(
+            {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO_ROOT), **(extra_env or {}), **access.env()}
+        ),
         # Rasa loads its model before it listens, so any answer means ready; the root route needs
         # no token (a token in this URL would end up in error messages).
         ready_url=f"{base}/",

@@ -90,7 +90,7 @@ def up(state: Path, with_rasa: bool) -> int:
         endpoints = procs.write_endpoints(
             VAR / "run" / "endpoints.yml", f"http://127.0.0.1:{action_port}/webhook", action_token
         )
-        skills = Path(os.environ.get("SKILLS_DIR", REPO / "skills"))
+        skills = Path(os.environ.get("SKILLS_DIR", REPO / "examples" / "crm_bot" / "skills"))
         actions = start(
             procs.action_server(
                 endpoints=endpoints,

@@ -11,7 +11,9 @@ fi
 echo "==> training the Rasa model (domain, config or data changed); this takes about a minute"
 mkdir -p models var
 start=$(date +%s)
-.venv-rasa/bin/rasa train --quiet --fixed-model-name "$(basename "$model" .tar.gz)" --out models >var/train.log 2>&1 \
+bot=examples/crm_bot
+.venv-rasa/bin/rasa train --quiet --fixed-model-name "$(basename "$model" .tar.gz)" --out models \
+  --config $bot/config.yml --domain $bot/domain.yml --data $bot/data >var/train.log 2>&1 \
   || { cat var/train.log; echo "error: rasa train failed"; exit 1; }
 
 echo "==> trained $model in $(( $(date +%s) - start )) s"

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# crm/ is the example bot's package, not installed with the plugin.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "crm_bot"))
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from crm import tools as crm_tools
+
 from tests.bench import micro
 from tests.bench.__main__ import REPO, _loadavg, _scratch_parent, run_async
 from tests.bench.webhook import cpu_seconds

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from crm import tools as crm_tools
 from mcp_types import LATEST_PROTOCOL_VERSION
 
-from crm import tools as crm_tools
 from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
 from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
 from mcp_bridge.skills import domain_responses, load_skills
@@ -23,7 +23,7 @@ from tests.bench.stats import Series, Variant, round_robin
 from tests.support.conversation import skills_with_source
 from tests.support.mcp_client import mcp_session
 
-REPO = Path(__file__).resolve().parents[2]
+BOT = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
 DANA = "dana@example.com"
 TOOL = "find_contact_by_email"
 SKILL = "bench"
@@ -41,7 +41,7 @@ def _check_noop(data: Any) -> None:
 
 def mcp_servers(mcp_url: str, token: str) -> dict[str, MCPServerConfig]:
     """The MCP servers of the repo's endpoints.yml (flags such as `trusted` included), at this run's URL."""
-    return load_mcp_servers(REPO / "endpoints.yml", env={"CRM_MCP_URL": mcp_url, "CRM_MCP_TOKEN": token})
+    return load_mcp_servers(BOT / "endpoints.yml", env={"CRM_MCP_URL": mcp_url, "CRM_MCP_TOKEN": token})
 
 
 @asynccontextmanager
@@ -160,7 +160,7 @@ def _executor(skills_dir: Path, mcp_url: str, token: str) -> Executor:
         skills_dir,
         local_tools=crm_tools.TOOLS,
         mcp_servers=servers,
-        responses=domain_responses(REPO / "domain.yml"),
+        responses=domain_responses(BOT / "domain.yml"),
     )
     return Executor(skills, ToolBox(crm_tools.TOOLS, MCPRuntime(servers)))
 

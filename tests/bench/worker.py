@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from crm import tools as crm_tools
+
 from tests.bench import micro
 from tests.bench.stats import Variant
 

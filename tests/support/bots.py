@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from mcp_bridge.init import _entry_blocks, fragment_text
-from mcp_bridge.yaml_splice import Splice, compose, entry_name, top_level
+from mcp_bridge.cli.init import _entry_blocks, fragment_text
+from mcp_bridge.cli.yaml_splice import Splice, compose, entry_name, top_level
 from tests.support.procs import REPO_ROOT, child_env
 
 RASA_SITE = next((REPO_ROOT / ".venv-rasa" / "lib").glob("python3*/site-packages"), None)

@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp_bridge.executor import PENDING_SLOT, Decision, Executor, Turn
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
 
 
 def notes_for(db: Path, email: str) -> list[str]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-from tests.support.procs import REPO_ROOT
+from tests.support.procs import EXAMPLE_BOT
 
 
 def load_form() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("example_bot_forms", REPO_ROOT / "actions" / "forms.py")
+    spec = importlib.util.spec_from_file_location("example_bot_forms", EXAMPLE_BOT / "actions" / "forms.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from scripts.services import (
+    EXAMPLE_BOT,
     HOST,
     RASA,
     RASA_START_TIMEOUT,
@@ -30,6 +31,7 @@ from scripts.services import (
 )
 
 __all__ = [
+    "EXAMPLE_BOT",
     "HOST",
     "PLAIN_DICT_SERVER",
     "REMINDER_SERVER",
@@ -68,8 +70,8 @@ def plain_dict_mcp(port: int | None = None) -> ServiceProcess:
     return ServiceProcess(
         "plain-dict-mcp",
         [sys.executable, str(PLAIN_DICT_SERVER), "--host", HOST, "--port", str(port)],
-        # It imports crm/, which is not installed (only the plugin is): run it from the checkout.
-        env=child_env({"PYTHONPATH": str(REPO_ROOT)}),
+        # It imports crm/, which is not installed (only the plugin is): run it from the example bot.
+        env=child_env({"PYTHONPATH": str(EXAMPLE_BOT)}),
         ready_url=f"{base}/stats",
         url=f"{base}/mcp",
     )

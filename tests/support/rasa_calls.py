@@ -17,14 +17,14 @@ from typing import Any
 
 import yaml
 
-from tests.support.procs import REPO_ROOT
+from tests.support.procs import EXAMPLE_BOT
 
 RASA_VERSION = "3.6.21"
 
 
 @cache
 def domain() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((REPO_ROOT / "domain.yml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLE_BOT / "domain.yml").read_text())
     return loaded
 
 

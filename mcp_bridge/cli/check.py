@@ -1,0 +1,237 @@
+"""`mcp-bridge check [DIR] [--actions PKG] [--live]`: the action server's start-up checks, for CI.
+
+Offline (the default) it does what ``python -m rasa_sdk --actions actions`` does before it listens,
+from the bot's folder: imports the bot's actions package (so its local tools are registered), then
+builds the executor from ``endpoints.yml``, ``skills/`` and the domain (ENDPOINTS, SKILLS_DIR and
+DOMAIN override them, as for the action server), and adds what only matters to Rasa: each skill's
+``action:``, and the plugin's own actions, slot and intents, are in the domain.
+
+Offline, an MCP server's url, token or api_key may use a ``${VAR}`` that is not set: the check
+needs no server and no secret, so CI passes without them. It names the variables the action
+server will need (never their values); the action server and ``--live`` refuse an unset one.
+
+``--live`` also asks each MCP server a skill uses, for each tool the skill imports: it exists, the
+step's arguments give every property its input schema requires and literal arguments satisfy it,
+and it publishes an output schema (a tool annotated ``-> dict`` sends text blocks only, and the
+``ok``/``error`` keys the steps branch on do not survive the wire).
+
+Exit status 0 with a one-line summary; 1 with the file, the place and the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import secrets
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from mcp_bridge.cli.init import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS, domain_location
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.errors import ConfigError, ToolCallError
+from mcp_bridge.executor import Executor
+from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
+from mcp_bridge.tools import registered_local_tools
+
+_FILES = ("ENDPOINTS", "SKILLS_DIR", "DOMAIN")
+
+
+def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The action server's environment for the bot in ``bot``: its files unless the caller set them."""
+    env = dict(environ)
+    defaults = {"ENDPOINTS": bot / "endpoints.yml", "SKILLS_DIR": bot / "skills"}
+    for name in _FILES:
+        if env.get(name):
+            env[name] = str(Path(env[name]).resolve())
+        else:
+            env[name] = str(defaults[name] if name in defaults else domain_location(bot))
+    env.setdefault("AUDIT_LOG", "")  # a check writes no audit trail
+    env.setdefault("CONFIRMATION_SECRET", secrets.token_urlsafe(32))  # and seals nothing
+    return env
+
+
+def import_actions(bot: Path, package: str) -> None:
+    """Import the bot's actions package the way rasa_sdk does, from the bot's folder."""
+    imported_before = "mcp_bridge.rasa" in sys.modules
+    os.chdir(bot)
+    sys.path.insert(0, str(bot))
+    try:
+        importlib.import_module(package)
+    except ModuleNotFoundError as exc:
+        if exc.name == package:
+            raise ConfigError(f"{bot}: no actions package {package!r} (use --actions to name it)") from None
+        raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
+    if not imported_before and "mcp_bridge.rasa" not in sys.modules:
+        raise ConfigError(
+            f"{bot / package}: does not import mcp_bridge.rasa, so rasa_sdk would not serve the plugin's "
+            f"actions; add `import mcp_bridge.rasa` to {package}/__init__.py"
+        )
+
+
+def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
+    """Each skill's action and the plugin's own actions, slot and intents are in the domain."""
+    actions: set[str] = set()
+    slots: set[str] = set()
+    intents: set[str] = set()
+    for _, document in domain_documents(domain):
+        actions |= _names(document.get("actions"))
+        slots |= _names(document.get("slots"))
+        intents |= _names(document.get("intents"))
+    for skill in skills.values():
+        if skill.action not in actions:
+            raise ConfigError(
+                f"{skill.path}: action: {skill.action!r} is not in the domain's actions ({domain}), so Rasa "
+                "would never run it; add it there (`mcp-bridge init` does)"
+            )
+    missing = [f"action {name}" for name in PLUGIN_ACTIONS if name not in actions]
+    missing += [f"slot {PENDING_SLOT}"] if PENDING_SLOT not in slots else []
+    missing += [f"intent {name}" for name in PLUGIN_INTENTS if name not in intents]
+    if missing:
+        raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
+
+
+def _names(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return {str(key) for key in value}
+    if isinstance(value, list):
+        return {
+            str(next(iter(entry))) if isinstance(entry, dict) and len(entry) == 1 else str(entry)
+            for entry in value
+        }
+    return set()
+
+
+async def check_live(executor: Executor) -> tuple[list[str], int]:
+    """Problems found at the MCP servers (file, place, reason each), and how many tools were checked."""
+    runtime = executor.tools.runtime
+    assert runtime is not None
+    problems: list[str] = []
+    checked = 0
+    unreachable: set[str] = set()
+    for skill in executor.skills.values():
+        for tool_name, server in skill.mcp_imports().items():
+            if server in unreachable:
+                continue
+            where = f"{skill.path}: tools.{tool_name}"
+            try:
+                catalogue = await runtime.tools(server)
+            except ToolCallError as exc:
+                unreachable.add(server)
+                problems.append(f"{where}: {exc} (url {runtime.servers[server].url})")
+                continue
+            tool = catalogue.get(tool_name)
+            if tool is None:
+                served = ", ".join(sorted(catalogue)) or "none"
+                problems.append(f"{where}: MCP server {server!r} has no tool named {tool_name!r} ({served})")
+                continue
+            checked += 1
+            if tool.output_schema is None:
+                problems.append(
+                    f"{where}: MCP tool {tool_name!r} on server {server!r} publishes no output schema, "
+                    "so its result arrives as text blocks and the keys the steps read (ok, error, ...) are "
+                    "lost; "
+                    "fix the server: return a pydantic model (e.g. `-> ReminderResult`, not `-> dict`) so it "
+                    "publishes outputSchema and answers with structuredContent"
+                )
+            problems.extend(_check_steps(skill, tool_name, dict(tool.input_schema)))
+    return problems, checked
+
+
+def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    for index, step in enumerate(skill.steps):
+        if step.execute_tool != tool_name:
+            continue
+        where = f"{skill.path}: steps[{index}].arguments"
+        missing = sorted(required - set(step.arguments))
+        if missing:
+            given = ", ".join(missing)
+            problems.append(f"{where}: {tool_name!r} requires {given}, which the step does not give")
+        unknown = sorted(set(step.arguments) - set(properties))
+        if unknown and schema.get("additionalProperties") is False:
+            problems.append(f"{where}: {tool_name!r} takes no argument {', '.join(unknown)}")
+        for name, source in step.arguments.items():
+            if isinstance(source, SlotArgument | ResultArgument) or name not in properties:
+                continue
+            partial = {"type": "object", "properties": {name: properties[name]}}
+            if "$defs" in schema:
+                partial["$defs"] = schema["$defs"]
+            error = jsonschema.exceptions.best_match(
+                jsonschema.Draft202012Validator(partial).iter_errors({name: source})
+            )
+            if error is not None:
+                problems.append(f"{where}.{name}: {source!r} does not fit {tool_name!r}: {error.message}")
+    return problems
+
+
+async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
+    """Run the checks for the bot in ``bot``; the summary line, or ConfigError with the first problem."""
+    env = bot_environment(bot, os.environ)
+    os.environ.update({name: env[name] for name in _FILES})  # mcp_bridge.rasa reads SKILLS_DIR on import
+    import_actions(bot, package)
+    # Only now: importing mcp_bridge.rasa serves the skills' actions, which the bot's import must do.
+    from mcp_bridge.rasa.build import build_executor
+
+    # Offline, a server's url or secret may come from a variable that only the action server's
+    # environment sets (CI has no such value): the file's shape is checked, the variable listed.
+    executor = build_executor(env, allow_unset=not live)
+    try:
+        check_domain(env["DOMAIN"], executor.skills)
+        checked = 0
+        if live:
+            problems, checked = await check_live(executor)
+            if problems:
+                raise ConfigError("\n".join(problems))
+    finally:
+        await executor.aclose()
+    skills = ", ".join(sorted(skill.action for skill in executor.skills.values()))
+    runtime = executor.tools.runtime
+    servers = len(runtime.servers) if runtime is not None else 0
+    mode = f"live: {checked} MCP tool(s) checked at their servers" if live else "offline"
+    summary = (
+        f"mcp-bridge check: ok: {len(executor.skills)} skill(s) ({skills}), {servers} MCP server(s), "
+        f"{len(registered_local_tools())} local tool(s); {mode}"
+    )
+    needed = needed_variables(runtime.servers.values() if runtime is not None else [], env)
+    return summary + (f"\nthe action server needs these environment variables: {needed}" if needed else "")
+
+
+def needed_variables(servers: Iterable[MCPServerConfig], env: Mapping[str, str]) -> str:
+    """The variables the servers' url, token and api_key need, and whether each is set here (never
+    its value)."""
+    names = dict.fromkeys(name for server in servers for name in server.variables)
+    return ", ".join(f"{name} ({'set' if env.get(name) is not None else 'not set'} here)" for name in names)
+
+
+def run(args: argparse.Namespace) -> int:
+    bot = Path(args.dir).resolve()
+    try:
+        summary = asyncio.run(check_bot(bot, package=args.actions, live=args.live))
+    except ConfigError as exc:
+        print(f"mcp-bridge check: {exc}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "check",
+        help="the action server's start-up checks, offline (for CI); --live also asks the MCP servers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dir", nargs="?", default=".", help="the bot's folder (default: this one)")
+    parser.add_argument("--actions", default="actions", help="the bot's actions package (default: actions)")
+    parser.add_argument("--live", action="store_true", help="also connect to each MCP server")
+    parser.set_defaults(handler=run)

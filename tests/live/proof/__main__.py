@@ -1,0 +1,118 @@
+"""`python -m tests.live.proof` (`make proof`): the live end-to-end proof.
+
+Exit status 0 only when every check passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from pathlib import Path
+from types import FrameType
+
+from tests.live.proof.answers import answer_checks
+from tests.live.proof.chat import RasaChat
+from tests.live.proof.checks import identical_transcripts
+from tests.live.proof.conversations import Responses, ScriptBook, load_phrasings
+from tests.live.proof.phases import Context, conversations, mcp_outage, unresolvable_tool
+from tests.live.proof.report import Report, failed
+from tests.live.proof.runner import Runner
+from tests.live.proof.stack import ProofStack
+from tests.live.proof.store import StoreReader
+from tests.live.proof.tool_checks import tool_checks
+
+
+def run(stack: ProofStack, report: Report) -> None:
+    phrasings = load_phrasings()
+    responses = Responses()
+    report.section("starting the CRM REST API, the CRM MCP server and the Rasa server on 127.0.0.1")
+    stack.start_backends()
+    stack.start_rasa_in_background(stack.endpoints)
+    store = StoreReader(stack.db)
+
+    report.section("CRM tools over MCP (raw mcp SDK client)")
+    for result in asyncio.run(
+        tool_checks(stack.mcp_url, stack.token, store, phrasings.contacts[0], phrasings.absent_contacts[0])
+    ):
+        report.add(result)
+
+    stack.use_skills("mcp")  # starts while Rasa is still loading
+    chat = RasaChat(stack.wait_for_rasa(), stack.access)
+    contacts = {email: store.contact(email) for email in (*phrasings.contacts, *phrasings.absent_contacts)}
+    book = ScriptBook(phrasings, responses, contacts)
+    ctx = Context(stack, Runner(chat, store, uuid.uuid4().hex[:8]), book, responses, store, report)
+
+    report.section("conversations, MCP tools (every tool-source line `mcp:crm`)")
+    over_mcp = conversations(ctx, "mcp")
+    report.add(mcp_outage(ctx))
+    report.section("answering the question: edits, redirects, ways out, buttons, interruptions (MCP tools)")
+    for result in answer_checks(ctx, "mcp", sample=True):
+        report.add(result)
+
+    stack.use_skills("local")
+    report.section("the same conversations, local tools (the same skills, tool-source lines `local`)")
+    over_local = conversations(ctx, "local")
+    report.add(identical_transcripts(("MCP", over_mcp), ("local", over_local)))
+    if os.environ.get("PROOF_TRANSCRIPTS"):
+        # Every conversation's words, to compare two builds word for word (a change that should not
+        # change behaviour: run the proof before and after, and diff the two files).
+        said = {
+            tag: {outcome.script.label: outcome.transcript for outcome in outcomes}
+            for tag, outcomes in (("mcp", over_mcp), ("local", over_local))
+        }
+        Path(os.environ["PROOF_TRANSCRIPTS"]).write_text(json.dumps(said, indent=1, ensure_ascii=False))
+    report.section("answering the question, local tools")
+    for result in answer_checks(ctx, "local", sample=False):
+        report.add(result)
+
+    report.section("a constrained tool imported from an MCP server that does not serve it")
+    report.add(unresolvable_tool(ctx))
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def main() -> int:
+    started = time.monotonic()
+    signal.signal(signal.SIGTERM, _terminate)
+    workdir = Path(tempfile.mkdtemp(prefix="crm-proof-"))
+    report = Report()
+    stack = ProofStack(workdir)
+    interrupted = False
+    try:
+        run(stack, report)
+    except KeyboardInterrupt:
+        interrupted = True
+        report.add(failed("the proof ran to the end", "interrupted"))
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        report.add(failed("the proof ran to the end", f"{type(exc).__name__}: {exc}"))
+    finally:
+        stack.close()
+    elapsed = _duration(time.monotonic() - started)
+    failures = len(report.failures)
+    if failures or interrupted:
+        print(
+            f"{len(report.results)} checks, {failures} failed, in {elapsed}; logs and store kept in {workdir}"
+        )
+        return 1
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{len(report.results)} checks, all passed, in {elapsed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The processes of the proof, on free ports on 127.0.0.1, and stopping every one of them.
+
+One CRM REST API over a fresh seeded database, one CRM MCP server with a token, a plain MCP server
+named `archive` that serves no CRM tool, one Rasa server (started once: it is the slow one), and
+one action server on a fixed port that is restarted with different skill files between phases,
+so Rasa's action endpoint never changes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from tests.live.proof import variants
+from tests.support import procs
+from tests.support.stack import LoggedStack
+
+ARCHIVE_SERVER = "archive"
+
+
+class ProofStack(LoggedStack):
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.db = workdir / "crm.sqlite3"
+        self.token = secrets.token_urlsafe(24)
+        self.action_port = procs.free_port()
+        self.crm: procs.ServiceProcess | None = None
+        self.mcp: procs.ServiceProcess | None = None
+        self.mcp_port = 0
+        self.actions: procs.ServiceProcess | None = None
+        self.endpoints = workdir / "endpoints.yml"
+        self.skills: dict[str, Path] = {}
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    @property
+    def crm_url(self) -> str:
+        assert self.crm is not None
+        return self.crm.url
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://{procs.HOST}:{self.mcp_port}/mcp"
+
+    # -- start-up ---------------------------------------------------------------------------------
+
+    def start_backends(self) -> None:
+        """Seed the database, start the CRM, its MCP server and the archive server; write the files."""
+        procs.seed_db(self.db)
+        self.crm = self.start_logged(procs.crm_rest(self.db))
+        self.mcp_port = procs.free_port()
+        self.start_mcp()
+        archive = self.start_logged(procs.plain_dict_mcp())
+        action_url = f"http://{procs.HOST}:{self.action_port}/webhook"
+        archive_entry = {"name": ARCHIVE_SERVER, "url": archive.url, "type": "http"}
+        variants.write_endpoints(self.endpoints, action_url, [archive_entry])
+        self.skills = {
+            "mcp": variants.write_skills(self.workdir / "skills-mcp", variants.every_tool("mcp:crm")),
+            "local": variants.write_skills(self.workdir / "skills-local", variants.every_tool("local")),
+            # The constrained tool is imported from a server that exists but does not serve it.
+            "unresolvable": variants.write_skills(
+                self.workdir / "skills-unresolvable",
+                variants.overrides(
+                    "local", {"log_interaction": {"add_timeline_note": f"mcp:{ARCHIVE_SERVER}"}}
+                ),
+            ),
+        }
+
+    # -- changes during the proof -----------------------------------------------------------------
+
+    def use_skills(self, variant: str) -> procs.ServiceProcess:
+        """(Re)start the action server on its fixed port with the skill files of ``variant``."""
+        if self.actions is not None:
+            self.actions.stop()
+        self.actions = self.start_logged(
+            procs.action_server(
+                endpoints=self.endpoints,
+                crm_url=self.crm_url,
+                mcp_url=self.mcp_url,
+                mcp_token=self.token,
+                skills_dir=self.skills[variant],
+                audit_log=self.workdir / f"audit-{variant}.jsonl",
+                port=self.action_port,
+            )
+        )
+        return self.actions
+
+    def stop_mcp(self) -> None:
+        assert self.mcp is not None
+        self.mcp.stop()
+
+    def start_mcp(self) -> procs.ServiceProcess:
+        """Start the CRM MCP server, on the same port every time."""
+        self.mcp = self.start_logged(procs.crm_mcp(self.crm_url, token=self.token, port=self.mcp_port))
+        return self.mcp

@@ -1,0 +1,76 @@
+"""The files the proof's processes read: skill files with only their tool-source lines changed, and
+an endpoints file with one more MCP server.
+
+The skill variants are made from the repository's own skills/ so that, between the phases, the
+tool-source lines are the only difference (checked after each rewrite).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import yaml
+
+from tests.support import procs
+
+SKILLS = procs.EXAMPLE_BOT / "skills"
+_TOOLS_KEY = re.compile(r"^tools:\s*(#.*)?$")
+_TOOL_LINE = re.compile(r"^(?P<indent>\s+)(?P<tool>[A-Za-z_]\w*):\s*(?P<source>local|mcp:[\w.-]+)\s*(#.*)?$")
+
+# skill id, tool name -> tool-source line value ("local" or "mcp:<server>")
+SourceChooser = Callable[[str, str], str]
+
+
+def rewrite_tool_sources(text: str, skill_id: str, choose: SourceChooser) -> str:
+    """``text`` with each line under ``tools:`` set to ``choose(skill, tool)``; nothing else changes."""
+    lines: list[str] = []
+    in_tools = False
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if _TOOLS_KEY.match(body):
+            in_tools = True
+        elif in_tools and body and not body[0].isspace() and not body.startswith("#"):
+            in_tools = False
+        elif in_tools and (match := _TOOL_LINE.match(body)):
+            newline = line[len(body) :]
+            line = f"{match['indent']}{match['tool']}: {choose(skill_id, match['tool'])}{newline}"
+        lines.append(line)
+    return "".join(lines)
+
+
+def write_skills(dest: Path, choose: SourceChooser, source: Path = SKILLS) -> Path:
+    """Copy every skill file of ``source`` to ``dest`` with its tool-source lines rewritten."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.yml")):
+        original = path.read_text(encoding="utf-8")
+        before = yaml.safe_load(original)
+        rewritten = rewrite_tool_sources(original, str(before["skill"]), choose)
+        after = yaml.safe_load(rewritten)
+        expected_tools = {tool: choose(before["skill"], tool) for tool in before["tools"]}
+        if after != {**before, "tools": expected_tools}:
+            raise RuntimeError(f"{path}: rewriting the tool-source lines changed more than those lines")
+        (dest / path.name).write_text(rewritten, encoding="utf-8")
+    return dest
+
+
+def every_tool(source: str) -> SourceChooser:
+    return lambda skill, tool: source
+
+
+def overrides(default: str, by_skill: Mapping[str, Mapping[str, str]]) -> SourceChooser:
+    return lambda skill, tool: by_skill.get(skill, {}).get(tool, default)
+
+
+def write_endpoints(path: Path, action_url: str, extra_servers: list[dict[str, str]]) -> Path:
+    """The repository's endpoints.yml with ``action_url`` and ``extra_servers`` added to mcp_servers.
+
+    Every value is double-quoted, so Rasa leaves ``${...}`` alone for the bridge to expand.
+    """
+    document = yaml.safe_load((procs.EXAMPLE_BOT / "endpoints.yml").read_text(encoding="utf-8"))
+    document["action_endpoint"] = {"url": action_url}
+    document["mcp_servers"] = [*document.get("mcp_servers", []), *extra_servers]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,141 @@
+"""The plugin's Rasa channels (mcp_bridge/channels/) where they run: in Rasa's own environment.
+
+That environment (.venv-rasa: Rasa 3.6, pydantic 1) has none of the plugin's dependencies, so the
+channels must import without them, and without the rest of the plugin; and a channel whose settings
+cannot be used must stop Rasa at start, naming the channel, the key and the reason, never the secret.
+Their behaviour against a running Rasa server is tested with the chat page's stack
+(tests/live/browser/test_channel_identity.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import mcp_bridge
+from tests.support import procs
+
+RASA_PYTHON = procs.REPO_ROOT / ".venv-rasa" / "bin" / "python"
+REST = "mcp_bridge.channels.rest.BearerRestInput"
+SOCKET = "mcp_bridge.channels.socketio.SignedSocketIOInput"
+KEY = "k" * 40
+
+
+def in_rasas_environment(code: str, env: dict[str, str] | None = None) -> Any:
+    """Run `code` with Rasa's Python from the checkout (as `rasa run` finds the plugin); its JSON."""
+    if not RASA_PYTHON.exists():
+        pytest.fail(f"{RASA_PYTHON} is missing: run `make setup`")
+    done = subprocess.run(
+        [str(RASA_PYTHON), "-c", code],
+        cwd=procs.REPO_ROOT,
+        env=procs.child_env({"PYTHONWARNINGS": "ignore", **(env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_channels_import_in_rasas_environment_without_the_plugins_dependencies() -> None:
+    loaded = in_rasas_environment(
+        "import json, sys\n"
+        "import mcp_bridge.channels.rest, mcp_bridge.channels.socketio\n"
+        "print(json.dumps({'plugin': sorted(m for m in sys.modules if m.split('.')[0] == 'mcp_bridge'),\n"
+        "  'deps': sorted(m for m in ('mcp', 'mcp_types', 'pydantic_core') if m in sys.modules)}))"
+    )
+    assert loaded["deps"] == []
+    assert loaded["plugin"] == [
+        "mcp_bridge",
+        "mcp_bridge.channels",
+        "mcp_bridge.channels._settings",
+        "mcp_bridge.channels.rest",
+        "mcp_bridge.channels.socketio",
+        "mcp_bridge.envsubst",  # the ${VAR} rule endpoints.yml uses too (standard library only)
+    ]
+
+
+def test_the_package_imports_its_names_on_first_use_and_still_exports_every_one() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mcp_bridge; print(sorted(m for m in sys.modules if m.startswith('mcp_bridge')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "['mcp_bridge']"
+    assert set(mcp_bridge.__all__) == set(mcp_bridge._EXPORTS)
+    for name in mcp_bridge.__all__:
+        assert getattr(mcp_bridge, name).__module__ == f"mcp_bridge.{mcp_bridge._EXPORTS[name]}" or name in (
+            "Outcome",  # a type alias
+            "Answer",
+        )
+    with pytest.raises(AttributeError):
+        _ = mcp_bridge.NoSuchName  # type: ignore[attr-defined]
+
+
+SETTINGS = """
+import json, sys
+from rasa.shared.utils.io import read_config_file
+from rasa.core.run import _create_single_channel
+results = {}
+# Rasa reads the example bot's credentials.yml without the secrets: they are quoted, so it leaves them.
+credentials = read_config_file("examples/crm_bot/credentials.yml")
+results["file"] = {name: sorted(value) for name, value in credentials.items()}
+def attempt(label, channel, settings):
+    try:
+        made = _create_single_channel(channel, settings)
+        results[label] = "ok " + type(made).__name__
+    except Exception as exc:
+        results[label] = f"{type(exc).__name__}: {exc}"
+for name, settings in credentials.items():
+    attempt("repo " + name, name, settings)
+cases = json.loads(sys.argv[1]) if len(sys.argv) > 1 else json.loads(CASES)
+for label, (channel, settings) in cases.items():
+    attempt(label, channel, settings)
+print(json.dumps(results))
+"""
+
+
+def test_a_channel_that_cannot_be_used_stops_rasa_naming_channel_key_and_reason() -> None:
+    origins = ["http://127.0.0.1:8080"]
+    cases = {
+        "rest, token unset": (REST, {"token": "${NOT_SET_ANYWHERE}"}),
+        "rest, short token": (REST, {"token": "${SHORT_TOKEN}"}),
+        "rest, no token": (REST, {}),
+        "rest, unknown key": (REST, {"token": KEY, "tokne": KEY}),
+        "rest, ok": (REST, {"token": KEY}),
+        "socket, no key": (SOCKET, {"allowed_origins": origins}),
+        "socket, no origins": (SOCKET, {"jwt_key": KEY}),
+        "socket, any origin": (SOCKET, {"jwt_key": KEY, "allowed_origins": "*"}),
+        "socket, unsigned": (SOCKET, {"jwt_key": KEY, "jwt_method": "none", "allowed_origins": origins}),
+        "socket, ok": (SOCKET, {"jwt_key": "${GOOD_KEY}", "allowed_origins": "${ORIGINS}"}),
+    }
+    code = SETTINGS.replace("json.loads(CASES)", repr(json.dumps(cases)).join(["json.loads(", ")"]))
+    env = {"SHORT_TOKEN": "too-short", "GOOD_KEY": KEY, "ORIGINS": "http://a.example, http://b.example"}
+    results = in_rasas_environment(code, env)
+
+    assert results["file"] == {REST: ["token"], SOCKET: sorted(results["file"][SOCKET])}
+    assert results[f"repo {REST}"] == (
+        f"ChannelConfigError: credentials.yml, channel {REST}, token: "
+        "the environment variable REST_CHANNEL_TOKEN is not set"
+    )
+    assert "CHAT_JWT_KEY is not set" in results[f"repo {SOCKET}"]
+    assert "the environment variable NOT_SET_ANYWHERE is not set" in results["rest, token unset"]
+    assert "token: shorter than 32 characters" in results["rest, short token"]
+    assert "too-short" not in results["rest, short token"]  # a secret is never echoed
+    assert "token: required" in results["rest, no token"]
+    assert "tokne: unknown setting" in results["rest, unknown key"]
+    assert results["rest, ok"] == "ok BearerRestInput"
+    assert "jwt_key: required" in results["socket, no key"]
+    assert "allowed_origins: required" in results["socket, no origins"]
+    assert "would let every web page in" in results["socket, any origin"]
+    assert "jwt_method: 'none' is not one of" in results["socket, unsigned"]
+    assert results["socket, ok"] == "ok SignedSocketIOInput"

@@ -1,0 +1,234 @@
+"""The confirmation reader against a labelled set of answers (tests/confirmation_answers.yml).
+
+Each answer is read twice: with no NLU opinion, and with an NLU that says "affirm" at 0.99 whatever
+it hears (as DIET does on text it has never seen). An unsafe write is an answer that is not a yes
+but was read as one; the suite fails on any. Yes recall must be at least 95 %.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.reader import (
+    ConfirmationReader,
+    Edit,
+    NluOpinion,
+    No,
+    Other,
+    Redirect,
+    TooLong,
+    Unclear,
+    Yes,
+    load_words,
+)
+
+ANSWERS: dict[str, Any] = yaml.safe_load((Path(__file__).with_name("confirmation_answers.yml")).read_text())
+CALL = ANSWERS["call"]
+OVERCONFIDENT = NluOpinion("affirm", 0.99, {"affirm": 0.99})
+READER = ConfirmationReader()
+
+
+def labelled() -> list[tuple[str, str]]:
+    pairs = [(text, label) for label in ("yes", "no", "unclear", "sarcasm") for text in ANSWERS[label]]
+    return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
+
+
+def test_the_answer_set_covers_every_class() -> None:
+    classes = ("yes", "no", "edit", "unclear", "sarcasm")
+    counts = {label: sum(1 for _, lab in labelled() if lab == label) for label in classes}
+    assert sum(counts.values()) >= 150, counts
+    assert all(count >= 15 for count in counts.values()), counts
+    assert counts["sarcasm"] >= 20, counts
+
+
+def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
+    unsafe: list[tuple[str, str, str]] = []
+    missed: list[str] = []
+    yes_total = 0
+    for text, label in labelled():
+        for opinion_name, opinion in (("no NLU", None), ("NLU says affirm", OVERCONFIDENT)):
+            reading = READER.read(text, opinion, CALL)
+            if label != "yes" and isinstance(reading, Yes):
+                unsafe.append((text, label, opinion_name))
+            if label == "yes" and opinion is OVERCONFIDENT:
+                yes_total += 1
+                if not isinstance(reading, Yes):
+                    missed.append(text)
+    recall = 1 - len(missed) / yes_total
+    with capsys.disabled():
+        print(
+            f"\nconfirmation reader on {len(labelled())} labelled answers: unsafe writes {len(unsafe)} "
+            f"(must be 0); yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
+        )
+    assert unsafe == []
+    assert recall >= 0.95
+
+
+@pytest.mark.parametrize("text", ANSWERS["no"])
+def test_plain_noes_are_read_as_no(text: str) -> None:
+    assert isinstance(READER.read(text, None, CALL), No)
+    assert isinstance(READER.read(text, NluOpinion("deny", 0.99), CALL), No)
+
+
+@pytest.mark.parametrize("entry", ANSWERS["edit"], ids=lambda entry: entry["answer"])
+def test_edits_carry_exactly_the_new_text_or_address(entry: dict[str, str]) -> None:
+    reading = READER.read(entry["answer"], OVERCONFIDENT, CALL)
+    if "text" in entry:
+        assert reading == Edit(entry["text"])
+    else:
+        assert reading == Redirect(entry["email"])
+
+
+@pytest.mark.parametrize("text", ANSWERS["unclear"])
+def test_unclear_answers_are_asked_again_offline(text: str) -> None:
+    assert isinstance(READER.read(text, None, CALL), Unclear)
+
+
+@pytest.mark.parametrize("text", ANSWERS["sarcasm"])
+def test_sarcasm_made_of_yes_words_is_never_a_yes(text: str) -> None:
+    # Asked again; a no only where the answer also says one ("yeah right, no").
+    for opinion in (None, OVERCONFIDENT):
+        assert isinstance(READER.read(text, opinion, CALL), Unclear | No), (text, opinion)
+
+
+def test_what_makes_yes_words_ironic_is_the_whole_not_each_word() -> None:
+    # Each word alone, or beside a different yes, is a plain yes ...
+    for text in ("yeah", "right", "sure", "great", "oh ok", "ok, sure", "yesss", "that's right"):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Yes(), text
+    # ... together, doubled, drawn out or in a tone they doubt; an instruction beside a doubled yes
+    # keeps it a yes, beside an idiom it does not.
+    for text, reason in (
+        ("yeah right", "yes-words that sound ironic"),
+        ("oh sure, go ahead", "yes-words that sound ironic"),
+        ("suuure", "yes-words that sound ironic"),
+        ("sure, sure", "a yes said twice, which sounds ironic"),
+        ("sure...", "an ellipsis beside the yes"),
+        ('"sure"', "a yes in quotes"),
+        ("sUrE", "a yes in mocking case"),
+    ):
+        assert READER.read(text, OVERCONFIDENT, CALL) == Unclear(reason), text
+    assert READER.read("sure, sure, save it", OVERCONFIDENT, CALL) == Yes()
+    assert READER.read("yeah right, no", None, CALL) == No()
+
+
+def test_a_bot_lists_its_own_irony(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(
+        'yes: ["claro", "vale"]\nironic: ["pues claro"]\ndrawn_out: ["claro"]\npolite: ["pues"]\n'
+    )
+    reader = ConfirmationReader(load_words(words))
+    assert reader.read("claro, vale", None, CALL) == Yes()
+    assert reader.read("pues vale", None, CALL) == Yes()
+    assert reader.read("pues claro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("claaaro", None, CALL) == Unclear("yes-words that sound ironic")
+    assert reader.read("vaaale", None, CALL) == Yes()  # not listed as drawn_out
+
+
+def test_yes_needs_the_nlu_to_agree() -> None:
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.98), CALL), Yes)
+    assert isinstance(READER.read("yes", NluOpinion("deny", 0.98), CALL), Unclear)
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.5), CALL), Unclear)
+    assert isinstance(READER.read("yes", NluOpinion("affirm", 0.7, {"deny": 0.6}), CALL), Unclear)
+
+
+def test_a_message_for_the_bot_is_handed_back_only_when_it_holds_no_answer() -> None:
+    lookup = NluOpinion("lookup_contact", 0.97)
+    assert isinstance(READER.read("who is priya@example.com?", lookup, CALL), Other)
+    assert isinstance(READER.read("help", NluOpinion("help", 0.99), CALL), Other)
+    new_log = NluOpinion("log_interaction", 0.99)
+    assert isinstance(READER.read("log a call with priya@example.com: Second", new_log, CALL), Other)
+    # A yes, a no or a hedge in it keeps it with the question.
+    assert isinstance(READER.read("yes, who is priya?", lookup, CALL), Unclear)
+    assert isinstance(READER.read("maybe", NluOpinion("greet", 0.99), CALL), Unclear)
+    # The NLU's fallback is not another intent.
+    assert isinstance(READER.read("blorp", NluOpinion("nlu_fallback", 0.9), CALL), Unclear)
+
+
+def test_form_way_out_is_only_the_whole_answer() -> None:
+    for text in ("cancel", "Stop.", "never mind", "forget it", "quit", "cancel please"):
+        assert READER.way_out(text) == "cancel", text
+    assert READER.way_out("help") == "help"
+    for text in ("cancel the order for invoice 4471", "no", "stop by on Friday", "helpful call"):
+        assert READER.way_out(text) is None, text
+
+
+def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text('yes: ["sí", "claro"]\nno: ["no gracias"]\n')  # unquoted yes:/no: keys work too
+    reader = ConfirmationReader(load_words(words))
+    assert isinstance(reader.read("sí", None, CALL), Yes)
+    assert isinstance(reader.read("claro, gracias", None, CALL), Unclear)  # "gracias" is not listed
+    assert isinstance(reader.read("no gracias", None, CALL), No)
+    assert isinstance(READER.read("sí", None, CALL), Unclear)  # the defaults do not know it
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("yes: [1, 2]", "yes.0: Input should be a valid string"),
+        ("maybe: [perhaps]", "maybe: Extra inputs are not permitted"),
+        ('yes: [""]', "yes[0]: an empty entry matches nothing"),
+        ('yes: ["stop"]', "listed both as a yes (or polite) and as a no, hedge or irony: stop"),
+        ('ironic: ["sure"]', "listed both as a yes (or polite) and as a no, hedge or irony: sure"),
+        ('instruction: ["never"]', "listed both as a yes (or polite) and as a no, hedge or irony: never"),
+        ("yes: [unclosed", "not valid YAML"),
+    ],
+)
+def test_a_bad_word_file_stops_start_up_naming_file_place_and_reason(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        load_words(words)
+    assert str(words) in str(caught.value) and message in str(caught.value)
+
+
+def test_a_message_over_the_limit_is_refused_unread() -> None:
+    reader = ConfirmationReader(max_chars=10)
+    assert reader.read("yes" + " " * 7, OVERCONFIDENT, CALL) == Yes()  # 10 characters: read
+    assert reader.read("yes" + " " * 8, OVERCONFIDENT, CALL) == TooLong(11, 10)
+    assert reader.read("/affirm" + " " * 4, OVERCONFIDENT, CALL) == TooLong(11, 10)  # buttons too
+    assert reader.way_out("cancel") == "cancel"
+    assert reader.way_out("cancel" + " " * 5) is None  # the form refuses it itself (too_long)
+    assert reader.too_long("x" * 11) == TooLong(11, 10) and reader.too_long("x" * 10) is None
+    assert ConfirmationReader().max_chars == 5000
+    with pytest.raises(ValueError):
+        ConfirmationReader(max_chars=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 5000),
+        ("12000", 12000),
+        ("0", "environment variable MESSAGE_MAX_CHARS: must be a positive whole number"),
+        ("5k", "environment variable MESSAGE_MAX_CHARS: '5k' is not a whole number"),
+    ],
+)
+def test_the_bot_owner_sets_the_limit_with_message_max_chars(
+    value: str | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_bridge.rasa.build import build_executor
+
+    repo = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
+    env = {
+        "ENDPOINTS": str(repo / "endpoints.yml"),
+        "SKILLS_DIR": str(repo / "skills"),
+        "DOMAIN": str(repo / "domain.yml"),
+        "AUDIT_LOG": "",
+        "CONFIRMATION_SECRET": "a test secret that is long enough to seal",
+        "CRM_MCP_TOKEN": "offline",  # endpoints.yml's ${CRM_MCP_TOKEN}, read from this environment
+    }
+    if value is not None:
+        env["MESSAGE_MAX_CHARS"] = value
+    if isinstance(expected, int):
+        assert build_executor(env).reader.max_chars == expected
+    else:
+        with pytest.raises(ConfigError, match=expected):
+            build_executor(env)

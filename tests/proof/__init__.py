@@ -1,5 +1,0 @@
-"""The live end-to-end proof (`make proof`): the whole stack, local and MCP tools, checks that
-print what they saw.
-
-Run with `python -m tests.proof`. The conversations are in conversations.yml.
-"""
