@@ -23,10 +23,10 @@ import pytest
 
 from mcp_bridge.executor import PENDING_SLOT
 from mcp_bridge.rasa.server import GRPC_REFUSAL
+from tests.live.test_action_server_access import listening_addresses, nothing_pending_call, post
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said, slot_events
-from tests.live.test_action_server_access import listening_addresses, nothing_pending_call, post
 
 TOKEN = "mcp-test-token"
 DANA = "dana@example.com"

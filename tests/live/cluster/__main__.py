@@ -30,7 +30,13 @@ import asyncpg
 from scripts.cluster import REPLICAS, Cluster
 from scripts.engines import remove_postgres_data
 from scripts.services import REPO_ROOT
-from tests.live.cluster.scenario import Conversation, Faults, audit_replicas, errors_by_kind, run_conversations
+from tests.live.cluster.scenario import (
+    Conversation,
+    Faults,
+    audit_replicas,
+    errors_by_kind,
+    run_conversations,
+)
 
 CONVERSATIONS = 200
 WORKERS = 6
