@@ -11,15 +11,12 @@ after a restart). A call that may have reached the server is never repeated here
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
-import jsonschema
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -31,12 +28,12 @@ from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
     OutcomeUnknownError,
     ServerUnavailableError,
-    ToolArgumentsError,
     ToolCallError,
     ToolNotFoundError,
     ToolTimeoutError,
 )
 from mcp_bridge.results import ToolResult
+from mcp_bridge.schema import validate_against_schema
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
@@ -321,63 +318,6 @@ class MCPRuntime:
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
     """Refuse arguments the tool's input schema rejects, before anything is sent."""
     validate_against_schema(tool.name, tool.input_schema, arguments)
-
-
-def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
-    try:
-        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError):
-        # An unpaired surrogate (which JSON from a chat channel can carry) has no UTF-8 form: no
-        # server could receive it, and the SDK's transport would fail on it mid-send.
-        raise ToolArgumentsError(
-            f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
-        ) from None
-    validator = _validator(schema)
-    if validator.is_valid(arguments):
-        return
-    problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
-    if problems:
-        details = "; ".join(_describe_problem(problem) for problem in problems)
-        raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
-
-
-# Validators by schema object: a tool's schema object lives as long as its catalogue entry, so
-# the common case is an identity hit; equal schemas in new objects share one validator by value.
-_validators_by_id: dict[int, tuple[Mapping[str, Any], jsonschema.Draft202012Validator]] = {}
-
-
-def _validator(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
-    cached = _validators_by_id.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    validator = _validator_for_json(json.dumps(schema, sort_keys=True))
-    if len(_validators_by_id) >= 1024:
-        _validators_by_id.clear()
-    _validators_by_id[id(schema)] = (schema, validator)  # holds the schema, so its id stays its own
-    return validator
-
-
-@functools.lru_cache(maxsize=256)
-def _validator_for_json(schema_json: str) -> jsonschema.Draft202012Validator:
-    # Building a validator costs more than using one, and every confirmed write validates twice.
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def _describe_problem(problem: jsonschema.ValidationError) -> str:
-    """The rule that failed, without the value: arguments can be note text, which stays out of logs."""
-    where = ".".join(map(str, problem.absolute_path)) or "arguments"
-    rule, limit = problem.validator, problem.validator_value
-    if rule == "required":
-        return str(problem.message)  # names the missing key only
-    if rule == "type":
-        return f"{where}: must be of type {limit}"
-    if rule == "maxLength":
-        return f"{where}: longer than {limit} characters"
-    if rule == "minLength":
-        return f"{where}: shorter than {limit} characters"
-    if rule == "additionalProperties":
-        return f"{where}: unexpected argument(s)"
-    return f"{where}: fails {rule} {limit!r}"
 
 
 def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:

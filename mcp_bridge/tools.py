@@ -35,7 +35,8 @@ from mcp_bridge.audit import CALLED, AuditLog, AuditWriteError, argument_digests
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.metrics import timed_tool_call
 from mcp_bridge.results import ToolResult, from_local
-from mcp_bridge.runtime import MCPRuntime, validate_against_schema
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.schema import validate_against_schema
 from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import Skill
 
