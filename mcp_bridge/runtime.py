@@ -1,5 +1,9 @@
 """MCPRuntime: long-lived MCP sessions, a tool catalogue per server, and guarded invocation.
 
+The runtime knows servers and their tools, keyed by ``(server, tool)``; it knows nothing of skills.
+Which skill may call which tool on which server is the skill's tool-source lines (``mcp:<server>``),
+read where a skill's tool name is resolved (:class:`mcp_bridge.tools.ToolBox`).
+
 One session per server, opened on first use and reused for every call: opening a session costs
 about fifteen times a warm call. Each session is owned by a background task, so a transport that
 dies ends that session and never cancels the caller's task.
@@ -20,7 +24,8 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, PaginatedRequestParams, Tool, ToolListChangedNotification
+from mcp.types import CallToolResult, PaginatedRequestParams, ToolListChangedNotification
+from mcp.types import Tool as McpToolInfo
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
 from mcp_bridge import metrics, results, transport
@@ -40,9 +45,6 @@ if sys.version_info < (3, 11):  # a builtin from 3.11 on
     from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
-
-# Which tools each skill imports from which server: {skill_id: {tool_name: server_name}}.
-SkillImports = Mapping[str, Mapping[str, str]]
 
 
 class _Connection:
@@ -103,9 +105,9 @@ class _Connection:
         if isinstance(message, ToolListChangedNotification):
             self._tools_changed.set()
 
-    async def list_tools(self) -> list[Tool]:
+    async def list_tools(self) -> list[McpToolInfo]:
         session = self._require_session()
-        tools: list[Tool] = []
+        tools: list[McpToolInfo] = []
         cursor: str | None = None
         while True:
             page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
@@ -156,57 +158,25 @@ class _Connection:
 
 
 class MCPRuntime:
-    """Sessions, catalogues and invocation for the MCP servers in endpoints.yml.
+    """Sessions, catalogues and invocation for the MCP servers in endpoints.yml, by ``(server, tool)``.
 
-    Use it from one event loop (the action server's). ``skill_imports`` says which skill may call
-    which tool on which server; a tool a skill does not import is never called for that skill.
+    Use it from one event loop (the action server's).
     """
 
-    def __init__(
-        self,
-        servers: Mapping[str, MCPServerConfig],
-        skill_imports: SkillImports | None = None,
-        *,
-        connect_timeout: float = 10.0,
-    ) -> None:
+    def __init__(self, servers: Mapping[str, MCPServerConfig], *, connect_timeout: float = 10.0) -> None:
         self._servers = dict(servers)
-        self._imports: dict[str, dict[str, str]] = {}
         self._connections: dict[str, _Connection] = {}
-        self._catalogues: dict[str, dict[str, Tool]] = {}
+        self._catalogues: dict[str, dict[str, McpToolInfo]] = {}
         self._stale: dict[str, asyncio.Event] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._connect_timeout = connect_timeout
         self.sessions_opened = 0
-        for skill_id, tools in (skill_imports or {}).items():
-            self.import_tools(skill_id, tools)
 
     @property
     def servers(self) -> Mapping[str, MCPServerConfig]:
         return self._servers
 
-    def import_tools(self, skill_id: str, tools: Mapping[str, str]) -> None:
-        """Declare that ``skill_id`` uses ``{tool_name: server_name}``."""
-        for tool_name, server in tools.items():
-            if server not in self._servers:
-                known = ", ".join(sorted(self._servers)) or "none configured"
-                raise ToolNotFoundError(
-                    f"skill {skill_id!r} imports {tool_name!r} from MCP server {server!r}, "
-                    f"which endpoints.yml does not define (servers: {known})"
-                )
-        self._imports.setdefault(skill_id, {}).update(tools)
-
-    def has_mcp_tool(self, skill_id: str, tool_name: str) -> bool:
-        """True only when ``skill_id`` imports ``tool_name`` from a configured server."""
-        server = self._imports.get(skill_id, {}).get(tool_name)
-        return server is not None and server in self._servers
-
-    def server_for(self, skill_id: str, tool_name: str) -> str:
-        server = self._imports.get(skill_id, {}).get(tool_name)
-        if server is None or server not in self._servers:
-            raise ToolNotFoundError(f"skill {skill_id!r} imports no MCP tool named {tool_name!r}")
-        return server
-
-    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, Tool]:
+    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, McpToolInfo]:
         """The server's tool catalogue (schemas and annotations), cached until it changes."""
         connection = await self._connection(server)
         stale = self._stale[server]
@@ -216,23 +186,9 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
-    def honours_idempotency_key(self, skill_id: str, tool_name: str) -> bool:
-        """Whether the server of this tool is declared to keep one write per idempotency key."""
-        return self._servers[self.server_for(skill_id, tool_name)].honours_idempotency_key
-
-    async def is_trusted_read_only(self, skill_id: str, tool_name: str) -> bool:
-        """True only when the tool's server is marked trusted and the tool is annotated read-only.
-
-        Annotations are the server's own claims: from a server nobody vouched for they count for nothing.
-        """
-        server = self.server_for(skill_id, tool_name)
-        if not self._servers[server].trusted:
-            return False
-        tool = await self.get_tool(skill_id, tool_name)
-        return bool(tool.annotations is not None and tool.annotations.read_only_hint is True)
-
-    async def get_tool(self, skill_id: str, tool_name: str) -> Tool:
-        server = self.server_for(skill_id, tool_name)
+    async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
+        """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
+        again once before the tool is declared missing."""
         catalogue = await self.tools(server)
         if tool_name not in catalogue:
             catalogue = await self.tools(server, refresh=True)
@@ -242,7 +198,7 @@ class MCPRuntime:
 
     async def invoke(
         self,
-        skill_id: str,
+        server: str,
         tool_name: str,
         arguments: Mapping[str, Any],
         timeout: float | None = None,
@@ -255,12 +211,13 @@ class MCPRuntime:
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
         """
-        server = self.server_for(skill_id, tool_name)
+        if server not in self._servers:
+            raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
         config = self._servers[server]
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
-        tool = await self.get_tool(skill_id, tool_name)
-        validate_arguments(tool, args)
+        tool = await self.get_tool(server, tool_name)
+        validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         for attempt in (1, 2):
             connection = await self._connection(server)
@@ -313,11 +270,6 @@ class MCPRuntime:
         if self._connections.get(server) is connection:
             del self._connections[server]
         await connection.close()
-
-
-def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
-    """Refuse arguments the tool's input schema rejects, before anything is sent."""
-    validate_against_schema(tool.name, tool.input_schema, arguments)
 
 
 def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:
