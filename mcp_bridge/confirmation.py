@@ -19,8 +19,8 @@ and when it says a denial.
 from __future__ import annotations
 
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
-from mcp_bridge.pipeline import Tool
 from mcp_bridge.skills import RequiresConfirmation, Skill
+from mcp_bridge.sources import Tool
 
 __all__ = ["declared", "needs_confirmation"]
 

@@ -46,11 +46,12 @@ from mcp_bridge import templating
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import needs_confirmation
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
-from mcp_bridge.pipeline import Tool, check_arguments
+from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
 from mcp_bridge.results import ToolResult
 from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, resolve_arguments
+from mcp_bridge.sources import Tool
 from mcp_bridge.tools import ToolBox
 
 log = logging.getLogger(__name__)
@@ -275,10 +276,10 @@ class Executor:
         bound = await self._verified(pending, turn)
         if bound is None:
             return self._reject(turn, pending, "confirmation does not match a known call")
-        skill, step = bound
+        skill, step, resolved = bound
         reading = self.reader.read(turn.text, nlu, pending.arguments)
         if isinstance(reading, Yes):
-            return await self._confirmed(skill, step, pending, turn)
+            return await self._confirmed(skill, step, resolved, pending, turn)
         if isinstance(reading, No):
             return await self.deny(turn)
         if isinstance(reading, Other):
@@ -333,9 +334,10 @@ class Executor:
         return await self._ask_again(bound[0], pending, turn, [Say(self.responses.confirm_again)])
 
     async def _confirmed(
-        self, skill: Skill, step: Step, pending: PendingConfirmation, turn: Turn
+        self, skill: Skill, step: Step, resolved: _Resolved, pending: PendingConfirmation, turn: Turn
     ) -> Decision:
-        """A plain yes: run exactly the sealed call, once, if it still holds (rule 3)."""
+        """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
+        what the step's tool name resolved to when the question was checked."""
         late = self._clock() - pending.asked_at > self.policy.ttl_seconds
         if turn.user_turn != pending.user_turn + 1 or late:
             self._record(turn, pending, "expired" if late else "asked_again", None)
@@ -344,7 +346,7 @@ class Executor:
         if current != pending.arguments:
             return self._reject(turn, pending, "arguments changed after the question", skill)
         self._record(turn, pending, "confirmed", None)
-        run = await self._run(skill, pending.step, turn, confirmed=pending)
+        run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
         return self._decision(skill, run, slots={PENDING_SLOT: None})
 
     async def _changed(
@@ -405,16 +407,19 @@ class Executor:
         *,
         confirmed: PendingConfirmation | None = None,
         asked_before: PendingConfirmation | None = None,
+        resolved: _Resolved | None = None,
     ) -> _Run:
         """Run ``skill`` from step ``start`` with the turn's slots; ``confirmed`` is the call a yes just
-        authorised, ``asked_before`` the question a new one replaces (the same call keeps its key)."""
+        authorised, ``asked_before`` the question a new one replaces (the same call keeps its key),
+        ``resolved`` what the first step's tool name resolved to, if that is known already."""
         slots = dict(turn.slots)
         results: dict[str, Any] = {}
         said: list[Say] = []
         filled: dict[str, Any] = {}
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
-            resolved = self._resolve(skill, step.execute_tool)
+            if index != start or resolved is None:
+                resolved = self._resolve(skill, step.execute_tool)
             authorised = confirmed if confirmed is not None and index == confirmed.step else None
             if authorised is not None:
                 arguments = dict(authorised.arguments)
@@ -583,8 +588,11 @@ class Executor:
 
     # -- the question's binding -----------------------------------------------------------
 
-    async def _verified(self, pending: PendingConfirmation, turn: Turn) -> tuple[Skill, Step] | None:
-        """The skill and step a pending confirmation names, if its seal and binding hold."""
+    async def _verified(
+        self, pending: PendingConfirmation, turn: Turn
+    ) -> tuple[Skill, Step, _Resolved] | None:
+        """The skill and step a pending confirmation names, and what its tool resolves to, if its seal
+        and binding hold."""
         skill = self.skills.get(pending.skill)
         if skill is None or not 0 <= pending.step < len(skill.steps):
             return None
@@ -594,9 +602,10 @@ class Executor:
             return None
         if not self._seal.verify(pending, turn.conversation_id):
             return None
-        if await self._needs_yes(skill, pending.tool) is None:
+        resolved = self._resolve(skill, pending.tool)
+        if await self._needs_yes(skill, pending.tool, resolved) is None:
             return None
-        return skill, step
+        return skill, step, resolved
 
     def _reject(
         self, turn: Turn, pending: PendingConfirmation, reason: str, skill: Skill | None = None

@@ -1,6 +1,7 @@
 """One tool interface, and the layers every call of a resolved tool goes through.
 
-A skill's tool name is resolved once (:class:`mcp_bridge.tools.ToolBox`) to one :class:`Tool`,
+A skill's tool name is resolved once (:class:`mcp_bridge.tools.ToolBox`) to one
+:class:`~mcp_bridge.sources.Tool`,
 a local function or a tool of an MCP server, and wrapped in layers that each add one concern and
 implement the same interface, the way pydantic-ai's ``ApprovalRequiredToolset`` wraps a toolset::
 
@@ -13,7 +14,7 @@ implement the same interface, the way pydantic-ai's ``ApprovalRequiredToolset`` 
 * :class:`Timed`: every attempt is counted and timed in the metrics.
 
 Whether a call needs a "yes" first is not a layer: it is decided before any call, in
-:mod:`mcp_bridge.confirmation`, from the facts a tool gives (:meth:`Tool.annotations`).
+:mod:`mcp_bridge.confirmation`, from the facts a tool gives (``Tool.annotations``).
 """
 
 from __future__ import annotations
@@ -22,59 +23,18 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from mcp_bridge import metrics
-from mcp_bridge.audit import CALLED, AuditLog, AuditWriteError, argument_digests, current_conversation
+from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import validate_against_schema
-from mcp_bridge.sealing import call_digest
+from mcp_bridge.sources import Annotations, Tool
 
-__all__ = ["Annotations", "Audited", "ExactlyOnce", "Layer", "Timed", "Tool", "check_arguments", "layered"]
+__all__ = ["Audited", "ExactlyOnce", "Layer", "Timed", "check_arguments", "layered"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Annotations:
-    """What a tool's source says about it, for :func:`mcp_bridge.confirmation.needs_confirmation`."""
-
-    # The tool claims to only read (an MCP tool's ``readOnlyHint``).
-    read_only: bool = False
-    # Its source is vouched for: the bot's own code, or an MCP server marked ``trusted``.
-    vouched: bool = False
-
-
-class Tool(Protocol):
-    """One tool, whatever its source."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def source(self) -> str:
-        """ "local" or "mcp:<server>", as the skill's tool-source line says."""
-        ...
-
-    async def input_schema(self) -> Mapping[str, Any]: ...
-
-    async def annotations(self) -> Annotations: ...
-
-    def honours_idempotency_key(self) -> bool:
-        """True when a repeat under the same idempotency key cannot write twice."""
-        ...
-
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
-        """Run the tool. ``slots`` are the conversation's slot values at the call: an MCP server's
-        ``meta_map.from_slots`` sends some of them in ``_meta``; a local tool gets none of them."""
-        ...
 
 
 async def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
@@ -84,17 +44,12 @@ async def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Layer:
-    """A tool around ``inner``: everything but ``call`` is the inner tool's."""
+    """A tool around ``inner``: everything but ``call`` is the inner tool's (``name`` and ``source``
+    copied once, when the layer is made)."""
 
     inner: Tool
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def source(self) -> str:
-        return self.inner.source
+    name: str
+    source: str
 
     async def input_schema(self) -> Mapping[str, Any]:
         return await self.inner.input_schema()
@@ -180,19 +135,7 @@ class Audited(Layer):
         return result
 
     def _record(self, arguments: Mapping[str, Any], key: str | None, result: str, sent: bool) -> None:
-        self.audit.record(
-            conversation=current_conversation(),
-            skill=self.skill_id,
-            tool=self.name,
-            source=self.source,
-            confirmation=key,
-            digest=call_digest(self.skill_id, self.name, self.source, arguments),
-            arguments=argument_digests(arguments),
-            decision=CALLED,
-            result=result,
-            # False when the request provably never reached the tool (server unreachable, refused).
-            sent=sent,
-        )
+        self.audit.called(self.skill_id, self.name, self.source, arguments, key=key, result=result, sent=sent)
 
 
 @dataclass(frozen=True)
@@ -221,6 +164,9 @@ class Timed(Layer):
 
 
 def layered(tool: Tool, *, skill_id: str, audit: AuditLog | None) -> Tool:
-    """``tool`` with every layer: exactly once, audited (with ``audit``), timed."""
-    timed: Tool = Timed(tool)
-    return ExactlyOnce(timed if audit is None else Audited(timed, skill_id, audit))
+    """``tool`` with every layer: exactly once, audited (with ``audit``, for ``skill_id``), timed."""
+    name, source = tool.name, tool.source
+    inner: Tool = Timed(tool, name, source)
+    if audit is not None:
+        inner = Audited(inner, name, source, skill_id, audit)
+    return ExactlyOnce(inner, name, source)

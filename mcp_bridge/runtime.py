@@ -240,15 +240,15 @@ class MCPRuntime:
             await self._drop(server, connection)
 
     async def _connection(self, server: str) -> _Connection:
+        connection = self._connections.get(server)
+        if connection is not None and connection.alive:
+            return connection
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
         unset = self._servers[server].unset_message()
         if unset is not None:
             # Read for the offline check only: its url or secret is not known, so nothing is sent.
             raise ServerUnavailableError(unset)
-        connection = self._connections.get(server)
-        if connection is not None and connection.alive:
-            return connection
         lock = self._locks.setdefault(server, asyncio.Lock())
         async with lock:
             connection = self._connections.get(server)

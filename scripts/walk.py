@@ -10,7 +10,8 @@ The walk is the sequence of modules the chain is in, consecutive repeats collaps
 return both move it. It prints:
 
 * modules entered: the distinct modules of the walk;
-* re-entries: moves into a module the walk had already been in and left;
+* re-entries: moves into a module the walk had already been in and left (and how many of them
+  are into a module other than the executor's, where every excursion returns);
 * upward moves: moves from a lower module to a higher one, where A is above B when A imports B
   (directly or transitively, read from the source with :mod:`ast`). Returns count: a walk that
   goes straight down and back has as many as it is deep; one that goes back and forth has more.
@@ -97,9 +98,12 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 imported |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                imported.add(node.module)
-                imported |= {f"{node.module}.{alias.name}" for alias in node.names}
-        graph[name] = {module for module in imported if module in modules and module != name}
+                # `from mcp_bridge import metrics` imports the module metrics, not the whole package.
+                names = {f"{node.module}.{alias.name}" for alias in node.names}
+                submodules = names & modules.keys()
+                imported |= submodules or {node.module}
+        # The package itself (__init__.py) is a lazy facade of names, below nothing and above nothing.
+        graph[name] = {module for module in imported if module in modules and module not in (name, PACKAGE)}
     return graph
 
 
@@ -172,22 +176,24 @@ class Walk:
         return None
 
 
-def figures(walk: Walk, closure: Mapping[str, set[str]]) -> dict[str, Any]:
-    path = [walk.moves[0][0], *(to for _, to, _ in walk.moves)] if walk.moves else []
+def figures(moves: list[tuple[str, str, str]], closure: Mapping[str, set[str]]) -> dict[str, Any]:
+    path = [moves[0][0], *(to for _, to, _ in moves)] if moves else []
     left: set[str] = set()
-    reentries = 0
-    for source, to, _ in walk.moves:
+    reentries = below = 0
+    for source, to, _ in moves:
         left.add(source)
         if to in left:
             reentries += 1
-    upward = [(a, b, kind) for a, b, kind in walk.moves if a in closure.get(b, set())]
+            below += to != path[0]
+    upward = [(a, b, kind) for a, b, kind in moves if a in closure.get(b, set())]
     return {
         "path": path,
         "modules": sorted(set(path)),
         "reentries": reentries,
+        "reentries_below": below,
         "upward": len(upward),
         "calls_up": sum(1 for *_, kind in upward if kind == "call"),
-        "moves": len(walk.moves),
+        "moves": len(moves),
     }
 
 
@@ -254,14 +260,13 @@ async def walk_both(port: int, show: bool) -> None:
             for source_id in ("local", "mcp"):
                 slots = {"email": "dana@example.com", "text": "walked"}
                 walk, _ = await traced_yes(executor, f"walk_{source_id}", slots)
-                found = figures(walk, closure)
+                found = figures(walk.moves, closure)
                 print(
                     f"{source_id:5}: modules entered {len(found['modules'])}, re-entries "
-                    f"{found['reentries']}, upward moves {found['upward']} (calls up "
-                    f"{found['calls_up']}), moves {found['moves']}"
+                    f"{found['reentries']} ({found['reentries_below']} below the executor), upward moves "
+                    f"{found['upward']} "
+                    f"(calls up {found['calls_up']}), moves {found['moves']}"
                 )
-                modules = ", ".join(m.removeprefix(PACKAGE + ".") for m in found["modules"])
-                print(f"       modules: {modules}")
                 if show:
                     short = [m.removeprefix(PACKAGE + ".") for m in found["path"]]
                     print("       walk: " + " > ".join(short))
