@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from mcp_bridge.runtime import MCPRuntime
     from mcp_bridge.sealing import PendingConfirmation, Seal
     from mcp_bridge.skills import Skill, load_skills
-    from mcp_bridge.tools import LocalTool, MCPTool, Tool, ToolBox, local_tool, register_local_tools
+    from mcp_bridge.sources import LocalTool, MCPTool, Tool
+    from mcp_bridge.tools import ToolBox, local_tool, register_local_tools
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -85,9 +86,9 @@ _EXPORTS = {
     "Seal": "sealing",
     "Skill": "skills",
     "load_skills": "skills",
-    "LocalTool": "tools",
-    "MCPTool": "tools",
-    "Tool": "tools",
+    "LocalTool": "sources",
+    "MCPTool": "sources",
+    "Tool": "sources",
     "ToolBox": "tools",
     "local_tool": "tools",
     "register_local_tools": "tools",

@@ -27,6 +27,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from mcp_bridge.sealing import call_digest
+
 log = logging.getLogger(__name__)
 
 AuditObserver = Callable[[Mapping[str, Any]], None]
@@ -106,6 +108,32 @@ class AuditLog:
                 observe(entry)
             except Exception:  # an observer's bug must not stop a confirmation
                 log.exception("audit observer %r failed", observe)
+
+    def called(
+        self,
+        skill: str,
+        tool: str,
+        source: str,
+        arguments: Mapping[str, Any],
+        *,
+        key: str | None,
+        result: str,
+        sent: bool,
+    ) -> None:
+        """Record one call of a tool (``decision: "called"``), for the conversation being served."""
+        self.record(
+            conversation=current_conversation(),
+            skill=skill,
+            tool=tool,
+            source=source,
+            confirmation=key,
+            digest=call_digest(skill, tool, source, arguments),
+            arguments=argument_digests(arguments),
+            decision=CALLED,
+            result=result,
+            # False when the request provably never reached the tool (server unreachable, refused).
+            sent=sent,
+        )
 
     def entries(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.exists():

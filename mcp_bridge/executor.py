@@ -3,8 +3,13 @@
 Plain data in (a :class:`Turn`: slots and what the person just said), a :class:`Decision` out
 (responses to say, slots to set). The pending confirmation travels in a slot, sealed
 (:mod:`mcp_bridge.sealing`), so the action server keeps no state and any replica can serve the "yes".
-What counts as a yes is the reader's to say (:mod:`mcp_bridge.reader`); tools are reached through
-one interface (:mod:`mcp_bridge.tools`).
+What counts as a yes is the reader's to say (:mod:`mcp_bridge.reader`); which calls need one is
+:mod:`mcp_bridge.confirmation`'s; tools are resolved to one interface and called through its layers
+(:mod:`mcp_bridge.tools`, :mod:`mcp_bridge.pipeline`).
+
+Each entry point reads the turn, runs what it must, and builds its one :class:`Decision` at the end;
+the steps on the way return small immutable results (:class:`_Step`, :class:`_Run`) and change
+nothing they were given.
 
 The rules, in order of importance:
 
@@ -33,23 +38,28 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from mcp_bridge import templating
 from mcp_bridge.audit import AuditLog, AuditWriteError
+from mcp_bridge.confirmation import needs_confirmation
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
 from mcp_bridge.results import ToolResult
 from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, resolve_arguments
-from mcp_bridge.tools import ToolBox, call_exactly_once, check_arguments
+from mcp_bridge.sources import Tool
+from mcp_bridge.tools import ToolBox
 
 log = logging.getLogger(__name__)
 
 PENDING_SLOT = "pending_confirmation"
 _FAILURES = (ToolCallError, ToolArgumentsError, ToolNotFoundError)
+# Outcomes after which a question is pending.
+_WAITING = ("pending", "refused")
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,10 @@ Outcome = Literal[
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
+    """What the executor decided for one turn: built once, at the end, and not changed after."""
+
     outcome: Outcome
     say: list[Say] = field(default_factory=list)
     # slot name -> new value (None clears it)
@@ -109,7 +121,7 @@ class Decision:
     @property
     def waiting(self) -> bool:
         """A question is pending after this decision (the confirmation loop stays active)."""
-        return self.outcome in ("pending", "refused")
+        return self.outcome in _WAITING
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,34 @@ class Responses:
         return set(asdict(self).values())
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What one step's result came to; ``outcome`` None: the skill goes on to its next step."""
+
+    outcome: Outcome | None
+    say: tuple[Say, ...] = ()
+    # The slots the result fills (the step's ``fills``).
+    slots: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What running a skill from one step came to: all it said and set, and the question it ended on."""
+
+    outcome: Outcome
+    say: tuple[Say, ...] = ()
+    slots: Mapping[str, Any] = field(default_factory=dict)
+    asked: PendingConfirmation | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.outcome in _WAITING
+
+
+# What a skill's tool name resolved to: the tool, or why nothing (refused loudly at dispatch, rule 5).
+_Resolved = Tool | ToolNotFoundError
+
+
 class Executor:
     def __init__(
         self,
@@ -175,9 +215,12 @@ class Executor:
         self._audit = audit or AuditLog(None)
         self._clock = clock
         self._seal = seal or Seal.ephemeral()
-        if tools.runtime is not None:
-            for skill in self.skills.values():
-                tools.runtime.import_tools(skill.id, skill.mcp_imports())
+        # Rule 2's question, for an MCP tool the skill gives no constraint.
+        self._unconstrained = RequiresConfirmation(
+            enabled=True,
+            utter_for_confirmation=self.responses.confirm_tool_call,
+            utter_on_user_denial=self.responses.tool_call_cancelled,
+        )
 
     async def aclose(self) -> None:
         await self.tools.aclose()
@@ -196,16 +239,17 @@ class Executor:
         if too_long is not None:
             # Started by a message over the limit: whatever the NLU took from it is not used.
             return Decision("too_long", [self._too_long(too_long)])
-        decision = Decision("done")
+        said: list[Say] = []
+        cleared: dict[str, Any] = {}
         raw = turn.slots.get(PENDING_SLOT)
         if raw is not None and not turn.loop_active:
-            decision.slots[PENDING_SLOT] = None
+            cleared = {PENDING_SLOT: None}
             left_behind = PendingConfirmation.from_slot(raw)
             if left_behind is not None:
                 self._record(turn, left_behind, "dropped", "the person started something else")
-                decision.say.append(Say(self.responses.question_dropped))
-        await self._run(skill, 0, turn, dict(turn.slots), decision, owns_question=not turn.loop_active)
-        return decision
+                said = [Say(self.responses.question_dropped)]
+        run = await self._run(skill, 0, turn)
+        return self._decision(skill, run, said=said, slots=cleared, owns_question=not turn.loop_active)
 
     async def answer(self, turn: Turn) -> Decision:
         """The confirmation loop: read the answer to the pending question and act on it (rules 3, 4).
@@ -232,10 +276,10 @@ class Executor:
         bound = await self._verified(pending, turn)
         if bound is None:
             return self._reject(turn, pending, "confirmation does not match a known call")
-        skill, step = bound
+        skill, step, resolved = bound
         reading = self.reader.read(turn.text, nlu, pending.arguments)
         if isinstance(reading, Yes):
-            return await self._confirmed(skill, step, pending, turn)
+            return await self._confirmed(skill, step, resolved, pending, turn)
         if isinstance(reading, No):
             return await self.deny(turn)
         if isinstance(reading, Other):
@@ -243,9 +287,7 @@ class Executor:
             return Decision("handed_back")
         if isinstance(reading, TooLong):
             self._record(turn, pending, "unclear", reading.reason)
-            again = await self._ask_again(skill, pending, turn, None)
-            again.say.insert(0, self._too_long(reading))
-            return again
+            return await self._ask_again(skill, pending, turn, [self._too_long(reading)])
         if isinstance(reading, Edit | Redirect):
             slot = skill.edits.get("text" if isinstance(reading, Edit) else "email")
             value = reading.text if isinstance(reading, Edit) else reading.email
@@ -255,7 +297,7 @@ class Executor:
         else:
             reason = reading.reason
         self._record(turn, pending, "unclear", reason)
-        return await self._ask_again(skill, pending, turn, self.responses.answer_yes_or_no)
+        return await self._ask_again(skill, pending, turn, [Say(self.responses.answer_yes_or_no)])
 
     async def deny(self, turn: Turn) -> Decision:
         """No: nothing is called, and the person hears the skill's denial."""
@@ -267,16 +309,13 @@ class Executor:
             return self._refuse(turn, pending)
         self._record(turn, pending, "denied", None)
         skill = self.skills.get(pending.skill)
-        rule = await self._confirmation_rule(skill, pending.tool) if skill is not None else None
-        decision = Decision("cancelled", slots={PENDING_SLOT: None})
+        rule = await self._needs_yes(skill, pending.tool) if skill is not None else None
         if rule is not None and rule.utter_on_user_denial:
             variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
-            decision.say.append(Say(rule.utter_on_user_denial, variables))
+            said = Say(rule.utter_on_user_denial, variables)
         else:
-            decision.say.append(Say(self.responses.confirmation_invalid))
-        if skill is not None:
-            self._finish(skill, decision)
-        return decision
+            said = Say(self.responses.confirmation_invalid)
+        return Decision("cancelled", [said], _ended(skill))
 
     # -- answers --------------------------------------------------------------------------
 
@@ -292,25 +331,23 @@ class Executor:
         if bound is None:
             return self._reject(turn, pending, "confirmation does not match a known call")
         self._record(turn, pending, "asked_again", None)
-        return await self._ask_again(bound[0], pending, turn, self.responses.confirm_again)
+        return await self._ask_again(bound[0], pending, turn, [Say(self.responses.confirm_again)])
 
     async def _confirmed(
-        self, skill: Skill, step: Step, pending: PendingConfirmation, turn: Turn
+        self, skill: Skill, step: Step, resolved: _Resolved, pending: PendingConfirmation, turn: Turn
     ) -> Decision:
-        """A plain yes: run exactly the sealed call, once, if it still holds (rule 3)."""
+        """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
+        what the step's tool name resolved to when the question was checked."""
         late = self._clock() - pending.asked_at > self.policy.ttl_seconds
         if turn.user_turn != pending.user_turn + 1 or late:
             self._record(turn, pending, "expired" if late else "asked_again", None)
-            return await self._ask_again(skill, pending, turn, self.responses.confirm_again)
+            return await self._ask_again(skill, pending, turn, [Say(self.responses.confirm_again)])
         current, _ = resolve_arguments(step, turn.slots)
         if current != pending.arguments:
-            decision = self._reject(turn, pending, "arguments changed after the question")
-            self._finish(skill, decision)
-            return decision
+            return self._reject(turn, pending, "arguments changed after the question", skill)
         self._record(turn, pending, "confirmed", None)
-        decision = Decision("done", slots={PENDING_SLOT: None})
-        await self._run(skill, pending.step, turn, dict(turn.slots), decision, confirmed=pending)
-        return decision
+        run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
+        return self._decision(skill, run, slots={PENDING_SLOT: None})
 
     async def _changed(
         self, skill: Skill, old: PendingConfirmation, turn: Turn, slot: str, value: str
@@ -321,33 +358,44 @@ class Executor:
         question (an unknown contact, a text the tool refuses), the person hears why and the old
         question is asked again, unchanged.
         """
-        slots = {**turn.slots, slot: value}
-        decision = Decision("done")
+        changed = replace(turn, slots={**turn.slots, slot: value})
         # An edit that changes nothing is the same call: it keeps its key (asked_before).
-        await self._run(skill, 0, replace(turn, slots=slots), dict(slots), decision, asked_before=old)
-        new = PendingConfirmation.from_slot(decision.slots.get(PENDING_SLOT))
-        if decision.waiting and new is not None:
+        run = await self._run(skill, 0, changed, asked_before=old)
+        if run.waiting and run.asked is not None:
+            new = run.asked
             self._record(
                 turn, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id
             )
-            decision.slots[slot] = value
-            return decision
+            return self._decision(skill, run, then={slot: value})
         self._record(turn, old, "unclear", f"the change of {slot} was refused")
-        again = await self._ask_again(skill, old, turn, None)
-        again.say[:0] = decision.say
-        return again
+        return await self._ask_again(skill, old, turn, run.say)
 
     async def _ask_again(
-        self, skill: Skill, old: PendingConfirmation, turn: Turn, preface: str | None
+        self, skill: Skill, old: PendingConfirmation, turn: Turn, said: Sequence[Say]
     ) -> Decision:
-        """Ask the pending question again, bound to this turn (a new id and seal), of the same person.
-        The same call keeps its idempotency key, so confirming it again cannot write it twice."""
-        decision = Decision("pending", slots={PENDING_SLOT: None})
-        if preface is not None:
-            decision.say.append(Say(preface))
-        again = replace(turn, user=old.user)
-        await self._run(skill, old.step, again, dict(turn.slots), decision, asked_before=old)
-        return decision
+        """Ask the pending question again after ``said``, bound to this turn (a new id and seal), of the
+        same person. The same call keeps its idempotency key, so confirming it again cannot write it
+        twice."""
+        run = await self._run(skill, old.step, replace(turn, user=old.user), asked_before=old)
+        return self._decision(skill, run, said=said, slots={PENDING_SLOT: None})
+
+    def _decision(
+        self,
+        skill: Skill,
+        run: _Run,
+        *,
+        said: Sequence[Say] = (),
+        slots: Mapping[str, Any] | None = None,
+        owns_question: bool = True,
+        then: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """An entry point's one decision: what it ``said`` and set (``slots``) first, then the run's, then
+        ``then``. A run that ends without a question ends the skill (its question and reset slots
+        cleared) unless it interrupted a pending question (``owns_question`` false), which stays."""
+        ended = _ended(skill) if owns_question and not run.waiting else {}
+        return Decision(
+            run.outcome, [*said, *run.say], {**(slots or {}), **run.slots, **ended, **(then or {})}
+        )
 
     # -- the step loop --------------------------------------------------------------------
 
@@ -356,73 +404,84 @@ class Executor:
         skill: Skill,
         start: int,
         turn: Turn,
-        slots: dict[str, Any],
-        decision: Decision,
         *,
         confirmed: PendingConfirmation | None = None,
-        owns_question: bool = True,
         asked_before: PendingConfirmation | None = None,
-    ) -> None:
-        """Run ``skill`` from step ``start``; ``confirmed`` is the call a yes just authorised.
-
-        ``owns_question`` is false for a run that interrupts a pending question (a lookup in the
-        middle): it leaves that question and the slots it depends on alone.
-        """
+        resolved: _Resolved | None = None,
+    ) -> _Run:
+        """Run ``skill`` from step ``start`` with the turn's slots; ``confirmed`` is the call a yes just
+        authorised, ``asked_before`` the question a new one replaces (the same call keeps its key),
+        ``resolved`` what the first step's tool name resolved to, if that is known already."""
+        slots = dict(turn.slots)
         results: dict[str, Any] = {}
-        finish = self._finish if owns_question else _leave_question
+        said: list[Say] = []
+        filled: dict[str, Any] = {}
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
-            authorised = confirmed is not None and index == confirmed.step
-            if authorised:
-                assert confirmed is not None
-                arguments = dict(confirmed.arguments)
+            if index != start or resolved is None:
+                resolved = self._resolve(skill, step.execute_tool)
+            authorised = confirmed if confirmed is not None and index == confirmed.step else None
+            if authorised is not None:
+                arguments = dict(authorised.arguments)
             else:
                 arguments, missing = resolve_arguments(step, slots, results)
                 if missing:
-                    decision.outcome = "missing_argument"
                     response = step.on_missing_argument or self.responses.tool_failed
-                    decision.say.append(Say(response, {"error": f"missing {', '.join(missing)}"}))
-                    finish(skill, decision)
-                    return
-                rule = await self._confirmation_rule(skill, step.execute_tool)
+                    missed = Say(response, {"error": f"missing {', '.join(missing)}"})
+                    return _Run("missing_argument", (*said, missed), filled)
+                rule = await self._needs_yes(skill, step.execute_tool, resolved)
                 if rule is not None:
-                    await self._ask(skill, index, step, rule, arguments, slots, turn, decision, asked_before)
-                    if not decision.waiting:
-                        finish(skill, decision)
-                    return
-            result = await self._dispatch(
-                skill, step, arguments, slots, turn, decision, confirmed if authorised else None
-            )
-            if result is not None:
-                results.update(result.data)
-            if result is None or not self._route(step, result, slots, arguments, results, decision):
-                finish(skill, decision)
-                return
-        decision.outcome = "done"
-        finish(skill, decision)
+                    asked = await self._ask(
+                        skill, index, step, resolved, rule, arguments, slots, turn, asked_before
+                    )
+                    return replace(asked, say=(*said, *asked.say), slots={**filled, **asked.slots})
+            called = await self._dispatch(skill, step, resolved, arguments, slots, turn, authorised)
+            if isinstance(called, _Run):
+                return replace(called, say=(*said, *called.say), slots=filled)
+            results.update(called.data)
+            routed = self._route(step, called, slots, arguments, results)
+            said.extend(routed.say)
+            filled.update(routed.slots)
+            slots.update(routed.slots)
+            if routed.outcome is not None:
+                return _Run(routed.outcome, tuple(said), filled)
+        return _Run("done", tuple(said), filled)
+
+    def _resolve(self, skill: Skill, name: str) -> _Resolved:
+        try:
+            return self.tools.resolve(skill, name)
+        except ToolNotFoundError as exc:
+            return exc
+
+    async def _needs_yes(
+        self, skill: Skill, name: str, resolved: _Resolved | None = None
+    ) -> RequiresConfirmation | None:
+        """Rules 1 and 2, as :mod:`mcp_bridge.confirmation` decides them."""
+        resolved = self._resolve(skill, name) if resolved is None else resolved
+        tool = None if isinstance(resolved, ToolNotFoundError) else resolved
+        return await needs_confirmation(skill, name, tool, default=self._unconstrained)
 
     async def _ask(
         self,
         skill: Skill,
         index: int,
         step: Step,
+        resolved: _Resolved,
         rule: RequiresConfirmation,
         arguments: dict[str, Any],
         slots: Mapping[str, Any],
         turn: Turn,
-        decision: Decision,
-        asked_before: PendingConfirmation | None = None,
-    ) -> None:
+        asked_before: PendingConfirmation | None,
+    ) -> _Run:
         """Rule 1: seal the exact call into the tracker and ask. Arguments the tool would refuse are
         refused now, before the person is asked about them. ``asked_before``: the question this one
         asks again; the same call keeps its idempotency key."""
-        try:
-            await check_arguments(self.tools.resolve(skill, step.execute_tool), arguments)
-        except ToolNotFoundError:
-            pass  # left for dispatch, which refuses it loudly (rule 5)
-        except _FAILURES as exc:
-            self._say_failure(skill, step, exc, turn, decision)
-            return
+        # A name that resolves to nothing is asked about all the same; dispatch refuses it loudly (rule 5).
+        if not isinstance(resolved, ToolNotFoundError):
+            try:
+                await check_arguments(resolved, arguments)
+            except _FAILURES as exc:
+                return self._failure(skill, step, exc, turn)
         source = str(skill.tools[step.execute_tool])
         digest = call_digest(skill.id, step.execute_tool, source, arguments)
         question_id = uuid.uuid4().hex
@@ -441,41 +500,41 @@ class Executor:
             user=turn.user,
         )
         pending = self._seal.sign(pending, turn.conversation_id)
-        decision.outcome = "pending"
-        decision.slots[PENDING_SLOT] = pending.to_slot()
         assert rule.utter_for_confirmation is not None
         variables = templating.variables(slots, arguments, tool=step.execute_tool)
-        decision.say.append(Say(rule.utter_for_confirmation, variables))
+        question = Say(rule.utter_for_confirmation, variables)
         self._record(turn, pending, "asked", None)
+        return _Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, pending)
 
     async def _dispatch(
         self,
         skill: Skill,
         step: Step,
+        resolved: _Resolved,
         arguments: dict[str, Any],
         slots: Mapping[str, Any],
         turn: Turn,
-        decision: Decision,
         confirmed: PendingConfirmation | None,
-    ) -> ToolResult | None:
-        """Resolve the name now (rule 5) and call it; a confirmed call exactly once (rule 3).
+    ) -> ToolResult | _Run:
+        """Call the tool the name resolved to (rule 5); a confirmed call with its key, exactly once
+        (rule 3). A failure comes back as the run's end.
 
         ``slots`` are the conversation's slots as the run has them now (an MCP server's
         ``meta_map.from_slots`` sends some of them in ``_meta``).
         """
-        result = None
+        result: ToolResult | _Run
         outcome = "not run"
         try:
-            tool = self.tools.resolve(skill, step.execute_tool)
+            if isinstance(resolved, ToolNotFoundError):
+                raise resolved
             key = confirmed.key if confirmed else None
-            result = await call_exactly_once(tool, arguments, key, slots=slots)
+            result = await resolved.call(arguments, idempotency_key=key, slots=slots)
+            outcome = "ok" if result.ok else f"error: {result.error}"
         except _FAILURES as exc:
-            self._say_failure(skill, step, exc, turn, decision)
+            result = self._failure(skill, step, exc, turn)
             if isinstance(exc, ToolCallError) and exc.may_have_run:
                 outcome = "outcome unknown"
         if confirmed is not None:
-            if result is not None:
-                outcome = "ok" if result.ok else f"error: {result.error}"
             try:
                 self._record(turn, confirmed, "executed", outcome)
             except AuditWriteError:
@@ -486,34 +545,28 @@ class Executor:
         self,
         step: Step,
         result: ToolResult,
-        slots: dict[str, Any],
-        arguments: dict[str, Any],
-        results: dict[str, Any],
-        decision: Decision,
-    ) -> bool:
-        """Say what follows the result; True when the skill goes on to its next step."""
+        slots: Mapping[str, Any],
+        arguments: Mapping[str, Any],
+        results: Mapping[str, Any],
+    ) -> _Step:
+        """What follows the result: what to say, the slots it fills, and whether the skill goes on."""
         if not result.ok:
-            decision.outcome = "failed"
             error = result.error or "the tool reported a failure"
-            decision.say.append(Say(step.on_error or self.responses.tool_failed, {"error": error}))
-            return False
+            return _Step("failed", (Say(step.on_error or self.responses.tool_failed, {"error": error}),))
         empty_list = step.not_found_when_empty and not result.data.get(step.not_found_when_empty)
         false_flag = step.not_found_when_false and result.data.get(step.not_found_when_false) is False
         if empty_list or false_flag:
-            decision.outcome = "not_found"
-            if step.on_not_found:
-                variables = templating.variables(slots, arguments, results, list_format=step.list_format)
-                decision.say.append(Say(step.on_not_found, variables))
-            return False
-        for slot, key in step.fills.items():
-            slots[slot] = result.data.get(key)
-            decision.slots[slot] = result.data.get(key)
-        if step.on_success:
+            if not step.on_not_found:
+                return _Step("not_found")
             variables = templating.variables(slots, arguments, results, list_format=step.list_format)
-            decision.say.append(Say(step.on_success, variables))
-        return True
+            return _Step("not_found", (Say(step.on_not_found, variables),))
+        fills = {slot: result.data.get(key) for slot, key in step.fills.items()}
+        if not step.on_success:
+            return _Step(None, (), fills)
+        variables = templating.variables({**slots, **fills}, arguments, results, list_format=step.list_format)
+        return _Step(None, (Say(step.on_success, variables),), fills)
 
-    def _say_failure(self, skill: Skill, step: Step, exc: Exception, turn: Turn, decision: Decision) -> None:
+    def _failure(self, skill: Skill, step: Step, exc: Exception, turn: Turn) -> _Run:
         tool = step.execute_tool
         if isinstance(exc, ToolNotFoundError):
             log.error(
@@ -524,43 +577,22 @@ class Executor:
                 exc,
                 turn.conversation_id,
             )
-            decision.outcome = "not_configured"
-            decision.say.append(Say(self.responses.tool_not_configured))
-        elif isinstance(exc, ToolArgumentsError):
+            return _Run("not_configured", (Say(self.responses.tool_not_configured),))
+        if isinstance(exc, ToolArgumentsError):
             log.warning("tool %r of skill %r: %s", tool, skill.id, exc)
-            decision.outcome = "failed"
-            decision.say.append(Say(step.on_error or self.responses.tool_failed, {"error": str(exc)}))
-        else:
-            log.warning("tool %r of skill %r failed: %s", tool, skill.id, exc)
-            decision.outcome = "unavailable"
-            unknown = isinstance(exc, ToolCallError) and exc.may_have_run
-            decision.say.append(
-                Say(self.responses.tool_outcome_unknown if unknown else self.responses.tool_unavailable)
-            )
+            return _Run("failed", (Say(step.on_error or self.responses.tool_failed, {"error": str(exc)}),))
+        log.warning("tool %r of skill %r failed: %s", tool, skill.id, exc)
+        unknown = isinstance(exc, ToolCallError) and exc.may_have_run
+        said = self.responses.tool_outcome_unknown if unknown else self.responses.tool_unavailable
+        return _Run("unavailable", (Say(said),))
 
-    # -- the confirmation rules -----------------------------------------------------------
+    # -- the question's binding -----------------------------------------------------------
 
-    async def _confirmation_rule(self, skill: Skill, tool: str) -> RequiresConfirmation | None:
-        """The confirmation a call of ``tool`` needs, or None; decided by name first (rules 1, 2)."""
-        constraint = skill.constraints.get(tool)
-        if constraint is not None and constraint.requires_confirmation is not None:
-            return skill.confirmation_for(tool)
-        source = skill.tools.get(tool)
-        if source is None or source.kind == "local":
-            return None
-        try:
-            if await self.tools.resolve(skill, tool).trusted_read_only():
-                return None
-        except _FAILURES:
-            pass  # unknown or unreachable: confirm, and let dispatch say what is wrong
-        return RequiresConfirmation(
-            enabled=True,
-            utter_for_confirmation=self.responses.confirm_tool_call,
-            utter_on_user_denial=self.responses.tool_call_cancelled,
-        )
-
-    async def _verified(self, pending: PendingConfirmation, turn: Turn) -> tuple[Skill, Step] | None:
-        """The skill and step a pending confirmation names, if its seal and binding hold."""
+    async def _verified(
+        self, pending: PendingConfirmation, turn: Turn
+    ) -> tuple[Skill, Step, _Resolved] | None:
+        """The skill and step a pending confirmation names, and what its tool resolves to, if its seal
+        and binding hold."""
         skill = self.skills.get(pending.skill)
         if skill is None or not 0 <= pending.step < len(skill.steps):
             return None
@@ -570,11 +602,14 @@ class Executor:
             return None
         if not self._seal.verify(pending, turn.conversation_id):
             return None
-        if await self._confirmation_rule(skill, pending.tool) is None:
+        resolved = self._resolve(skill, pending.tool)
+        if await self._needs_yes(skill, pending.tool, resolved) is None:
             return None
-        return skill, step
+        return skill, step, resolved
 
-    def _reject(self, turn: Turn, pending: PendingConfirmation, reason: str) -> Decision:
+    def _reject(
+        self, turn: Turn, pending: PendingConfirmation, reason: str, skill: Skill | None = None
+    ) -> Decision:
         log.warning(
             "conversation %s: confirmation %s rejected (%s); nothing was run",
             turn.conversation_id,
@@ -582,7 +617,7 @@ class Executor:
             reason,
         )
         self._record(turn, pending, "rejected", reason)
-        return Decision("rejected", [Say(self.responses.confirmation_invalid)], {PENDING_SLOT: None})
+        return Decision("rejected", [Say(self.responses.confirmation_invalid)], _ended(skill))
 
     def _refuse(self, turn: Turn, pending: PendingConfirmation) -> Decision:
         """Rule 3: only the person asked may answer. Nothing runs; the question stays for them."""
@@ -596,11 +631,6 @@ class Executor:
             turn, pending, "refused", "answered by someone other than the person asked", answered_by=turn.user
         )
         return Decision("refused", [Say(self.responses.confirmation_invalid)])
-
-    def _finish(self, skill: Skill, decision: Decision) -> None:
-        decision.slots[PENDING_SLOT] = None
-        for slot in skill.reset_slots:
-            decision.slots[slot] = None
 
     def _record(
         self,
@@ -625,8 +655,10 @@ class Executor:
         )
 
 
-def _leave_question(skill: Skill, decision: Decision) -> None:
-    """How a run that interrupts a pending question ends: the question and its slots stay."""
+def _ended(skill: Skill | None) -> dict[str, Any]:
+    """The slots that end a skill: no question pending, and the skill's reset slots cleared."""
+    resets = skill.reset_slots if skill is not None else ()
+    return {PENDING_SLOT: None, **{slot: None for slot in resets}}
 
 
 def _clear(raw: Any) -> dict[str, Any]:

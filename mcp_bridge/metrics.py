@@ -4,8 +4,8 @@ Fed from three places, so the executor's rules stay free of bookkeeping:
 
 * confirmations from the audit trail: :func:`count_confirmation` is an :class:`~mcp_bridge.audit.AuditLog`
   observer, so every decision the trail records is counted exactly once, under its own name;
-* tool calls where a resolved tool is called (``LocalTool.call`` and ``MCPTool.call`` in
-  :mod:`mcp_bridge.tools`, wrapped by :func:`timed_tool_call`);
+* tool calls from the metrics layer every resolved tool is wrapped in
+  (:class:`mcp_bridge.pipeline.Timed`, which calls :func:`observe_tool_call`);
 * MCP sessions from :class:`~mcp_bridge.runtime.MCPRuntime`, where a session is opened.
 
 The metrics live in a registry of their own (:data:`REGISTRY`, with the process and platform
@@ -17,10 +17,8 @@ server), never arguments: note text stays out of metrics as it stays out of logs
 from __future__ import annotations
 
 import asyncio
-import functools
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -40,7 +38,6 @@ from mcp_bridge.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from mcp_bridge.results import ToolResult
 
 __all__ = [
     "CONFIRMATIONS",
@@ -52,7 +49,8 @@ __all__ = [
     "attach",
     "count_confirmation",
     "exposition",
-    "timed_tool_call",
+    "failure_outcome",
+    "observe_tool_call",
 ]
 
 REGISTRY = CollectorRegistry()
@@ -110,37 +108,14 @@ def opened_session(server: str) -> None:
     MCP_SESSIONS_OPENED.labels(server=server).inc()
 
 
-_Call = TypeVar("_Call", bound=Callable[..., Awaitable[ToolResult]])
+def observe_tool_call(tool: str, source: str, outcome: str, seconds: float) -> None:
+    """Count and time one tool call; ``source`` is where it really went: ``local`` or ``mcp``."""
+    TOOL_CALL_SECONDS.labels(tool=tool, source=source).observe(seconds)
+    TOOL_CALLS.labels(tool=tool, source=source, outcome=outcome).inc()
 
 
-def timed_tool_call(call: _Call) -> _Call:
-    """Wrap a tool's ``call(self, arguments, ...)`` method: count and time every call.
-
-    ``self`` is a resolved tool (``name``, and ``source``: ``local`` or ``mcp:<server>``), so the
-    source label is where the call really went: ``local`` or ``mcp``.
-    """
-
-    @functools.wraps(call)
-    async def timed(self: Any, *args: Any, **kwargs: Any) -> ToolResult:
-        tool = str(self.name)
-        source = "local" if self.source == "local" else "mcp"
-        started = time.perf_counter()
-        outcome = "unknown"
-        try:
-            result = await call(self, *args, **kwargs)
-            outcome = "ok" if result.ok else "error"
-            return result
-        except BaseException as exc:
-            outcome = _failure(exc)
-            raise
-        finally:
-            TOOL_CALL_SECONDS.labels(tool=tool, source=source).observe(time.perf_counter() - started)
-            TOOL_CALLS.labels(tool=tool, source=source, outcome=outcome).inc()
-
-    return cast(_Call, timed)
-
-
-def _failure(exc: BaseException) -> str:
+def failure_outcome(exc: BaseException) -> str:
+    """The ``outcome`` label of a call that raised ``exc``."""
     if isinstance(exc, ToolArgumentsError):
         return "bad_arguments"
     if isinstance(exc, ToolNotFoundError):

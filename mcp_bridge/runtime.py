@@ -1,5 +1,9 @@
 """MCPRuntime: long-lived MCP sessions, a tool catalogue per server, and guarded invocation.
 
+The runtime knows servers and their tools, keyed by ``(server, tool)``; it knows nothing of skills.
+Which skill may call which tool on which server is the skill's tool-source lines (``mcp:<server>``),
+read where a skill's tool name is resolved (:class:`mcp_bridge.tools.ToolBox`).
+
 One session per server, opened on first use and reused for every call: opening a session costs
 about fifteen times a warm call. Each session is owned by a background task, so a transport that
 dies ends that session and never cancels the caller's task.
@@ -11,19 +15,17 @@ after a restart). A call that may have reached the server is never repeated here
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
-import jsonschema
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, PaginatedRequestParams, Tool, ToolListChangedNotification
+from mcp.types import CallToolResult, PaginatedRequestParams, ToolListChangedNotification
+from mcp.types import Tool as McpToolInfo
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
 from mcp_bridge import metrics, results, transport
@@ -31,21 +33,18 @@ from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
     OutcomeUnknownError,
     ServerUnavailableError,
-    ToolArgumentsError,
     ToolCallError,
     ToolNotFoundError,
     ToolTimeoutError,
 )
 from mcp_bridge.results import ToolResult
+from mcp_bridge.schema import validate_against_schema
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
     from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
-
-# Which tools each skill imports from which server: {skill_id: {tool_name: server_name}}.
-SkillImports = Mapping[str, Mapping[str, str]]
 
 
 class _Connection:
@@ -106,9 +105,9 @@ class _Connection:
         if isinstance(message, ToolListChangedNotification):
             self._tools_changed.set()
 
-    async def list_tools(self) -> list[Tool]:
+    async def list_tools(self) -> list[McpToolInfo]:
         session = self._require_session()
-        tools: list[Tool] = []
+        tools: list[McpToolInfo] = []
         cursor: str | None = None
         while True:
             page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
@@ -159,57 +158,25 @@ class _Connection:
 
 
 class MCPRuntime:
-    """Sessions, catalogues and invocation for the MCP servers in endpoints.yml.
+    """Sessions, catalogues and invocation for the MCP servers in endpoints.yml, by ``(server, tool)``.
 
-    Use it from one event loop (the action server's). ``skill_imports`` says which skill may call
-    which tool on which server; a tool a skill does not import is never called for that skill.
+    Use it from one event loop (the action server's).
     """
 
-    def __init__(
-        self,
-        servers: Mapping[str, MCPServerConfig],
-        skill_imports: SkillImports | None = None,
-        *,
-        connect_timeout: float = 10.0,
-    ) -> None:
+    def __init__(self, servers: Mapping[str, MCPServerConfig], *, connect_timeout: float = 10.0) -> None:
         self._servers = dict(servers)
-        self._imports: dict[str, dict[str, str]] = {}
         self._connections: dict[str, _Connection] = {}
-        self._catalogues: dict[str, dict[str, Tool]] = {}
+        self._catalogues: dict[str, dict[str, McpToolInfo]] = {}
         self._stale: dict[str, asyncio.Event] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._connect_timeout = connect_timeout
         self.sessions_opened = 0
-        for skill_id, tools in (skill_imports or {}).items():
-            self.import_tools(skill_id, tools)
 
     @property
     def servers(self) -> Mapping[str, MCPServerConfig]:
         return self._servers
 
-    def import_tools(self, skill_id: str, tools: Mapping[str, str]) -> None:
-        """Declare that ``skill_id`` uses ``{tool_name: server_name}``."""
-        for tool_name, server in tools.items():
-            if server not in self._servers:
-                known = ", ".join(sorted(self._servers)) or "none configured"
-                raise ToolNotFoundError(
-                    f"skill {skill_id!r} imports {tool_name!r} from MCP server {server!r}, "
-                    f"which endpoints.yml does not define (servers: {known})"
-                )
-        self._imports.setdefault(skill_id, {}).update(tools)
-
-    def has_mcp_tool(self, skill_id: str, tool_name: str) -> bool:
-        """True only when ``skill_id`` imports ``tool_name`` from a configured server."""
-        server = self._imports.get(skill_id, {}).get(tool_name)
-        return server is not None and server in self._servers
-
-    def server_for(self, skill_id: str, tool_name: str) -> str:
-        server = self._imports.get(skill_id, {}).get(tool_name)
-        if server is None or server not in self._servers:
-            raise ToolNotFoundError(f"skill {skill_id!r} imports no MCP tool named {tool_name!r}")
-        return server
-
-    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, Tool]:
+    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, McpToolInfo]:
         """The server's tool catalogue (schemas and annotations), cached until it changes."""
         connection = await self._connection(server)
         stale = self._stale[server]
@@ -219,23 +186,9 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
-    def honours_idempotency_key(self, skill_id: str, tool_name: str) -> bool:
-        """Whether the server of this tool is declared to keep one write per idempotency key."""
-        return self._servers[self.server_for(skill_id, tool_name)].honours_idempotency_key
-
-    async def is_trusted_read_only(self, skill_id: str, tool_name: str) -> bool:
-        """True only when the tool's server is marked trusted and the tool is annotated read-only.
-
-        Annotations are the server's own claims: from a server nobody vouched for they count for nothing.
-        """
-        server = self.server_for(skill_id, tool_name)
-        if not self._servers[server].trusted:
-            return False
-        tool = await self.get_tool(skill_id, tool_name)
-        return bool(tool.annotations is not None and tool.annotations.read_only_hint is True)
-
-    async def get_tool(self, skill_id: str, tool_name: str) -> Tool:
-        server = self.server_for(skill_id, tool_name)
+    async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
+        """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
+        again once before the tool is declared missing."""
         catalogue = await self.tools(server)
         if tool_name not in catalogue:
             catalogue = await self.tools(server, refresh=True)
@@ -245,7 +198,7 @@ class MCPRuntime:
 
     async def invoke(
         self,
-        skill_id: str,
+        server: str,
         tool_name: str,
         arguments: Mapping[str, Any],
         timeout: float | None = None,
@@ -258,12 +211,13 @@ class MCPRuntime:
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
         """
-        server = self.server_for(skill_id, tool_name)
+        if server not in self._servers:
+            raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
         config = self._servers[server]
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
-        tool = await self.get_tool(skill_id, tool_name)
-        validate_arguments(tool, args)
+        tool = await self.get_tool(server, tool_name)
+        validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         for attempt in (1, 2):
             connection = await self._connection(server)
@@ -286,15 +240,15 @@ class MCPRuntime:
             await self._drop(server, connection)
 
     async def _connection(self, server: str) -> _Connection:
+        connection = self._connections.get(server)
+        if connection is not None and connection.alive:
+            return connection
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
         unset = self._servers[server].unset_message()
         if unset is not None:
             # Read for the offline check only: its url or secret is not known, so nothing is sent.
             raise ServerUnavailableError(unset)
-        connection = self._connections.get(server)
-        if connection is not None and connection.alive:
-            return connection
         lock = self._locks.setdefault(server, asyncio.Lock())
         async with lock:
             connection = self._connections.get(server)
@@ -316,68 +270,6 @@ class MCPRuntime:
         if self._connections.get(server) is connection:
             del self._connections[server]
         await connection.close()
-
-
-def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
-    """Refuse arguments the tool's input schema rejects, before anything is sent."""
-    validate_against_schema(tool.name, tool.input_schema, arguments)
-
-
-def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
-    try:
-        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError):
-        # An unpaired surrogate (which JSON from a chat channel can carry) has no UTF-8 form: no
-        # server could receive it, and the SDK's transport would fail on it mid-send.
-        raise ToolArgumentsError(
-            f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
-        ) from None
-    validator = _validator(schema)
-    if validator.is_valid(arguments):
-        return
-    problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
-    if problems:
-        details = "; ".join(_describe_problem(problem) for problem in problems)
-        raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
-
-
-# Validators by schema object: a tool's schema object lives as long as its catalogue entry, so
-# the common case is an identity hit; equal schemas in new objects share one validator by value.
-_validators_by_id: dict[int, tuple[Mapping[str, Any], jsonschema.Draft202012Validator]] = {}
-
-
-def _validator(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
-    cached = _validators_by_id.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    validator = _validator_for_json(json.dumps(schema, sort_keys=True))
-    if len(_validators_by_id) >= 1024:
-        _validators_by_id.clear()
-    _validators_by_id[id(schema)] = (schema, validator)  # holds the schema, so its id stays its own
-    return validator
-
-
-@functools.lru_cache(maxsize=256)
-def _validator_for_json(schema_json: str) -> jsonschema.Draft202012Validator:
-    # Building a validator costs more than using one, and every confirmed write validates twice.
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def _describe_problem(problem: jsonschema.ValidationError) -> str:
-    """The rule that failed, without the value: arguments can be note text, which stays out of logs."""
-    where = ".".join(map(str, problem.absolute_path)) or "arguments"
-    rule, limit = problem.validator, problem.validator_value
-    if rule == "required":
-        return str(problem.message)  # names the missing key only
-    if rule == "type":
-        return f"{where}: must be of type {limit}"
-    if rule == "maxLength":
-        return f"{where}: longer than {limit} characters"
-    if rule == "minLength":
-        return f"{where}: shorter than {limit} characters"
-    if rule == "additionalProperties":
-        return f"{where}: unexpected argument(s)"
-    return f"{where}: fails {rule} {limit!r}"
 
 
 def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:

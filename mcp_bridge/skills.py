@@ -142,13 +142,8 @@ class Skill:
     reset_slots: tuple[str, ...]
     edits: Mapping[str, str] = field(default_factory=dict)
 
-    def confirmation_for(self, tool: str) -> RequiresConfirmation | None:
-        """The confirmation this skill declares for ``tool`` (the executor adds a default for MCP tools)."""
-        constraint = self.constraints.get(tool)
-        rule = constraint.requires_confirmation if constraint else None
-        return rule if rule is not None and rule.enabled else None
-
     def mcp_imports(self) -> dict[str, str]:
+        """``{tool_name: server}`` for this skill's ``mcp:<server>`` tool-source lines."""
         return {name: ref.server for name, ref in self.tools.items() if ref.kind == "mcp" and ref.server}
 
 

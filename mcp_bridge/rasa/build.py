@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.confirmation import declared
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
 from mcp_bridge.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
@@ -62,7 +63,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         rule.utter_for_confirmation
         for skill in skills.values()
         for tool in skill.constraints
-        if (rule := skill.confirmation_for(tool)) is not None and rule.utter_for_confirmation
+        if (rule := declared(skill, tool)) is not None and rule.utter_for_confirmation
     }
     policy = ConfirmationPolicy(ttl_seconds=_positive_float(env, "CONFIRMATION_TTL_SECONDS", 300.0))
     check_question_buttons(domain, questions, {f"/{policy.affirm_intent}", f"/{policy.deny_intent}"})

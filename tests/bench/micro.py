@@ -26,7 +26,6 @@ from tests.support.mcp_client import mcp_session
 BOT = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
 DANA = "dana@example.com"
 TOOL = "find_contact_by_email"
-SKILL = "bench"
 
 
 def _check_contact(data: Any) -> None:
@@ -46,7 +45,7 @@ def mcp_servers(mcp_url: str, token: str) -> dict[str, MCPServerConfig]:
 
 @asynccontextmanager
 async def bridge_runtime(mcp_url: str, token: str) -> AsyncIterator[MCPRuntime]:
-    runtime = MCPRuntime(mcp_servers(mcp_url, token), {SKILL: {TOOL: "crm"}})
+    runtime = MCPRuntime(mcp_servers(mcp_url, token))
     try:
         yield runtime
     finally:
@@ -78,7 +77,7 @@ async def tool_call_variants(mcp_url: str, token: str, floor_url: str) -> AsyncI
             _check_contact(result.structured_content)
 
         async def bridge() -> None:
-            _check_contact((await runtime.invoke(SKILL, TOOL, {"email": DANA})).data)
+            _check_contact((await runtime.invoke("crm", TOOL, {"email": DANA})).data)
 
         async def noop_plain() -> None:
             async with http.post(floor_url + floor_server.PLAIN_PATH, json={"email": DANA}) as response:

@@ -18,13 +18,13 @@ from mcp_bridge import (
 from tests.support import procs
 from tests.support.mcp_client import sessions_opened
 
-SKILL = "log_interaction"
-CRM_TOOLS = {"find_contact_by_email": "crm", "add_timeline_note": "crm", "list_timeline_notes": "crm"}
+SERVER = "crm"
+CRM_TOOLS = ("find_contact_by_email", "add_timeline_note", "list_timeline_notes")
 
 
 def runtime_for(url: str, *, token: str | None = None, timeout: float = 10.0) -> MCPRuntime:
     server = MCPServerConfig(name="crm", url=url, api_key=token, timeout=timeout)
-    return MCPRuntime({"crm": server}, {SKILL: CRM_TOOLS}, connect_timeout=5.0)
+    return MCPRuntime({"crm": server}, connect_timeout=5.0)
 
 
 def note_count(db: Path) -> int:
@@ -39,12 +39,12 @@ async def test_every_crm_tool_is_structured_through_the_runtime(crm_mcp: str) ->
         assert set(CRM_TOOLS) <= set(catalogue)
         for name in CRM_TOOLS:
             assert catalogue[name].output_schema is not None, name
-        found = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        found = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
         assert found.structured and found.source == "mcp:crm"
         assert found.ok and found.data["found"] is True
         assert found.data["name"] == "Dana Whitfield"
         notes = await runtime.invoke(
-            SKILL, "list_timeline_notes", {"contact_id": found.data["contact_id"], "limit": 3}
+            SERVER, "list_timeline_notes", {"contact_id": found.data["contact_id"], "limit": 3}
         )
         assert notes.structured and notes.ok and isinstance(notes.data["notes"], list)
     finally:
@@ -54,7 +54,7 @@ async def test_every_crm_tool_is_structured_through_the_runtime(crm_mcp: str) ->
 async def test_absent_contact_is_ok_not_found(crm_mcp: str) -> None:
     runtime = runtime_for(crm_mcp)
     try:
-        result = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "nobody@example.com"})
+        result = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "nobody@example.com"})
         assert result.ok is True
         assert result.error is None
         assert result.data["found"] is False
@@ -69,7 +69,7 @@ async def test_local_and_mcp_tools_return_the_same_data(crm_mcp: str, crm_tools:
     try:
         for email in ("dana@example.com", "PRIYA@example.com", "nobody@example.com", "not-an-email"):
             local = (await tools.find_contact_by_email(email)).model_dump(mode="json")
-            remote = await runtime.invoke(SKILL, "find_contact_by_email", {"email": email})
+            remote = await runtime.invoke(SERVER, "find_contact_by_email", {"email": email})
             assert remote.data == local, email
     finally:
         await runtime.aclose()
@@ -81,7 +81,7 @@ async def test_hundred_calls_use_one_session(crm_mcp: str) -> None:
     runtime = runtime_for(crm_mcp)
     try:
         for _ in range(100):
-            result = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+            result = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
             assert result.ok
     finally:
         await runtime.aclose()
@@ -93,12 +93,10 @@ async def test_tool_returning_plain_dict_is_marked_unstructured_with_a_warning(
     services: procs.Services, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = services.start(procs.plain_dict_mcp())
-    runtime = MCPRuntime(
-        {"plain": MCPServerConfig(name="plain", url=server.url)}, {"notes": {"echo_note": "plain"}}
-    )
+    runtime = MCPRuntime({"plain": MCPServerConfig(name="plain", url=server.url)})
     try:
         with caplog.at_level(logging.WARNING, logger="mcp_bridge"):
-            result = await runtime.invoke("notes", "echo_note", {"text": "hello"})
+            result = await runtime.invoke("plain", "echo_note", {"text": "hello"})
     finally:
         await runtime.aclose()
     assert result.structured is False
@@ -111,9 +109,9 @@ async def test_arguments_are_validated_before_sending(crm_mcp: str) -> None:
     runtime = runtime_for(crm_mcp)
     try:
         with pytest.raises(ToolArgumentsError, match="contact_id"):
-            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": "one", "text": "x"})
+            await runtime.invoke(SERVER, "add_timeline_note", {"contact_id": "one", "text": "x"})
         with pytest.raises(ToolArgumentsError, match="text"):
-            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 1})
+            await runtime.invoke(SERVER, "add_timeline_note", {"contact_id": 1})
     finally:
         await runtime.aclose()
 
@@ -121,22 +119,25 @@ async def test_arguments_are_validated_before_sending(crm_mcp: str) -> None:
 async def test_tool_error_becomes_ok_false(crm_mcp: str) -> None:
     runtime = runtime_for(crm_mcp)
     try:
-        result = await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 999999, "text": "hello"})
+        result = await runtime.invoke(SERVER, "add_timeline_note", {"contact_id": 999999, "text": "hello"})
         assert result.ok is False
         assert result.error and "contact" in result.error.lower()
     finally:
         await runtime.aclose()
 
 
-async def test_has_mcp_tool_only_for_imported_tools(crm_mcp: str) -> None:
+async def test_the_runtime_is_keyed_by_server_and_tool(crm_mcp: str) -> None:
+    """Which skill may call what is the skill's (its tool-source lines, read by ToolBox); the runtime
+    refuses a tool its server does not serve and a server endpoints.yml does not define."""
     runtime = runtime_for(crm_mcp)
-    assert runtime.has_mcp_tool(SKILL, "add_timeline_note")
-    assert not runtime.has_mcp_tool("other_skill", "add_timeline_note")
-    assert not runtime.has_mcp_tool(SKILL, "delete_everything")
-    with pytest.raises(ToolNotFoundError):
-        await runtime.invoke("other_skill", "add_timeline_note", {"contact_id": 1, "text": "x"})
-    with pytest.raises(ToolNotFoundError, match="unknown"):
-        MCPRuntime({}, {SKILL: {"add_timeline_note": "unknown"}})
+    try:
+        assert (await runtime.get_tool(SERVER, "add_timeline_note")).name == "add_timeline_note"
+        with pytest.raises(ToolNotFoundError, match="delete_everything"):
+            await runtime.invoke(SERVER, "delete_everything", {})
+        with pytest.raises(ToolNotFoundError, match="unknown"):
+            await runtime.invoke("unknown", "add_timeline_note", {"contact_id": 1, "text": "x"})
+    finally:
+        await runtime.aclose()
 
 
 async def test_unreachable_server_raises_typed_error_and_writes_nothing(fresh_crm_db: Path) -> None:
@@ -144,7 +145,7 @@ async def test_unreachable_server_raises_typed_error_and_writes_nothing(fresh_cr
     before = note_count(fresh_crm_db)
     try:
         with pytest.raises(ServerUnavailableError) as caught:
-            await runtime.invoke(SKILL, "add_timeline_note", {"contact_id": 1, "text": "x"})
+            await runtime.invoke(SERVER, "add_timeline_note", {"contact_id": 1, "text": "x"})
         assert caught.value.may_have_run is False
     finally:
         await runtime.aclose()
@@ -158,11 +159,11 @@ async def test_next_call_after_server_restart_succeeds_on_a_new_session(
     server = services.start(procs.crm_mcp(crm_rest, port=port))
     runtime = runtime_for(server.url)
     try:
-        first = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        first = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
         assert first.ok
         server.stop()
         services.start(procs.crm_mcp(crm_rest, port=port))
-        again = await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+        again = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
         assert again.ok and again.data["found"] is True
         assert runtime.sessions_opened == 2
         assert await sessions_opened(procs.base_url(server.url)) == 1
@@ -177,12 +178,12 @@ async def test_server_down_then_back_without_restarting_the_runtime(
     server = services.start(procs.crm_mcp(crm_rest, port=port))
     runtime = runtime_for(server.url)
     try:
-        assert (await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})).ok
+        assert (await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})).ok
         server.stop()
         with pytest.raises(ServerUnavailableError):
-            await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+            await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
         services.start(procs.crm_mcp(crm_rest, port=port))
-        assert (await runtime.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})).ok
+        assert (await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})).ok
     finally:
         await runtime.aclose()
 
@@ -193,8 +194,8 @@ async def test_token_is_required_when_configured(crm_rest: str, services: procs.
     with_token = runtime_for(server.url, token="s3cret-token")
     try:
         with pytest.raises(ServerUnavailableError):
-            await without.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
-        result = await with_token.invoke(SKILL, "find_contact_by_email", {"email": "dana@example.com"})
+            await without.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
+        result = await with_token.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
         assert result.ok and result.data["found"] is True
     finally:
         await without.aclose()
@@ -205,11 +206,10 @@ async def test_catalogue_is_cached_and_refreshed_on_list_changed(services: procs
     import asyncio
 
     server = services.start(procs.plain_dict_mcp())
-    imports = {"notes": {"echo_note": "plain", "add_echo_tool": "plain"}}
-    runtime = MCPRuntime({"plain": MCPServerConfig(name="plain", url=server.url)}, imports)
+    runtime = MCPRuntime({"plain": MCPServerConfig(name="plain", url=server.url)})
     try:
         assert set(await runtime.tools("plain")) == {"echo_note", "add_echo_tool"}
-        await runtime.invoke("notes", "add_echo_tool", {"name": "late_echo"})
+        await runtime.invoke("plain", "add_echo_tool", {"name": "late_echo"})
         # The server announces the change on the session's stream; the cached catalogue follows it.
         for _ in range(50):
             if "late_echo" in await runtime.tools("plain"):

@@ -1,33 +1,52 @@
-"""The executor against the real CRM, with its tools local and over MCP.
+"""The executor's rules, with fixture tools: local, and on a fixture MCP server on a loopback port.
 
-Every test reads the CRM's SQLite store to see what was really written.
+The tools are an in-memory notebook (tests/support/fixture_tools.py), served both ways, so these
+tests need nothing of the example bot; every test reads the notebook to see what was really
+written. The same rules against the example CRM are tests/example/test_executor_crm.py.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from crm.tools import TOOLS
 
-from mcp_bridge import AuditLog, MCPRuntime, MCPServerConfig
-from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor, Turn
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge import AuditLog, MCPRuntime, ToolNotFoundError
+from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Executor, Turn
+from mcp_bridge.skills import load_skills
+from mcp_bridge.tools import ToolBox, ToolFunction
 from tests.support import procs
-from tests.support.conversation import Conversation, notes_for, skills_with_source
-from tests.support.procs import EXAMPLE_BOT
+from tests.support.conversation import Conversation
+from tests.support.fixture_tools import (
+    SERVER,
+    Notebook,
+    NotebookServer,
+    NoteResult,
+    local_tools,
+    servers,
+    write_skills,
+)
 
-BOT = EXAMPLE_BOT
 DANA = "dana@example.com"
 
 
-@pytest.fixture(params=["local", "mcp:crm"])
+@pytest.fixture(scope="module")
+def book() -> Notebook:
+    return Notebook()
+
+
+@pytest.fixture(scope="module")
+def notebook_url(book: Notebook) -> Iterator[str]:
+    with NotebookServer(book) as server:
+        yield server.url
+
+
+@pytest.fixture(params=["local", f"mcp:{SERVER}"])
 async def make_executor(
-    request: pytest.FixtureRequest, crm_mcp: str, crm_tools: object, tmp_path: Path
+    request: pytest.FixtureRequest, notebook_url: str, book: Notebook, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Executor]]:
     source = request.param
     made: list[Executor] = []
@@ -36,22 +55,16 @@ async def make_executor(
         policy: ConfirmationPolicy | None = None,
         clock: Callable[[], float] | None = None,
         audit: AuditLog | None = None,
+        tools: dict[str, ToolFunction] | None = None,
     ) -> Executor:
-        servers = {
-            "crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=True, honours_idempotency_key=True)
-        }
-        directory = tmp_path / f"executor-{len(made)}"
-        directory.mkdir()
-        skills = load_skills(
-            skills_with_source(directory, source),
-            local_tools=TOOLS,
-            mcp_servers=servers,
-            responses=domain_responses(BOT / "domain.yml"),
-        )
+        configured = servers(notebook_url, trusted=True, honours_idempotency_key=True)
+        tools = tools or local_tools(book)
+        directory = write_skills(tmp_path / f"executor-{len(made)}", source)
+        skills = load_skills(directory, local_tools=tools, mcp_servers=configured, responses=None)
         kwargs: dict[str, Any] = {"policy": policy, "audit": audit}
         if clock is not None:
             kwargs["clock"] = clock
-        executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers)), **kwargs)
+        executor = Executor(skills, ToolBox(tools, MCPRuntime(configured)), **kwargs)
         made.append(executor)
         return executor
 
@@ -60,9 +73,9 @@ async def make_executor(
         await executor.aclose()
 
 
-async def test_constrained_write_asks_first_and_writes_nothing(make_executor: Any, crm_db: Path) -> None:
+async def test_constrained_write_asks_first_and_writes_nothing(make_executor: Any, book: Notebook) -> None:
     note = "Dana called about the VAT rate on invoice 4471."
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text=note)
     decision = await chat.start()
     assert decision.outcome == "pending"
@@ -71,27 +84,27 @@ async def test_constrained_write_asks_first_and_writes_nothing(make_executor: An
     assert decision.say[0].variables["contact_name"] == "Dana Whitfield"
     pending = chat.slots[PENDING_SLOT]
     assert pending["tool"] == "add_timeline_note" and pending["arguments"]["text"] == note
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
-async def test_yes_writes_exactly_the_confirmed_note_once(make_executor: Any, crm_db: Path) -> None:
+async def test_yes_writes_exactly_the_confirmed_note_once(make_executor: Any, book: Notebook) -> None:
     note = 'Follow-up on the Q3 renewal { braces } ${HOME} and "quotes" ✓'
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text=note)
     await chat.start()
     decision = await chat.yes()
     assert decision.outcome == "done"
     assert [s.response for s in decision.say] == ["utter_note_saved"]
-    assert notes_for(crm_db, DANA) == [*before, note]
+    assert book.notes_for(DANA) == [*before, note]
     assert chat.slots[PENDING_SLOT] is None
     assert chat.slots["note_text"] is None and chat.slots["contact_email"] is None
     again = await chat.yes()  # single use: a second "yes" finds nothing pending
     assert again.outcome == "nothing_pending"
-    assert notes_for(crm_db, DANA) == [*before, note]
+    assert book.notes_for(DANA) == [*before, note]
 
 
-async def test_no_writes_nothing(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_no_writes_nothing(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="Please do not keep this.")
     await chat.start()
     decision = await chat.no()
@@ -99,28 +112,28 @@ async def test_no_writes_nothing(make_executor: Any, crm_db: Path) -> None:
     assert [s.response for s in decision.say] == ["utter_note_cancelled"]
     assert chat.slots[PENDING_SLOT] is None
     assert (await chat.yes()).outcome == "nothing_pending"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
-async def test_absent_contact_is_answered_as_not_found(make_executor: Any, crm_db: Path) -> None:
+async def test_absent_contact_is_answered_as_not_found(make_executor: Any, book: Notebook) -> None:
     chat = Conversation(make_executor(), contact_email="ghost@example.com", note_text="Hello")
     decision = await chat.start()
     assert decision.outcome == "not_found"
     assert [s.response for s in decision.say] == ["utter_contact_not_found"]
     assert PENDING_SLOT not in chat.slots or chat.slots[PENDING_SLOT] is None
-    assert notes_for(crm_db, "ghost@example.com") == []
+    assert book.notes_for("ghost@example.com") == []
 
 
-async def test_yes_or_no_with_nothing_pending(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_yes_or_no_with_nothing_pending(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="never asked")
     assert (await chat.yes()).say[0].response == "utter_nothing_pending"
     assert (await chat.no()).say[0].response == "utter_nothing_pending"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
-async def test_yes_after_another_message_asks_again(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_yes_after_another_message_asks_again(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="asked, then a detour")
     first = (await chat.start()).say[0]
     chat.user_turn += 1  # the person asked something else in between
@@ -128,32 +141,32 @@ async def test_yes_after_another_message_asks_again(make_executor: Any, crm_db: 
     assert decision.outcome == "pending"
     assert [s.response for s in decision.say] == ["utter_confirm_again", "utter_confirm_note"]
     assert decision.say[1].variables["arg_text"] == first.variables["arg_text"]
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
     assert (await chat.yes()).outcome == "done"
-    assert notes_for(crm_db, DANA) == [*before, "asked, then a detour"]
+    assert book.notes_for(DANA) == [*before, "asked, then a detour"]
 
 
-async def test_late_yes_asks_again(make_executor: Any, crm_db: Path) -> None:
+async def test_late_yes_asks_again(make_executor: Any, book: Notebook) -> None:
     now = [1000.0]
     executor = make_executor(ConfirmationPolicy(ttl_seconds=60), clock=lambda: now[0])
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     chat = Conversation(executor, contact_email=DANA, note_text="too late")
     await chat.start()
     now[0] += 61
     assert (await chat.yes()).outcome == "pending"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
-async def test_unsure_yes_asks_again(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_unsure_yes_asks_again(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="mumbled")
     await chat.start()
     assert (await chat.yes(confidence=0.4)).outcome == "pending"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
-async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
     await chat.start()
     chat.slots["note_text"] = "something else"
@@ -170,14 +183,14 @@ async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: An
     assert (await chat.yes()).outcome == "rejected"
     chat.slots[PENDING_SLOT] = {"tool": "add_timeline_note"}  # malformed
     assert (await chat.yes()).outcome == "nothing_pending"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
 async def test_a_genuine_question_copied_into_another_conversation_writes_nothing(
-    make_executor: Any, crm_db: Path
+    make_executor: Any, book: Notebook
 ) -> None:
     executor = make_executor()
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     asked = Conversation(executor, "the-asking-one", contact_email=DANA, note_text="asked elsewhere")
     await asked.start()
     # Same slots, same turn count, the seal untouched: only the conversation differs.
@@ -186,19 +199,19 @@ async def test_a_genuine_question_copied_into_another_conversation_writes_nothin
     decision = await other.yes()
     assert decision.outcome == "rejected"
     assert [say.response for say in decision.say] == ["utter_confirmation_invalid"]
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
     # The same value in its own conversation still confirms: the refusal was the conversation's.
     assert (await asked.yes()).outcome == "done"
-    assert len(notes_for(crm_db, DANA)) == len(before) + 1
+    assert len(book.notes_for(DANA)) == len(before) + 1
 
 
 async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_audited(
-    make_executor: Any, crm_db: Path, tmp_path: Path
+    make_executor: Any, book: Notebook, tmp_path: Path
 ) -> None:
     """The seal names who was asked; a yes, a no or a "stop" from another name is refused, and the
     question waits for its person, whose yes then writes once."""
     audit = AuditLog(tmp_path / "audit.jsonl")
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     chat = Conversation(
         make_executor(audit=audit), user="socketio:alice", contact_email=DANA, note_text="hers"
     )
@@ -213,7 +226,7 @@ async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_
             assert decision.outcome == "refused", (intruder, answer)
             assert [say.response for say in decision.say] == ["utter_confirmation_invalid"]
             assert decision.waiting and chat.slots[PENDING_SLOT] == asked  # the question stays as it was
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
     refusals = [entry for entry in audit.entries() if entry["decision"] == "refused"]
     assert len(refusals) == 9 and {entry["user"] for entry in refusals} == {"socketio:alice"}
     assert {entry["answered_by"] for entry in refusals} == {"rest:operator", "socketio:mallory", None}
@@ -223,13 +236,13 @@ async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_
     again = await chat.yes()  # other messages came in between: asked again, of her again
     assert again.outcome == "pending" and chat.slots[PENDING_SLOT]["user"] == "socketio:alice"
     assert (await chat.yes()).outcome == "done"
-    assert notes_for(crm_db, DANA) == [*before, "hers"]
+    assert book.notes_for(DANA) == [*before, "hers"]
 
 
-async def test_who_was_asked_is_sealed(make_executor: Any, crm_db: Path) -> None:
+async def test_who_was_asked_is_sealed(make_executor: Any, book: Notebook) -> None:
     """Rewriting the name in the tracker (to answer as someone else) breaks the seal; a question asked
     of nobody named (Rasa's own channels) cannot be answered by a named user, nor the other way."""
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     chat = Conversation(make_executor(), user="socketio:alice", contact_email=DANA, note_text="hers")
     await chat.start()
     chat.slots[PENDING_SLOT] = {**chat.slots[PENDING_SLOT], "user": "rest:operator"}
@@ -241,20 +254,23 @@ async def test_who_was_asked_is_sealed(make_executor: Any, crm_db: Path) -> None
     assert "user" in unnamed.slots[PENDING_SLOT] and unnamed.slots[PENDING_SLOT]["user"] is None
     unnamed.user = "socketio:alice"
     assert (await unnamed.yes()).outcome == "refused"
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
 async def test_name_resolving_to_nothing_fails_loudly_on_yes(
-    crm_db: Path, tmp_path: Path, crm_tools: object, caplog: pytest.LogCaptureFixture
+    book: Notebook, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The lookup is local; the write names an MCP server, but this executor has no MCP runtime,
     # so at dispatch add_timeline_note resolves to neither a local function nor an MCP tool.
-    skill = (BOT / "skills" / "log_interaction.yml").read_text()
-    skill = skill.replace("find_contact_by_email: mcp:crm", "find_contact_by_email: local")
-    (tmp_path / "log_interaction.yml").write_text(skill)
-    skills = load_skills(tmp_path, local_tools=TOOLS, mcp_servers={"crm"}, responses=None)
-    executor = Executor(skills, ToolBox(TOOLS, None))
-    before = notes_for(crm_db, DANA)
+    directory = write_skills(tmp_path, "local")
+    skill = (directory / "log_interaction.yml").read_text()
+    (directory / "log_interaction.yml").write_text(
+        skill.replace("add_timeline_note: local", "add_timeline_note: mcp:notebook")
+    )
+    tools = local_tools(book)
+    skills = load_skills(directory, local_tools=tools, mcp_servers={SERVER}, responses=None)
+    executor = Executor(skills, ToolBox(tools, None))
+    before = book.notes_for(DANA)
     chat = Conversation(executor, contact_email=DANA, note_text="must never land")
     # The constraint is found by the tool's name, so the question still comes first ...
     assert (await chat.start()).outcome == "pending"
@@ -266,18 +282,19 @@ async def test_name_resolving_to_nothing_fails_loudly_on_yes(
     refusals = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("add_timeline_note" in m and "log_interaction" in m and "REFUSED" in m for m in refusals)
     assert chat.slots[PENDING_SLOT] is None
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
 async def test_unreachable_mcp_server_tells_the_person_and_writes_nothing(
-    crm_db: Path, tmp_path: Path, crm_tools: object
+    book: Notebook, tmp_path: Path
 ) -> None:
-    dead = {"crm": MCPServerConfig(name="crm", url=f"http://127.0.0.1:{procs.free_port()}/mcp")}
+    dead = servers(f"http://127.0.0.1:{procs.free_port()}/mcp")
+    tools = local_tools(book)
     skills = load_skills(
-        skills_with_source(tmp_path, "mcp:crm"), local_tools=TOOLS, mcp_servers=dead, responses=None
+        write_skills(tmp_path, f"mcp:{SERVER}"), local_tools=tools, mcp_servers=dead, responses=None
     )
-    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(dead, connect_timeout=2.0)))
-    before = notes_for(crm_db, DANA)
+    executor = Executor(skills, ToolBox(tools, MCPRuntime(dead, connect_timeout=2.0)))
+    before = book.notes_for(DANA)
     try:
         decision = await executor.start(
             "log_interaction", Turn("t", {"contact_email": DANA, "note_text": "x"}, 1)
@@ -286,11 +303,11 @@ async def test_unreachable_mcp_server_tells_the_person_and_writes_nothing(
         await executor.aclose()
     assert decision.outcome == "unavailable"
     assert [s.response for s in decision.say] == ["utter_tool_unavailable"]
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
 async def test_lookup_and_notes_skills(
-    make_executor: Any, crm_db: Path, caplog: pytest.LogCaptureFixture
+    make_executor: Any, book: Notebook, caplog: pytest.LogCaptureFixture
 ) -> None:
     executor = make_executor()
     chat = Conversation(executor, lookup_email="PRIYA@example.com")
@@ -305,31 +322,38 @@ async def test_lookup_and_notes_skills(
     assert [s.response for s in missing.say] == ["utter_ask_email_for_lookup"]
 
 
+@pytest.mark.parametrize("trusted", [False, True])
 async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
-    crm_mcp: str, crm_db: Path, tmp_path: Path
+    notebook_url: str, book: Notebook, tmp_path: Path, trusted: bool
 ) -> None:
     """Read-only annotations count only from a server marked trusted; a skill may opt out explicitly."""
-    skills_dir = skills_with_source(tmp_path, "mcp:crm")
-    untrusted = {"crm": MCPServerConfig(name="crm", url=crm_mcp, trusted=False)}
-    skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
-    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(untrusted)))
+    configured = servers(notebook_url, trusted=trusted)
+    tools = local_tools(book)
+    skills_dir = write_skills(tmp_path, f"mcp:{SERVER}")
+    skills = load_skills(skills_dir, local_tools=tools, mcp_servers=configured, responses=None)
+    executor = Executor(skills, ToolBox(tools, MCPRuntime(configured)))
     try:
         lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
-        assert lookup.outcome == "pending"
-        assert [s.response for s in lookup.say] == ["utter_confirm_tool_call"]
-        assert lookup.say[0].variables["tool_name"] == "find_contact_by_email"
+        if trusted:  # the server is vouched for and annotates the lookup read-only
+            assert [s.response for s in lookup.say] == ["utter_contact_found"]
+        else:
+            assert lookup.outcome == "pending"
+            assert [s.response for s in lookup.say] == ["utter_confirm_tool_call"]
+            assert lookup.say[0].variables["tool_name"] == "find_contact_by_email"
     finally:
         await executor.aclose()
 
-    opted_out = (skills_dir / "lookup_contact.yml").read_text() + (
-        "tool_constraints:\n"
-        "  - find_contact_by_email:\n"
-        "      requires_confirmation:\n"
-        "        enabled: false\n"
-    )
-    (skills_dir / "lookup_contact.yml").write_text(opted_out)
-    skills = load_skills(skills_dir, local_tools=TOOLS, mcp_servers=untrusted, responses=None)
-    executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(untrusted)))
+    opted_out = {
+        "lookup_contact": (
+            "tool_constraints:\n"
+            "  - find_contact_by_email:\n"
+            "      requires_confirmation:\n"
+            "        enabled: false\n"
+        )
+    }
+    skills_dir = write_skills(tmp_path / "opted_out", f"mcp:{SERVER}", opted_out)
+    skills = load_skills(skills_dir, local_tools=tools, mcp_servers=configured, responses=None)
+    executor = Executor(skills, ToolBox(tools, MCPRuntime(configured)))
     try:
         lookup = await Conversation(executor, lookup_email=DANA).start("lookup_contact")
         assert [s.response for s in lookup.say] == ["utter_contact_found"]
@@ -337,26 +361,51 @@ async def test_unconstrained_mcp_tool_is_confirmed_unless_trusted_and_read_only(
         await executor.aclose()
 
 
-async def test_arguments_the_tool_refuses_are_refused_before_asking(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
-    chat = Conversation(make_executor(), contact_email=DANA, note_text="fine", contact_id="not a number")
-    executor = chat.executor
-    skill = executor.skills["log_interaction"]
-    # Skip the lookup so the write step sees the bad contact id as the person's slots carry it.
-    decision = Decision("done")
-    await executor._run(skill, 1, chat.turn("log_interaction"), dict(chat.slots), decision, confirmed=None)
+async def test_a_trusted_server_cannot_make_a_write_read_only(
+    notebook_url: str, book: Notebook, tmp_path: Path
+) -> None:
+    """Without a constraint, a tool the trusted server does not annotate read-only is still asked about."""
+    configured = servers(notebook_url, trusted=True)
+    tools = local_tools(book)
+    skills_dir = write_skills(tmp_path, f"mcp:{SERVER}")
+    text = (skills_dir / "note_by_id.yml").read_text()
+    (skills_dir / "note_by_id.yml").write_text(
+        text[: text.index("tool_constraints:")] + text[text.index("steps:") :]
+    )
+    skills = load_skills(skills_dir, local_tools=tools, mcp_servers=configured, responses=None)
+    executor = Executor(skills, ToolBox(tools, MCPRuntime(configured)))
+    before = book.notes_for(DANA)
+    try:
+        chat = Conversation(executor, contact_id=1, note_text="asked about, generically")
+        asked = await chat.start("note_by_id")
+        assert [s.response for s in asked.say] == ["utter_confirm_tool_call"]
+        assert book.notes_for(DANA) == before
+        assert (await chat.no()).say[0].response == "utter_tool_call_cancelled"
+    finally:
+        await executor.aclose()
+    assert book.notes_for(DANA) == before
+
+
+async def test_arguments_the_tool_refuses_are_refused_before_asking(
+    make_executor: Any, book: Notebook
+) -> None:
+    before = book.notes_for(DANA)
+    # The write alone: its contact id is the slot as the person's slots carry it.
+    chat = Conversation(make_executor(), note_text="fine", contact_id="not a number")
+    decision = await chat.start("note_by_id")
     assert decision.outcome == "failed"
     assert [s.response for s in decision.say] == ["utter_tool_failed"]
     assert "contact_id" in decision.say[0].variables["error"]
+    assert "not a number" not in decision.say[0].variables["error"]  # the rule, never the value
     assert PENDING_SLOT not in decision.slots or decision.slots[PENDING_SLOT] is None
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
 
 
 async def test_an_answer_over_the_limit_is_refused_unread_and_nothing_is_written(
-    make_executor: Any, crm_db: Path
+    make_executor: Any, book: Notebook
 ) -> None:
     note = "asked, then a very long answer"
-    before = notes_for(crm_db, DANA)
+    before = book.notes_for(DANA)
     executor = make_executor()
     limit = executor.reader.max_chars
     chat = Conversation(executor, contact_email=DANA, note_text=note)
@@ -367,15 +416,15 @@ async def test_an_answer_over_the_limit_is_refused_unread_and_nothing_is_written
     assert [s.response for s in refused.say] == ["utter_message_too_long", question]
     assert refused.say[0].variables == {"limit": limit}
     assert chat.slots[PENDING_SLOT] is not None
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
     # At the limit it is read: the yes writes, once.
     done = await chat.say("yes" + " " * (limit - 3), "affirm")
     assert done.outcome == "done"
-    assert notes_for(crm_db, DANA) == [*before, note]
+    assert book.notes_for(DANA) == [*before, note]
 
 
-async def test_a_request_over_the_limit_starts_nothing(make_executor: Any, crm_db: Path) -> None:
-    before = notes_for(crm_db, DANA)
+async def test_a_request_over_the_limit_starts_nothing(make_executor: Any, book: Notebook) -> None:
+    before = book.notes_for(DANA)
     executor = make_executor()
     chat = Conversation(executor, contact_email=DANA, note_text="taken from a message too long to read")
     chat.user_turn += 1
@@ -387,4 +436,72 @@ async def test_a_request_over_the_limit_starts_nothing(make_executor: Any, crm_d
     # With nothing pending, the confirmation loop refuses it the same way.
     decision = await executor.answer(chat.turn("affirm", text=long_request, loop_active=True))
     assert (decision.outcome, [s.response for s in decision.say]) == ("too_long", ["utter_message_too_long"])
-    assert notes_for(crm_db, DANA) == before
+    assert book.notes_for(DANA) == before
+
+
+def answer_lost_once(book: Notebook, *, honours_key: bool) -> dict[str, ToolFunction]:
+    """The notebook's local tools with a write whose first answer is lost after it landed: its outcome
+    is unknown to the caller. With ``honours_key`` the function takes the idempotency key."""
+    tools = local_tools(book)
+    lost: list[bool] = []
+
+    def land(contact_id: int, text: str, key: str | None) -> NoteResult:
+        result = book.add(contact_id, text, key)
+        if not lost:
+            lost.append(True)
+            raise ConnectionError("the answer was lost on the way back")
+        return result
+
+    async def with_key(contact_id: int, text: str, idempotency_key: str | None = None) -> NoteResult:
+        return land(contact_id, text, idempotency_key)
+
+    async def without_key(contact_id: int, text: str) -> NoteResult:
+        return land(contact_id, text, None)
+
+    tools["add_timeline_note"] = with_key if honours_key else without_key
+    return tools
+
+
+@pytest.mark.parametrize("honours_key", [True, False])
+async def test_an_unknown_outcome_is_repeated_once_only_when_the_key_is_honoured(
+    book: Notebook, tmp_path: Path, honours_key: bool
+) -> None:
+    """A repeat under the same key cannot write twice, so it is made; without the key it could, so the
+    person hears that the outcome is unknown, and the write that landed stays the only one."""
+    tools = answer_lost_once(book, honours_key=honours_key)
+    skills = load_skills(write_skills(tmp_path, "local"), local_tools=tools, mcp_servers={}, responses=None)
+    executor = Executor(skills, ToolBox(tools, None))
+    note = f"answer lost once, key honoured: {honours_key}"
+    chat = Conversation(executor, contact_email=DANA, note_text=note)
+    await chat.start()
+    calls = len(book.calls)
+    decision = await chat.yes()
+    writes = [call for call in book.calls[calls:] if call[0] == "add_timeline_note"]
+    assert book.notes_for(DANA).count(note) == 1
+    if honours_key:
+        assert decision.outcome == "done"
+        assert [s.response for s in decision.say] == ["utter_note_saved"]
+        assert len(writes) == 2 and writes[0][1] is not None and writes[0][1] == writes[1][1]
+    else:
+        assert decision.outcome == "unavailable"
+        assert [s.response for s in decision.say] == ["utter_tool_outcome_unknown"]
+        assert len(writes) == 1
+
+
+async def test_a_skill_reaches_only_the_tools_its_source_lines_name(
+    notebook_url: str, book: Notebook, tmp_path: Path
+) -> None:
+    """The runtime serves every tool of the server; a skill resolves only the names it lists."""
+    configured = servers(notebook_url, trusted=True)
+    tools = local_tools(book)
+    skills = load_skills(
+        write_skills(tmp_path, f"mcp:{SERVER}"), local_tools=tools, mcp_servers=configured, responses=None
+    )
+    toolbox = ToolBox(tools, MCPRuntime(configured))
+    try:
+        lookup = skills["lookup_contact"]
+        assert toolbox.resolve(lookup, "find_contact_by_email").source == f"mcp:{SERVER}"
+        with pytest.raises(ToolNotFoundError, match="lookup_contact"):
+            toolbox.resolve(lookup, "add_timeline_note")
+    finally:
+        await toolbox.aclose()

@@ -216,16 +216,14 @@ async def test_runtime_never_repeats_a_call_that_may_have_arrived(
 ) -> None:
     """Without an idempotency key, a call cut after the server ran it is reported, not repeated."""
     proxy = proxied_mcp
-    runtime = MCPRuntime(
-        {"crm": MCPServerConfig(name="crm", url=proxy.url("/mcp"))}, {"s": {"add_timeline_note": "crm"}}
-    )
+    runtime = MCPRuntime({"crm": MCPServerConfig(name="crm", url=proxy.url("/mcp"))})
     note = unique("sent once, answer lost")
     try:
         await runtime.tools("crm")
         proxy.cut_after_request(*ADD_NOTE_CALL)
         with pytest.raises(OutcomeUnknownError) as caught:
             await runtime.invoke(
-                "s", "add_timeline_note", {"contact_id": contact_id(crm_db, DANA), "text": note}
+                "crm", "add_timeline_note", {"contact_id": contact_id(crm_db, DANA), "text": note}
             )
         assert caught.value.may_have_run is True
         assert proxy.cuts_done == 1

@@ -29,7 +29,6 @@ from tests.support.bots import SKILL_BLOCK, guide_block
 from tests.support.conversation import Conversation, responses
 
 SECRET = "s3cr3t-rasa-pro-value"
-READ = {"notes": {"list_reminders": "reminders", "create_reminder": "reminders"}}
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +52,9 @@ def servers_from(tmp_path: Path, url: str, keys: str, env: dict[str, str] | None
 async def received(url: str, servers: dict[str, MCPServerConfig], **slots: Any) -> dict[str, Any]:
     """Call list_reminders with ``servers``; what the server received for that call."""
     before = len(get(url, "/calls"))
-    runtime = MCPRuntime(servers, READ, connect_timeout=5.0)
+    runtime = MCPRuntime(servers, connect_timeout=5.0)
     try:
-        result = await runtime.invoke("notes", "list_reminders", {}, slots=slots)
+        result = await runtime.invoke("reminders", "list_reminders", {}, slots=slots)
     finally:
         await runtime.aclose()
     assert result.ok
@@ -191,12 +190,12 @@ async def test_tool_timeout_cuts_a_slow_call_and_says_it_may_have_run(
 ) -> None:
     servers = servers_from(tmp_path, slow_reminders, "tool_timeout: 0.3")
     assert servers["reminders"].timeout == 0.3
-    runtime = MCPRuntime(servers, READ, connect_timeout=5.0)
+    runtime = MCPRuntime(servers, connect_timeout=5.0)
     before = get(slow_reminders, "/writes")["count"]
     try:
         started = time.monotonic()
         with pytest.raises(ToolTimeoutError, match=r"no answer within 0\.3 s; it may still have run") as info:
-            await runtime.invoke("notes", "create_reminder", {"text": "cut short"})
+            await runtime.invoke("reminders", "create_reminder", {"text": "cut short"})
         assert time.monotonic() - started < 1.4  # cut before the answer came
         assert info.value.may_have_run
     finally:
@@ -208,9 +207,9 @@ async def test_tool_timeout_cuts_a_slow_call_and_says_it_may_have_run(
 async def test_a_tool_timeout_longer_than_the_call_lets_it_answer(
     slow_reminders: str, tmp_path: Path
 ) -> None:
-    runtime = MCPRuntime(servers_from(tmp_path, slow_reminders, "tool_timeout: 5"), READ, connect_timeout=5.0)
+    runtime = MCPRuntime(servers_from(tmp_path, slow_reminders, "tool_timeout: 5"), connect_timeout=5.0)
     try:
-        assert (await runtime.invoke("notes", "create_reminder", {"text": "in time"})).ok
+        assert (await runtime.invoke("reminders", "create_reminder", {"text": "in time"})).ok
     finally:
         await runtime.aclose()
 
@@ -270,12 +269,12 @@ async def test_a_server_read_without_its_variables_is_never_contacted(reminders:
     )
     servers = load_mcp_servers(path, env={}, allow_unset=True)
     before = len(get(reminders, "/calls"))
-    runtime = MCPRuntime(servers, READ, connect_timeout=5.0)
+    runtime = MCPRuntime(servers, connect_timeout=5.0)
     try:
         with pytest.raises(
             ServerUnavailableError, match="environment variable REMINDERS_UNSET_TOKEN is not set"
         ):
-            await runtime.invoke("notes", "list_reminders", {})
+            await runtime.invoke("reminders", "list_reminders", {})
     finally:
         await runtime.aclose()
     assert len(get(reminders, "/calls")) == before

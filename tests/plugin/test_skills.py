@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from crm.tools import TOOLS
 
+from mcp_bridge.confirmation import declared
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import (
     RequiresConfirmation,
@@ -131,13 +132,13 @@ def test_log_interaction_confirms_the_write_only(responses: set[str]) -> None:
         "add_timeline_note": ToolSourceRef("mcp", "crm"),
     }
     assert skill.mcp_imports() == {"find_contact_by_email": "crm", "add_timeline_note": "crm"}
-    rule = skill.confirmation_for("add_timeline_note")
+    rule = declared(skill, "add_timeline_note")
     assert rule == RequiresConfirmation(
         enabled=True,
         utter_for_confirmation="utter_confirm_note",
         utter_on_user_denial="utter_note_cancelled",
     )
-    assert skill.confirmation_for("find_contact_by_email") is None
+    assert declared(skill, "find_contact_by_email") is None
     assert "find_contact_by_email" not in skill.constraints
     assert [step.execute_tool for step in skill.steps] == ["find_contact_by_email", "add_timeline_note"]
     assert skill.steps[1].arguments == {
@@ -150,7 +151,7 @@ def test_read_only_skills_have_no_confirmation(responses: set[str]) -> None:
     skills = load_skills(SKILLS, local_tools=TOOLS, mcp_servers=MCP_SERVERS, responses=responses)
     for skill_id in ("lookup_contact", "show_notes"):
         skill = skills[skill_id]
-        assert all(skill.confirmation_for(tool) is None for tool in skill.tools)
+        assert all(declared(skill, tool) is None for tool in skill.tools)
 
 
 _SOURCE_LINE = re.compile(r"^(\s+[A-Za-z_][A-Za-z0-9_]*): mcp:crm$", re.MULTILINE)
@@ -173,7 +174,7 @@ def test_switching_sources_to_local_changes_only_the_sources(tmp_path: Path, res
         assert local_skill.steps == mcp_skill.steps
         assert local_skill.constraints == mcp_skill.constraints
         assert local_skill.reset_slots == mcp_skill.reset_slots
-    assert as_local["log_interaction"].confirmation_for("add_timeline_note") is not None
+    assert declared(as_local["log_interaction"], "add_timeline_note") is not None
 
 
 def test_mixed_sources(tmp_path: Path, responses: set[str]) -> None:
@@ -203,7 +204,7 @@ def test_disabled_constraint_needs_no_responses(tmp_path: Path, responses: set[s
         "        enabled: false\n",
     )
     skill = load(write(tmp_path, text), responses)
-    assert skill.confirmation_for("add_timeline_note") is None
+    assert declared(skill, "add_timeline_note") is None
     assert skill.constraints["add_timeline_note"] == ToolConstraint(
         requires_confirmation=RequiresConfirmation(enabled=False)
     )

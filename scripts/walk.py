@@ -1,0 +1,294 @@
+"""Follow one confirmed "yes" through the plugin and count how it moves between modules.
+
+Runs a two-step skill (a lookup, then a write that needs a yes) to its question, then traces
+``Executor.answer`` for the "yes" with :mod:`sys.monitoring`: every start and every return of a
+function of an ``mcp_bridge`` module, on the logical call chain under that one ``answer`` call (the
+MCP session's own background tasks are not part of the walk). Twice: with local tools, and with
+an MCP tool of tests/fixtures/reminder_server.py (started on a free loopback port).
+
+The walk is the sequence of modules the chain is in, consecutive repeats collapsed; a call and a
+return both move it. It prints:
+
+* modules entered: the distinct modules of the walk;
+* re-entries: moves into a module the walk had already been in and left (and how many of them
+  are into a module other than the executor's, where every excursion returns);
+* upward moves: moves from a lower module to a higher one, where A is above B when A imports B
+  (directly or transitively, read from the source with :mod:`ast`). Returns count: a walk that
+  goes straight down and back has as many as it is deep; one that goes back and forth has more.
+  ``calls up`` counts only the calls among them (a lower module calling into a higher one).
+
+Run from the repository root: ``.venv/bin/python scripts/walk.py [--show]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mcp_bridge.audit import AuditLog  # noqa: E402
+from mcp_bridge.config import MCPServerConfig  # noqa: E402
+from mcp_bridge.executor import PENDING_SLOT, Decision, Executor, Turn  # noqa: E402
+from mcp_bridge.skills import load_skills  # noqa: E402
+
+PACKAGE = "mcp_bridge"
+
+SKILL = """\
+skill: walk_{source_id}
+tools:
+  find_contact: local
+  {write}: {source}
+tool_constraints:
+  - {write}:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm
+        utter_on_user_denial: utter_cancelled
+steps:
+  - execute_tool: find_contact
+    arguments: {{email: {{slot: email}}}}
+    fills: {{contact_id: contact_id}}
+  - execute_tool: {write}
+    arguments: {{text: {{slot: text}}}}
+    on_success: utter_saved
+"""
+
+
+async def find_contact(email: str) -> dict[str, Any]:
+    return {"ok": True, "found": True, "contact_id": 7}
+
+
+async def create_reminder(text: str, idempotency_key: str | None = None) -> dict[str, Any]:
+    return {"ok": True, "id": 1}
+
+
+LOCAL_TOOLS: dict[str, Callable[..., Any]] = {
+    "find_contact": find_contact,
+    "create_reminder": create_reminder,
+}
+
+
+# -- layering ---------------------------------------------------------------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: modules of the package it imports}, read from the source (lazy imports included)."""
+    modules: dict[str, Path] = {}
+    for path in (REPO / PACKAGE).rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from mcp_bridge import metrics` imports the module metrics, not the whole package.
+                names = {f"{node.module}.{alias.name}" for alias in node.names}
+                submodules = names & modules.keys()
+                imported |= submodules or {node.module}
+        # The package itself (__init__.py) is a lazy facade of names, below nothing and above nothing.
+        graph[name] = {module for module in imported if module in modules and module not in (name, PACKAGE)}
+    return graph
+
+
+def above(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """{module: every module it imports, directly or transitively}."""
+    closure: dict[str, set[str]] = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))
+        closure[start] = seen - {start}
+    return closure
+
+
+# -- tracing ----------------------------------------------------------------------------------
+
+
+class Walk:
+    """The module walk of the call chain under one root frame."""
+
+    def __init__(self, root: CodeType) -> None:
+        self.root = root
+        self.root_frame: FrameType | None = None
+        self.moves: list[tuple[str, str, str]] = []  # (from, to, "call" | "return")
+        self.current: str | None = None
+
+    def _in_walk(self, frame: FrameType) -> bool:
+        walker: FrameType | None = frame
+        while walker is not None:
+            if walker is self.root_frame:
+                return True
+            walker = walker.f_back
+        return False
+
+    @staticmethod
+    def _module(frame: FrameType | None) -> str | None:
+        while frame is not None:
+            name = frame.f_globals.get("__name__", "")
+            if name == PACKAGE or name.startswith(PACKAGE + "."):
+                return str(name)
+            frame = frame.f_back
+        return None
+
+    def _move(self, to: str | None, kind: str) -> None:
+        if to is not None and to != self.current:
+            if self.current is not None:
+                self.moves.append((self.current, to, kind))
+            self.current = to
+
+    def start(self, code: CodeType, offset: int) -> Any:
+        frame = sys._getframe(1)
+        if code is self.root and self.root_frame is None:
+            self.root_frame = frame
+            self.current = self._module(frame)
+            return None
+        if self.root_frame is None or not self._in_walk(frame):
+            return None
+        self._move(self._module(frame), "call")
+        return None
+
+    def end(self, code: CodeType, offset: int, *rest: Any) -> Any:
+        frame = sys._getframe(1)
+        if self.root_frame is None or frame is self.root_frame or not self._in_walk(frame):
+            return None
+        self._move(self._module(frame.f_back), "return")
+        return None
+
+
+def figures(moves: list[tuple[str, str, str]], closure: Mapping[str, set[str]]) -> dict[str, Any]:
+    path = [moves[0][0], *(to for _, to, _ in moves)] if moves else []
+    left: set[str] = set()
+    reentries = below = 0
+    for source, to, _ in moves:
+        left.add(source)
+        if to in left:
+            reentries += 1
+            below += to != path[0]
+    upward = [(a, b, kind) for a, b, kind in moves if a in closure.get(b, set())]
+    return {
+        "path": path,
+        "modules": sorted(set(path)),
+        "reentries": reentries,
+        "reentries_below": below,
+        "upward": len(upward),
+        "calls_up": sum(1 for *_, kind in upward if kind == "call"),
+        "moves": len(moves),
+    }
+
+
+async def traced_yes(executor: Executor, skill_id: str, slots: dict[str, Any]) -> tuple[Walk, Decision]:
+    asked = await executor.start(skill_id, Turn("walk", dict(slots), 1))
+    assert asked.outcome == "pending", asked
+    slots = {**slots, **asked.slots}
+    yes = Turn("walk", slots, 2, "affirm", 0.99, {"affirm": 0.99}, text="yes", loop_active=True)
+    walk = Walk(Executor.answer.__code__)
+    monitoring: Any = getattr(sys, "monitoring")  # noqa: B009 (3.12+; mypy checks for 3.10)
+    tool_id = monitoring.PROFILER_ID
+    monitoring.use_tool_id(tool_id, "walk")
+    events = monitoring.events
+    monitoring.register_callback(tool_id, events.PY_START, walk.start)
+    monitoring.register_callback(tool_id, events.PY_RETURN, walk.end)
+    monitoring.register_callback(tool_id, events.PY_UNWIND, walk.end)
+    monitoring.set_events(tool_id, events.PY_START | events.PY_RETURN | events.PY_UNWIND)
+    try:
+        decision = await executor.answer(yes)
+    finally:
+        monitoring.set_events(tool_id, 0)
+        monitoring.free_tool_id(tool_id)
+    assert decision.outcome == "done", decision
+    assert decision.slots.get(PENDING_SLOT, "unset") is None
+    return walk, decision
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"the fixture MCP server did not listen on port {port}")
+
+
+def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
+    """The executor as the action server builds it (mcp_bridge.rasa.build): audited calls."""
+    from mcp_bridge.runtime import MCPRuntime
+    from mcp_bridge.tools import ToolBox
+
+    skills = load_skills(skills_dir, local_tools=LOCAL_TOOLS, mcp_servers=servers, responses=None)
+    audit = AuditLog(None)
+    return Executor(skills, ToolBox(LOCAL_TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
+
+
+async def walk_both(port: int, show: bool) -> None:
+    closure = above(import_graph())
+    servers = {"notes": MCPServerConfig(name="notes", url=f"http://127.0.0.1:{port}/mcp", trusted=True)}
+    with tempfile.TemporaryDirectory() as directory:
+        skills_dir = Path(directory)
+        for source_id, source in (("local", "local"), ("mcp", "mcp:notes")):
+            text = SKILL.format(source_id=source_id, source=source, write="create_reminder")
+            (skills_dir / f"{source_id}.yml").write_text(text)
+        executor = build(skills_dir, servers)
+        try:
+            for source_id in ("local", "mcp"):
+                slots = {"email": "dana@example.com", "text": "walked"}
+                walk, _ = await traced_yes(executor, f"walk_{source_id}", slots)
+                found = figures(walk.moves, closure)
+                print(
+                    f"{source_id:5}: modules entered {len(found['modules'])}, re-entries "
+                    f"{found['reentries']} ({found['reentries_below']} below the executor), upward moves "
+                    f"{found['upward']} "
+                    f"(calls up {found['calls_up']}), moves {found['moves']}"
+                )
+                if show:
+                    short = [m.removeprefix(PACKAGE + ".") for m in found["path"]]
+                    print("       walk: " + " > ".join(short))
+        finally:
+            await executor.aclose()
+
+
+def main(show: bool) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "fixtures" / "reminder_server.py"), "--port", str(port)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(port)
+        asyncio.run(walk_both(port, show))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--show", action="store_true", help="print the walk itself")
+    main(parser.parse_args().show)
