@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.yamlfile import YAMLFileError, load_yaml, schema_error
 
 LOCAL = "local"
 _MCP_PREFIX = "mcp:"
@@ -187,17 +187,9 @@ def load_skill(
     responses: Collection[str] | None,
 ) -> Skill:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        parsed = SkillFile.model_validate(document)
+        parsed = SkillFile.model_validate(load_yaml(path))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = _location(first["loc"])
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+        raise schema_error(path, exc, skip=_UNION_MEMBER_NAMES) from None
     return _check(path, parsed, local_tools, mcp_servers, responses)
 
 
@@ -300,9 +292,9 @@ def domain_documents(domain_path: str | Path) -> list[tuple[Path, dict[str, Any]
     documents = []
     for file in files:
         try:
-            document = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{file}: cannot read the domain: {exc}") from None
+            document = load_yaml(file) or {}
+        except YAMLFileError as exc:
+            raise ConfigError(f"{file}: cannot read the domain: {exc.reason}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"{file}: a domain file must be a mapping")
         documents.append((file, document))
@@ -346,16 +338,5 @@ def check_question_buttons(domain_path: str | Path, questions: Iterable[str], pa
                 )
 
 
-def _location(loc: Iterable[Any]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        elif part in _UNION_MEMBER_NAMES:
-            continue  # pydantic's names for union members are noise to a skill author
-        else:
-            parts.append(f".{part}" if parts else str(part))
-    return "".join(parts) or "top level"
-
-
+# pydantic's names for the members of a union: noise to a skill author.
 _UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}
