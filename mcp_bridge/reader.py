@@ -51,6 +51,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.yamlfile import load_yaml, schema_error
 
@@ -342,8 +343,8 @@ class ConfirmationReader:
         self,
         words: Words | None = None,
         *,
-        affirm_intent: str = "affirm",
-        deny_intent: str = "deny",
+        affirm_intent: str = AFFIRM_INTENT,
+        deny_intent: str = DENY_INTENT,
         fallback_intents: Iterable[str] = ("nlu_fallback",),
         min_confidence: float = 0.6,
         deny_margin: float = 0.25,

@@ -32,8 +32,9 @@ from typing import Any
 
 import jsonschema
 
-from mcp_bridge.cli.init import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS, domain_location
+from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents

@@ -14,9 +14,10 @@ this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plu
 
 import os
 
+from mcp_bridge.contract import CONFIRMATION_LOOP
 from mcp_bridge.rasa import server
 from mcp_bridge.rasa.actions import ConfirmTool, DenyTool, ExecutorAction, SkillAction, serve_skills
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
+from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import build_executor, executor
 
 server.install()

@@ -18,8 +18,9 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
+from mcp_bridge.contract import CONFIRMATION_LOOP, DENY_ACTION, PENDING_SLOT
+from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.skills import ACTION_NAME
 
@@ -70,7 +71,7 @@ class ConfirmTool(ExecutorAction):
 class DenyTool(ExecutorAction):
     """Drops the pending question without running anything (for a bot's own "stop" rule)."""
 
-    action_name = "action_deny_tool"
+    action_name = DENY_ACTION
 
     async def decide(self, turn: Turn) -> Decision:
         return await executor().deny(turn)
