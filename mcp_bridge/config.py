@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
 from mcp_bridge.envsubst import expand, required_variables, unset_variables
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.yamlfile import load_yaml
 
 _TYPES = ("http", "https")
 DEFAULT_TIMEOUT = 10.0
@@ -170,14 +169,7 @@ def load_mcp_servers(
 ) -> dict[str, MCPServerConfig]:
     """Read and check the ``mcp_servers`` list; a file without one configures no servers."""
     path = Path(path)
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    document = load_yaml(path) or {}
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return parse_mcp_servers(document.get("mcp_servers"), source=str(path), env=env, allow_unset=allow_unset)

@@ -49,10 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.yamlfile import load_yaml, schema_error
 
 DEFAULT_WORDS = Path(__file__).with_name("confirmation_words.yml")
 
@@ -182,12 +183,7 @@ def load_words(*extra: str | Path) -> Words:
 
 
 def _read_word_file(path: Path) -> _WordFile:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    document = load_yaml(path) or {}
     if isinstance(document, dict):
         # YAML 1.1 reads an unquoted `yes:` / `no:` key as a boolean; mean what the author meant.
         booleans = {True: "yes", False: "no"}
@@ -195,9 +191,7 @@ def _read_word_file(path: Path) -> _WordFile:
     try:
         parsed = _WordFile.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "top level"
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+        raise schema_error(path, exc) from None
     for key, values in parsed.model_dump().items():
         for index, value in enumerate(values):
             if not _tokens(value):
@@ -349,8 +343,8 @@ class ConfirmationReader:
         self,
         words: Words | None = None,
         *,
-        affirm_intent: str = "affirm",
-        deny_intent: str = "deny",
+        affirm_intent: str = AFFIRM_INTENT,
+        deny_intent: str = DENY_INTENT,
         fallback_intents: Iterable[str] = ("nlu_fallback",),
         min_confidence: float = 0.6,
         deny_margin: float = 0.25,

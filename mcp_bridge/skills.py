@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.yamlfile import YAMLFileError, load_yaml, schema_error
 
 LOCAL = "local"
 _MCP_PREFIX = "mcp:"
@@ -111,6 +111,11 @@ class SkillFile(_Strict):
     # first step and asks a new question. Without an entry, such an answer is asked again.
     edits: dict[Literal["text", "email"], str] = Field(default_factory=dict)
 
+    @property
+    def action_name(self) -> str:
+        """The Rasa action that runs this skill: ``action:``, or ``action_<skill>``."""
+        return self.action or f"action_{self.skill}"
+
     @field_validator("tool_constraints")
     @classmethod
     def _one_tool_per_entry(cls, value: list[dict[str, ToolConstraint]]) -> list[dict[str, ToolConstraint]]:
@@ -158,13 +163,58 @@ def load_skills(
 
     ``responses`` is the set of response names the domain defines (None skips that check).
     """
+    return check_skills(
+        read_skill_dir(directory), local_tools=local_tools, mcp_servers=mcp_servers, responses=responses
+    )
+
+
+# Each skill file of a directory in name order: its document checked against the schema, or why not.
+SkillFiles = tuple[tuple[Path, SkillFile | ConfigError], ...]
+
+
+def read_skill_dir(directory: str | Path) -> SkillFiles:
+    """Read every ``*.yml`` / ``*.yaml`` in ``directory`` against the schema (the one parser of skill
+    files); ConfigError when it holds none.
+
+    A file that fails is kept as its ConfigError rather than raised, so that a caller that only
+    needs the good files' names (the action classes rasa_sdk registers on import) can skip it,
+    and :func:`check_skills` reports the problems in file order, as the files are read.
+    """
     directory = Path(directory)
     files = sorted([*directory.glob("*.yml"), *directory.glob("*.yaml")])
     if not files:
         raise ConfigError(f"{directory}: no skill files (*.yml) found")
-    skills: dict[str, Skill] = {}
+    read: list[tuple[Path, SkillFile | ConfigError]] = []
     for path in files:
-        skill = load_skill(path, local_tools=local_tools, mcp_servers=mcp_servers, responses=responses)
+        try:
+            read.append((path, read_skill_file(path)))
+        except ConfigError as exc:
+            read.append((path, exc))
+    return tuple(read)
+
+
+def read_skill_file(path: Path) -> SkillFile:
+    """One skill file, checked against the schema; ConfigError with the file, the place and the reason."""
+    try:
+        return SkillFile.model_validate(load_yaml(path))
+    except ValidationError as exc:
+        raise schema_error(path, exc, skip=_UNION_MEMBER_NAMES) from None
+
+
+def check_skills(
+    files: SkillFiles,
+    *,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> dict[str, Skill]:
+    """Check read skill files against the tools, servers and responses there are; raise
+    :class:`ConfigError` on the first problem."""
+    skills: dict[str, Skill] = {}
+    for path, parsed in files:
+        if isinstance(parsed, ConfigError):
+            raise parsed
+        skill = _check(path, parsed, local_tools, mcp_servers, responses)
         if skill.id in skills:
             raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {skills[skill.id].path}")
         clash = next((other for other in skills.values() if other.action == skill.action), None)
@@ -181,19 +231,7 @@ def load_skill(
     mcp_servers: Collection[str],
     responses: Collection[str] | None,
 ) -> Skill:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        parsed = SkillFile.model_validate(document)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = _location(first["loc"])
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
-    return _check(path, parsed, local_tools, mcp_servers, responses)
+    return _check(path, read_skill_file(path), local_tools, mcp_servers, responses)
 
 
 def _check(
@@ -261,7 +299,7 @@ def _check(
     return Skill(
         id=parsed.skill,
         path=path,
-        action=parsed.action or f"action_{parsed.skill}",
+        action=parsed.action_name,
         tools=tools,
         constraints=constraints,
         steps=tuple(parsed.steps),
@@ -295,9 +333,9 @@ def domain_documents(domain_path: str | Path) -> list[tuple[Path, dict[str, Any]
     documents = []
     for file in files:
         try:
-            document = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{file}: cannot read the domain: {exc}") from None
+            document = load_yaml(file) or {}
+        except YAMLFileError as exc:
+            raise ConfigError(f"{file}: cannot read the domain: {exc.reason}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"{file}: a domain file must be a mapping")
         documents.append((file, document))
@@ -341,16 +379,5 @@ def check_question_buttons(domain_path: str | Path, questions: Iterable[str], pa
                 )
 
 
-def _location(loc: Iterable[Any]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        elif part in _UNION_MEMBER_NAMES:
-            continue  # pydantic's names for union members are noise to a skill author
-        else:
-            parts.append(f".{part}" if parts else str(part))
-    return "".join(parts) or "top level"
-
-
+# pydantic's names for the members of a union: noise to a skill author.
 _UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}

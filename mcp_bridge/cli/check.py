@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
 import secrets
@@ -32,18 +33,25 @@ from typing import Any
 
 import jsonschema
 
-from mcp_bridge.cli.init import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS, domain_location
+from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
 from mcp_bridge.tools import registered_local_tools
 
 _FILES = ("ENDPOINTS", "SKILLS_DIR", "DOMAIN")
+# Files the action server reads from its working directory, the bot's folder.
+_BOT_FILES = ("CONFIRMATION_WORDS", "AUDIT_LOG")
 
 
 def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """The action server's environment for the bot in ``bot``: its files unless the caller set them."""
+    """The action server's environment for the bot in ``bot``: its files unless the caller set them.
+
+    Every file is an absolute path, so nothing depends on this process's working directory: the
+    three the caller may name on the command line are taken from where the caller stands, and the
+    others from the bot's folder, where the action server runs."""
     env = dict(environ)
     defaults = {"ENDPOINTS": bot / "endpoints.yml", "SKILLS_DIR": bot / "skills"}
     for name in _FILES:
@@ -51,15 +59,23 @@ def bot_environment(bot: Path, environ: Mapping[str, str]) -> dict[str, str]:
             env[name] = str(Path(env[name]).resolve())
         else:
             env[name] = str(defaults[name] if name in defaults else domain_location(bot))
+    for name in _BOT_FILES:
+        if env.get(name):
+            env[name] = str(bot / env[name])  # an absolute path stays as it is
     env.setdefault("AUDIT_LOG", "")  # a check writes no audit trail
     env.setdefault("CONFIRMATION_SECRET", secrets.token_urlsafe(32))  # and seals nothing
     return env
 
 
-def import_actions(bot: Path, package: str) -> None:
-    """Import the bot's actions package the way rasa_sdk does, from the bot's folder."""
+def load_bot(bot: Path, package: str) -> None:
+    """Import the bot's actions package, as rasa_sdk does, so that its local tools are registered.
+
+    The bot registers them in its own code (``register_local_tools``), which only an import runs;
+    the skills that use them are checked afterwards (:func:`check_bot`). rasa_sdk runs from the
+    bot's folder, which Python puts first on ``sys.path``, so the package and the bot's own modules
+    (the example's ``crm``) import by their names: the folder is on ``sys.path`` for the import only.
+    """
     imported_before = "mcp_bridge.rasa" in sys.modules
-    os.chdir(bot)
     sys.path.insert(0, str(bot))
     try:
         importlib.import_module(package)
@@ -69,6 +85,9 @@ def import_actions(bot: Path, package: str) -> None:
         raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
     except Exception as exc:
         raise ConfigError(f"{bot / package}: importing it failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(ValueError):  # unless the bot's code took it off itself
+            sys.path.remove(str(bot))
     if not imported_before and "mcp_bridge.rasa" not in sys.modules:
         raise ConfigError(
             f"{bot / package}: does not import mcp_bridge.rasa, so rasa_sdk would not serve the plugin's "
@@ -177,9 +196,8 @@ def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[s
 async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
     """Run the checks for the bot in ``bot``; the summary line, or ConfigError with the first problem."""
     env = bot_environment(bot, os.environ)
-    os.environ.update({name: env[name] for name in _FILES})  # mcp_bridge.rasa reads SKILLS_DIR on import
-    import_actions(bot, package)
-    # Only now: importing mcp_bridge.rasa serves the skills' actions, which the bot's import must do.
+    load_bot(bot, package)
+    # Imported here, not at the top: it imports rasa_sdk, which `mcp-bridge init` does not need.
     from mcp_bridge.rasa.build import build_executor
 
     # Offline, a server's url or secret may come from a variable that only the action server's

@@ -45,13 +45,16 @@ from mcp_bridge.cli.yaml_splice import (
     load,
     top_level,
 )
+from mcp_bridge.contract import (
+    BUTTON_PAYLOADS,
+    CONFIRMATION_LOOP,
+    PENDING_SLOT,
+    PLUGIN_ACTIONS,
+    PLUGIN_INTENTS,
+)
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import ACTION_NAME
 
-PENDING_SLOT = "pending_confirmation"
-PLUGIN_INTENTS = ("affirm", "deny")
-PLUGIN_ACTIONS = ("action_confirm_tool", "action_deny_tool")
-BUTTON_PAYLOADS = {"/affirm", "/deny"}
 DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
 NLU_FILE = Path("data") / "mcp_bridge_nlu.yml"
@@ -408,8 +411,8 @@ def _is_loop_rule(rule: Any) -> bool:
         return False
     condition = rule.get("condition") or []
     steps = rule.get("steps") or []
-    return {"active_loop": PLUGIN_ACTIONS[0]} in condition and steps == [
-        {"action": PLUGIN_ACTIONS[0]},
+    return {"active_loop": CONFIRMATION_LOOP} in condition and steps == [
+        {"action": CONFIRMATION_LOOP},
         {"active_loop": None},
     ]
 

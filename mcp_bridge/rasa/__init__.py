@@ -10,13 +10,20 @@ rasa_sdk (``python -m rasa_sdk --actions actions``, which ``rasa run actions`` r
 in ``SKILLS_DIR`` (the file's ``action:``). Its start-up checks, the token check on ``/webhook`` and a
 loopback default address come through rasa_sdk's plugin hook (:mod:`mcp_bridge.rasa.server`), which
 this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plugins`` package.
+
+The import reads ``SKILLS_DIR`` because rasa_sdk leaves no later moment: it registers the actions it
+finds right after importing the bot's actions package, and its plugin hook receives only the web
+app. So the skill files are read here, once for the process (:func:`build.skill_files`, the one
+parser), and only their actions are defined; everything else (the tools the bot registers after
+this import, endpoints, domain) is checked when the server starts, from that same reading.
 """
 
 import os
 
+from mcp_bridge.contract import CONFIRMATION_LOOP
 from mcp_bridge.rasa import server
 from mcp_bridge.rasa.actions import ConfirmTool, DenyTool, ExecutorAction, SkillAction, serve_skills
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
+from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import build_executor, executor
 
 server.install()

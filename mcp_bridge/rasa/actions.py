@@ -13,15 +13,15 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
-from mcp_bridge.rasa.build import executor
-from mcp_bridge.skills import ACTION_NAME
+from mcp_bridge.contract import CONFIRMATION_LOOP, DENY_ACTION, PENDING_SLOT
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
+from mcp_bridge.rasa.build import executor, skill_files
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class ConfirmTool(ExecutorAction):
 class DenyTool(ExecutorAction):
     """Drops the pending question without running anything (for a bot's own "stop" rule)."""
 
-    action_name = "action_deny_tool"
+    action_name = DENY_ACTION
 
     async def decide(self, turn: Turn) -> Decision:
         return await executor().deny(turn)
@@ -93,23 +93,21 @@ _BY_CLASS_NAME: dict[str, type[SkillAction]] = {}
 
 
 def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
-    """Define one action class per skill file (its ``action:``, default ``action_<skill>``).
+    """Define one action class per skill file of ``skills_dir`` (its ``action:``, default
+    ``action_<skill>``), from the files as :func:`mcp_bridge.rasa.build.skill_files` read them.
 
-    Only names are read here; the files are checked in full when the action server starts.
+    A file that cannot be read, or whose action another file already has, gets no action: the
+    start-up checks refuse it with the file, the place and the reason, and the server does not start.
     """
-    for path in sorted([*Path(skills_dir).glob("*.yml"), *Path(skills_dir).glob("*.yaml")]):
-        try:
-            document = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue  # reported with file and place by the start-up check
-        if not isinstance(document, dict) or not isinstance(document.get("skill"), str):
+    try:
+        files = skill_files(skills_dir)
+    except ConfigError:
+        return dict(_SKILL_ACTIONS)  # no skill files: reported by the start-up checks
+    for _, parsed in files:
+        if isinstance(parsed, ConfigError) or parsed.action_name in _SKILL_ACTIONS:
             continue
-        skill_id = document["skill"]
-        action = document.get("action") or f"action_{skill_id}"
-        if not isinstance(action, str) or not ACTION_NAME.fullmatch(action) or action in _SKILL_ACTIONS:
-            continue  # an invalid name is refused with file and place by the start-up check
-        class_name = _class_name(action)
-        attributes = {"action_name": action, "skill_id": skill_id, "__module__": __name__}
+        action, class_name = parsed.action_name, _class_name(parsed.action_name)
+        attributes = {"action_name": action, "skill_id": parsed.skill, "__module__": __name__}
         cls = type(class_name, (SkillAction,), {**attributes, "__qualname__": class_name})
         _SKILL_ACTIONS[action] = _BY_CLASS_NAME[class_name] = cls
     return dict(_SKILL_ACTIONS)
@@ -117,7 +115,7 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
 
 def _class_name(action: str) -> str:
     """A Python identifier for ``action`` (``action_`` and letters, digits and underscores, as
-    :data:`ACTION_NAME` requires) that no other skill action of this process has."""
+    :data:`mcp_bridge.skills.ACTION_NAME` requires) that no other skill action of this process has."""
     base = "".join(part.capitalize() for part in action.split("_"))  # ActionLogInteraction
     name, n = base, 1
     while name in _BY_CLASS_NAME or name in globals():

@@ -19,9 +19,8 @@ from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.channels import USER_KEY
-from mcp_bridge.executor import PENDING_SLOT, Decision, Turn
-
-CONFIRMATION_LOOP = "action_confirm_tool"
+from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT
+from mcp_bridge.executor import Decision, Turn
 
 
 def turn_from_tracker(tracker: Tracker) -> Turn:

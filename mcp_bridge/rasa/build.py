@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
@@ -27,7 +28,14 @@ from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
 from mcp_bridge.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills import check_question_buttons, domain_documents, domain_responses, load_skills
+from mcp_bridge.skills import (
+    SkillFiles,
+    check_question_buttons,
+    check_skills,
+    domain_documents,
+    domain_responses,
+    read_skill_dir,
+)
 from mcp_bridge.tools import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
@@ -58,7 +66,9 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
             "(`mcp-bridge init` adds them)"
         )
     local = registered_local_tools()
-    skills = load_skills(skills_dir, local_tools=local, mcp_servers=servers, responses=known_responses)
+    skills = check_skills(
+        skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
+    )
     questions = {responses.confirm_tool_call} | {
         rule.utter_for_confirmation
         for skill in skills.values()
@@ -91,6 +101,22 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
         log.info("skill %s (%s) from %s: %s", skill.id, skill.action, skill.path, sources)
     return built
+
+
+def skill_files(skills_dir: str | Path) -> SkillFiles:
+    """The skill files of ``skills_dir``, read and schema-checked once per process.
+
+    rasa_sdk needs the skills' action classes as soon as the bot imports :mod:`mcp_bridge.rasa`
+    (:func:`mcp_bridge.rasa.actions.serve_skills`), before the bot has registered its local tools;
+    the start-up checks (:func:`build_executor`) come later. Both read the directory through here,
+    so the actions served are the skills checked, from one reading of the files.
+    """
+    return _read_skill_dir(Path(skills_dir).resolve())
+
+
+@functools.cache
+def _read_skill_dir(directory: Path) -> SkillFiles:
+    return read_skill_dir(directory)
 
 
 def check_meta_slots(servers: Mapping[str, MCPServerConfig], domain: str) -> None:

@@ -10,6 +10,7 @@ checks, token check and loopback default hold in every process that answers; a b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -62,7 +63,9 @@ def action_server(
         service.env["SKILLS_DIR"] = str(bot / "skills")
         service.env["DOMAIN"] = str(bot / "domain.yml")
         # crm/ is the example's, not installed with the plugin: the copied actions import it.
-        service.env["PYTHONPATH"] = str(procs.EXAMPLE_BOT)
+        # The caller's PYTHONPATH stays after it (how an older venv is pointed at a working copy).
+        paths = [str(procs.EXAMPLE_BOT), os.environ.get("PYTHONPATH")]
+        service.env["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
     return service
 
 

@@ -170,7 +170,7 @@ def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("yes: [1, 2]", "yes.0: Input should be a valid string"),
+        ("yes: [1, 2]", "yes[0]: Input should be a valid string"),
         ("maybe: [perhaps]", "maybe: Extra inputs are not permitted"),
         ('yes: [""]', "yes[0]: an empty entry matches nothing"),
         ('yes: ["stop"]', "listed both as a yes (or polite) and as a no, hedge or irony: stop"),

@@ -1,0 +1,35 @@
+"""The names a Rasa bot and the plugin agree on: one slot, two intents, two actions.
+
+`mcp-bridge init` writes them into a bot's domain, `mcp-bridge check` looks for them there, and the
+runtime reads and writes them; all three take them from here. This module imports nothing, so the
+command-line tools use it without rasa_sdk (``mcp_bridge.rasa`` imports rasa_sdk on import).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AFFIRM_INTENT",
+    "BUTTON_PAYLOADS",
+    "CONFIRMATION_LOOP",
+    "DENY_ACTION",
+    "DENY_INTENT",
+    "PENDING_SLOT",
+    "PLUGIN_ACTIONS",
+    "PLUGIN_INTENTS",
+]
+
+# The slot that carries the sealed pending question between turns (the action server is stateless).
+PENDING_SLOT = "pending_confirmation"
+
+# The intents of a yes and a no; a question's buttons send exactly their payloads.
+AFFIRM_INTENT = "affirm"
+DENY_INTENT = "deny"
+PLUGIN_INTENTS = (AFFIRM_INTENT, DENY_INTENT)
+BUTTON_PAYLOADS = frozenset({f"/{AFFIRM_INTENT}", f"/{DENY_INTENT}"})
+
+# The action that reads an answer; it is also the loop a pending question keeps active, so Rasa
+# sends the person's next message to it whatever intent the NLU gave that message.
+CONFIRMATION_LOOP = "action_confirm_tool"
+# The action that drops a pending question without running anything (for a bot's own "stop" rule).
+DENY_ACTION = "action_deny_tool"
+PLUGIN_ACTIONS = (CONFIRMATION_LOOP, DENY_ACTION)
