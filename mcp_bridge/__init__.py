@@ -1,13 +1,44 @@
-"""Guarded tool calls for conversational assistants: local Python tools or MCP tools, one executor.
+"""Guarded tool calls for Rasa: local Python tools or MCP tools, confirmed by the person before they write.
 
-A bot author touches little of it: skill files, ``import mcp_bridge.rasa`` in the actions package,
-:func:`local_tool` for the bot's own tools, and the ``mcp-bridge`` command (init, check, tools,
-test e2e). The rest is exported for tests and for other front ends than Rasa: nothing in this package
-imports rasa_sdk except :mod:`mcp_bridge.rasa`.
+A bot uses the plugin through its skill files, one import in its actions package, and the names
+below::
 
-The names below are imported on first use (PEP 562), not with the package: the Rasa server imports
-:mod:`mcp_bridge.channels` from an environment that has none of the plugin's dependencies (mcp,
-pydantic 2), and importing a subpackage runs this file first.
+    # actions/__init__.py
+    import mcp_bridge.rasa  # serves action_confirm_tool, action_deny_tool and one action per skill
+    from mcp_bridge import local_tool
+
+    @local_tool
+    async def add_timeline_note(contact_id: int, text: str) -> NoteResult: ...
+
+Everything else (the executor, the MCP runtime, the seal, the audit trail) is configured from files
+and environment variables and lives in its own module; ``mcp-bridge`` (:mod:`mcp_bridge.cli`) is the
+command. The names are imported on first use (PEP 562), not with the package: the Rasa server
+imports :mod:`mcp_bridge.channels` from an environment without the plugin's dependencies, and
+importing a subpackage runs this file first.
+
+**Local tools** (:mod:`mcp_bridge.tools`)
+
+- :func:`local_tool`: register an async function as a tool, under its name or ``name=``; a decorator.
+- :func:`register_local_tools`: register several at once, ``{name: async function}``.
+
+**The reader, for a bot's own forms** (:mod:`mcp_bridge.reader`)
+
+- :func:`confirmation_reader`: the reader the action server's executor uses (its word file and
+  message limit), so a form's "cancel" and "help" are the confirmation's words.
+- :class:`ConfirmationReader`: ``read(text, nlu)`` returns an :data:`Answer`, ``too_long(text)`` a
+  :class:`TooLong` or None, ``way_out(text)`` ``"cancel"``, ``"help"`` or None.
+- The answers: :class:`Yes`, :class:`No`, :class:`Edit`, :class:`Redirect`, :class:`Unclear`,
+  :class:`Other`, :class:`TooLong` (:data:`Answer` is their union); :class:`NluOpinion` is the NLU's
+  intent and confidences, a second opinion the reader may use.
+
+**Errors** (:mod:`mcp_bridge.errors`)
+
+- :class:`BridgeError`: the base of every error below.
+- :class:`ConfigError`: a skill file, ``endpoints.yml``, the domain or an environment variable is
+  wrong; the message names the file, the place and the reason.
+- :class:`ToolArgumentsError`: arguments a tool refuses (its input schema); nothing was sent.
+- :class:`ToolCallError`: a call failed; ``may_have_run`` says whether it may have written.
+- :class:`OutcomeUnknownError`: a call that may have run, whose result never came.
 """
 
 from __future__ import annotations
@@ -16,19 +47,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mcp_bridge.audit import AuditLog
-    from mcp_bridge.config import MCPServerConfig, load_mcp_servers
     from mcp_bridge.errors import (
         BridgeError,
         ConfigError,
         OutcomeUnknownError,
-        ServerUnavailableError,
         ToolArgumentsError,
         ToolCallError,
-        ToolNotFoundError,
-        ToolTimeoutError,
     )
-    from mcp_bridge.executor import ConfirmationPolicy, Decision, Executor, Outcome, Responses, Say, Turn
+    from mcp_bridge.rasa.build import confirmation_reader
     from mcp_bridge.reader import (
         Answer,
         ConfirmationReader,
@@ -40,35 +66,14 @@ if TYPE_CHECKING:
         TooLong,
         Unclear,
         Yes,
-        load_words,
     )
-    from mcp_bridge.results import ToolResult
-    from mcp_bridge.runtime import MCPRuntime
-    from mcp_bridge.sealing import PendingConfirmation, Seal
-    from mcp_bridge.skills import Skill, load_skills
-    from mcp_bridge.sources import LocalTool, MCPTool, Tool
-    from mcp_bridge.tools import ToolBox, local_tool, register_local_tools
+    from mcp_bridge.tools import local_tool, register_local_tools
 
 # name -> the module that defines it
 _EXPORTS = {
-    "AuditLog": "audit",
-    "MCPServerConfig": "config",
-    "load_mcp_servers": "config",
-    "BridgeError": "errors",
-    "ConfigError": "errors",
-    "OutcomeUnknownError": "errors",
-    "ServerUnavailableError": "errors",
-    "ToolArgumentsError": "errors",
-    "ToolCallError": "errors",
-    "ToolNotFoundError": "errors",
-    "ToolTimeoutError": "errors",
-    "ConfirmationPolicy": "executor",
-    "Decision": "executor",
-    "Executor": "executor",
-    "Outcome": "executor",
-    "Responses": "executor",
-    "Say": "executor",
-    "Turn": "executor",
+    "local_tool": "tools",
+    "register_local_tools": "tools",
+    "confirmation_reader": "rasa.build",
     "Answer": "reader",
     "ConfirmationReader": "reader",
     "Edit": "reader",
@@ -79,61 +84,30 @@ _EXPORTS = {
     "TooLong": "reader",
     "Unclear": "reader",
     "Yes": "reader",
-    "load_words": "reader",
-    "ToolResult": "results",
-    "MCPRuntime": "runtime",
-    "PendingConfirmation": "sealing",
-    "Seal": "sealing",
-    "Skill": "skills",
-    "load_skills": "skills",
-    "LocalTool": "sources",
-    "MCPTool": "sources",
-    "Tool": "sources",
-    "ToolBox": "tools",
-    "local_tool": "tools",
-    "register_local_tools": "tools",
+    "BridgeError": "errors",
+    "ConfigError": "errors",
+    "OutcomeUnknownError": "errors",
+    "ToolArgumentsError": "errors",
+    "ToolCallError": "errors",
 }
 
 __all__ = [
     "Answer",
-    "AuditLog",
     "BridgeError",
     "ConfigError",
-    "ConfirmationPolicy",
     "ConfirmationReader",
-    "Decision",
     "Edit",
-    "Executor",
-    "LocalTool",
-    "MCPRuntime",
-    "MCPServerConfig",
-    "MCPTool",
     "NluOpinion",
     "No",
     "Other",
-    "Outcome",
     "OutcomeUnknownError",
-    "PendingConfirmation",
     "Redirect",
-    "Responses",
-    "Say",
-    "Seal",
-    "ServerUnavailableError",
-    "Skill",
-    "Tool",
     "ToolArgumentsError",
-    "ToolBox",
     "ToolCallError",
-    "ToolNotFoundError",
-    "ToolResult",
-    "ToolTimeoutError",
     "TooLong",
-    "Turn",
     "Unclear",
     "Yes",
-    "load_mcp_servers",
-    "load_skills",
-    "load_words",
+    "confirmation_reader",
     "local_tool",
     "register_local_tools",
 ]

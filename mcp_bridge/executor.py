@@ -45,6 +45,7 @@ from typing import Any, Literal
 from mcp_bridge import templating
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import needs_confirmation
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
@@ -56,7 +57,6 @@ from mcp_bridge.tools import ToolBox
 
 log = logging.getLogger(__name__)
 
-PENDING_SLOT = "pending_confirmation"
 _FAILURES = (ToolCallError, ToolArgumentsError, ToolNotFoundError)
 # Outcomes after which a question is pending.
 _WAITING = ("pending", "refused")
@@ -132,8 +132,8 @@ class ConfirmationPolicy:
     min_confidence: float = 0.6
     # ... and only when "no" is not within this margin of it.
     deny_margin: float = 0.25
-    affirm_intent: str = "affirm"
-    deny_intent: str = "deny"
+    affirm_intent: str = AFFIRM_INTENT
+    deny_intent: str = DENY_INTENT
 
 
 @dataclass(frozen=True)

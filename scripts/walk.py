@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO))
 
 from mcp_bridge.audit import AuditLog  # noqa: E402
 from mcp_bridge.config import MCPServerConfig  # noqa: E402
-from mcp_bridge.executor import PENDING_SLOT, Decision, Executor, Turn  # noqa: E402
+from mcp_bridge.contract import PENDING_SLOT  # noqa: E402
+from mcp_bridge.executor import Decision, Executor, Turn  # noqa: E402
 from mcp_bridge.skills import load_skills  # noqa: E402
 
 PACKAGE = "mcp_bridge"

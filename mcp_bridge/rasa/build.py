@@ -143,6 +143,12 @@ def executor() -> Executor:
     return build_executor()
 
 
+def confirmation_reader() -> ConfirmationReader:
+    """The reader this action server's executor reads answers with (its word file and limit), for a
+    bot's own forms: one list of words serves the form and the confirmation."""
+    return executor().reader
+
+
 # Development only: accept a short or placeholder CONFIRMATION_SECRET (with a warning at every start).
 DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
 MIN_SECRET_BYTES = 32

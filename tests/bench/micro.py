@@ -13,8 +13,10 @@ import aiohttp
 from crm import tools as crm_tools
 from mcp_types import LATEST_PROTOCOL_VERSION
 
-from mcp_bridge import MCPRuntime, MCPServerConfig, load_mcp_servers
-from mcp_bridge.executor import PENDING_SLOT, Executor, Turn
+from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import Executor, Turn
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
 from mcp_bridge.transport import AiohttpTransport

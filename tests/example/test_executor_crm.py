@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge import AuditLog, MCPRuntime, MCPServerConfig
-from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Executor, Turn
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import ConfirmationPolicy, Executor, Turn
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support import procs

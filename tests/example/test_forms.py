@@ -3,7 +3,6 @@ the form reads any of it, and nothing is collected from it."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActiveLoop, FollowupAction, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge import ConfirmationReader
+from mcp_bridge.reader import ConfirmationReader
 from tests.support.example_form import load_form
 
 FORM = load_form()
@@ -20,9 +19,9 @@ LIMIT = 5000
 
 @pytest.fixture(autouse=True)
 def reader(monkeypatch: pytest.MonkeyPatch) -> ConfirmationReader:
-    """The form asks the plugin's executor for its reader; here, one with the default limit."""
+    """The form asks the plugin for the action server's reader; here, one with the default limit."""
     reader = ConfirmationReader(max_chars=LIMIT)
-    monkeypatch.setattr(FORM, "executor", lambda: SimpleNamespace(reader=reader))
+    monkeypatch.setattr(FORM, "confirmation_reader", lambda: reader)
     return reader
 
 

@@ -20,7 +20,7 @@ import grpc  # noqa: E402
 from google.protobuf.json_format import MessageToDict, ParseDict  # noqa: E402
 from rasa_sdk.grpc_py import action_webhook_pb2, action_webhook_pb2_grpc  # noqa: E402
 
-from mcp_bridge.executor import PENDING_SLOT  # noqa: E402
+from mcp_bridge.contract import PENDING_SLOT  # noqa: E402
 from tests.support import procs  # noqa: E402
 from tests.support.conversation import notes_for  # noqa: E402
 from tests.support.rasa_calls import FakeTracker  # noqa: E402

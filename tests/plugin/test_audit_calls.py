@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge import MCPRuntime, MCPServerConfig
 from mcp_bridge.audit import CALLED, AuditLog, argument_digest, serving
+from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.executor import Executor
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support import procs

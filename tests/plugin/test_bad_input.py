@@ -14,8 +14,10 @@ from urllib.parse import quote
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge import MCPRuntime, MCPServerConfig
-from mcp_bridge.executor import PENDING_SLOT, Decision, Executor
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import Decision, Executor
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, notes_for, responses, skills_with_source

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge import (
-    MCPRuntime,
-    MCPServerConfig,
-    ServerUnavailableError,
-    ToolArgumentsError,
-    ToolNotFoundError,
-)
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.errors import ServerUnavailableError, ToolArgumentsError, ToolNotFoundError
+from mcp_bridge.runtime import MCPRuntime
 from tests.support import procs
 from tests.support.mcp_client import sessions_opened
 

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Decision, Executor
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import ConfirmationPolicy, Decision, Executor
 from mcp_bridge.skills import load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, responses

@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge import AuditLog, MCPRuntime, ToolNotFoundError
-from mcp_bridge.executor import PENDING_SLOT, ConfirmationPolicy, Executor, Turn
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.errors import ToolNotFoundError
+from mcp_bridge.executor import ConfirmationPolicy, Executor, Turn
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import load_skills
 from mcp_bridge.tools import ToolBox, ToolFunction
 from tests.support import procs

@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 from crm.tools import CRM_UNREACHABLE, TOOLS
 
-from mcp_bridge import MCPRuntime, MCPServerConfig, OutcomeUnknownError
 from mcp_bridge.audit import AuditLog
-from mcp_bridge.executor import PENDING_SLOT, Executor
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.errors import OutcomeUnknownError
+from mcp_bridge.executor import Executor
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox

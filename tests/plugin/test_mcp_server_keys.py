@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge import MCPRuntime, MCPServerConfig, ServerUnavailableError, ToolTimeoutError
-from mcp_bridge.config import load_mcp_servers
-from mcp_bridge.executor import PENDING_SLOT, Executor
+from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.errors import ServerUnavailableError, ToolTimeoutError
+from mcp_bridge.executor import Executor
+from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support import procs

@@ -7,7 +7,8 @@ from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.channels import USER_KEY
-from mcp_bridge.executor import PENDING_SLOT, Decision, Say, Turn
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import Decision, Say, Turn
 from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
 
 LOOP = CONFIRMATION_LOOP

@@ -7,7 +7,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.executor import PENDING_SLOT, Decision, Executor, Turn
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.executor import Decision, Executor, Turn
 
 REPO = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
 

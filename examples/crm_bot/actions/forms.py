@@ -19,7 +19,7 @@ from rasa_sdk.events import ActiveLoop, EventType, FollowupAction, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.rasa import executor
+from mcp_bridge import confirmation_reader
 
 # A run of characters that may belong to an address: anything but spaces and the punctuation
 # around addresses in running text. A run with an "@" inside it is a candidate ("it's
@@ -81,7 +81,7 @@ class ValidateLogNoteForm(FormValidationAction):
     ) -> list[EventType]:
         asked = tracker.get_slot("requested_slot")
         text = (tracker.latest_message or {}).get("text") or ""
-        reader = executor().reader
+        reader = confirmation_reader()
         too_long = reader.too_long(text)
         if too_long is not None:
             # Refused unread (the reader's limit, MESSAGE_MAX_CHARS): nothing is taken from it. Asked

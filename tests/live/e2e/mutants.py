@@ -38,7 +38,7 @@ from rasa_sdk import Action
 from rasa_sdk.utils import all_subclasses
 
 import actions  # noqa: F401  (serves the plugin's actions)
-from mcp_bridge.executor import PENDING_SLOT
+from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.sealing import PendingConfirmation
 
