@@ -33,6 +33,7 @@ from typing import Any
 
 import jsonschema
 
+from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
@@ -242,14 +243,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
+def register(commands: Any) -> None:
+    parser = add_command(
+        commands,
         "check",
+        run,
         help="the action server's start-up checks, offline (for CI); --live also asks the MCP servers",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("dir", nargs="?", default=".", help="the bot's folder (default: this one)")
-    parser.add_argument("--actions", default="actions", help="the bot's actions package (default: actions)")
+    bot_folder(parser)
+    actions_package(parser)
     parser.add_argument("--live", action="store_true", help="also connect to each MCP server")
-    parser.set_defaults(handler=run)

@@ -12,12 +12,15 @@ import os
 import sys
 from typing import Any
 
+from mcp_bridge.cli.command import actions_package, add_command
 from mcp_bridge.errors import ConfigError
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "grpc",
+        run,
         help="serve the bot's actions over gRPC (rasa-sdk 3.21), with the token check and start-up checks",
         description=(
             "Serve the bot's actions over gRPC, as `python -m rasa_sdk --grpc` would, with the plugin's "
@@ -26,7 +29,7 @@ def register(commands: Any) -> None:
             "the bot's folder."
         ),
     )
-    parser.add_argument("--actions", default="actions", help="the bot's actions package (default: actions)")
+    actions_package(parser)
     parser.add_argument(
         "--port", type=int, default=None, help="port (default: ACTION_SERVER_PORT, else 5055)"
     )
@@ -36,7 +39,6 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--endpoints", default=None, help="endpoints file (default: ENDPOINTS, else endpoints.yml)"
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

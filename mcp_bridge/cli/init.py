@@ -36,6 +36,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.cli.yaml_splice import (
     Splice,
     block_of,
@@ -480,13 +481,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
+def register(commands: Any) -> None:
+    parser = add_command(
+        commands,
         "init",
+        run,
         help="make a Rasa bot ready for mcp_bridge (domain, rule, endpoints, a sample skill)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("dir", nargs="?", default=".", help="the bot's folder (default: this one)")
+    bot_folder(parser)
     parser.add_argument("--domain", help="domain.yml or a domain directory (default: found in DIR)")
-    parser.set_defaults(handler=run)

@@ -13,9 +13,11 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mcp.types import Tool
 
+from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.runtime import MCPRuntime
@@ -95,13 +97,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
+def register(commands: Any) -> None:
+    parser = add_command(
+        commands,
         "tools",
+        run,
         help="list an MCP server's tools with their annotations, as a table",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("server", help="a server name from endpoints.yml, or the server's URL")
-    parser.add_argument("dir", nargs="?", default=".", help="the bot's folder (default: this one)")
-    parser.set_defaults(handler=run)
+    bot_folder(parser)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog
@@ -199,26 +200,27 @@ def _process_key(env: Mapping[str, str]) -> bytes | None:
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}: {raw!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"environment variable {name}: must be a positive number")
-    return value
+    return _positive(env, name, default, float, "a number")
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _positive(env, name, default, int, "a whole number")
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def _positive(
+    env: Mapping[str, str], name: str, default: _Number, kind: Callable[[str], _Number], what: str
+) -> _Number:
+    """The environment variable ``name`` as a positive finite ``kind``, or ``default`` when unset."""
     raw = env.get(name)
     if raw is None:
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise ConfigError(f"environment variable {name}: {raw!r} is not a whole number") from None
-    if value < 1:
-        raise ConfigError(f"environment variable {name}: must be a positive whole number")
+        raise ConfigError(f"environment variable {name}: {raw!r} is not {what}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"environment variable {name}: must be a positive {what.removeprefix('a ')}")
     return value
