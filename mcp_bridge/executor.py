@@ -476,10 +476,13 @@ class Executor:
         """Rule 1: seal the exact call into the tracker and ask. Arguments the tool would refuse are
         refused now, before the person is asked about them. ``asked_before``: the question this one
         asks again; the same call keeps its idempotency key."""
-        # A name that resolves to nothing is asked about all the same; dispatch refuses it loudly (rule 5).
+        # A name that resolves to nothing (no such local function, or a server that does not serve
+        # it) is asked about all the same; dispatch refuses it loudly (rule 5).
         if not isinstance(resolved, ToolNotFoundError):
             try:
                 await check_arguments(resolved, arguments)
+            except ToolNotFoundError:
+                pass
             except _FAILURES as exc:
                 return self._failure(skill, step, exc, turn)
         source = str(skill.tools[step.execute_tool])

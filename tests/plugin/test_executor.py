@@ -288,6 +288,38 @@ async def test_name_resolving_to_nothing_fails_loudly_on_yes(
     assert book.notes_for(DANA) == before
 
 
+async def test_a_server_that_does_not_serve_the_tool_is_asked_about_then_refused_loudly(
+    book: Notebook, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The write names a configured, reachable MCP server that serves other tools only: the question
+    # is still asked (the constraint is found by name), and the "yes" is refused, naming the tool.
+    from mcp_bridge.config import MCPServerConfig
+
+    with procs.reminders_mcp() as other:
+        configured = {"archive": MCPServerConfig(name="archive", url=other.url, trusted=True)}
+        directory = write_skills(tmp_path, "local")
+        skill = (directory / "log_interaction.yml").read_text()
+        (directory / "log_interaction.yml").write_text(
+            skill.replace("add_timeline_note: local", "add_timeline_note: mcp:archive")
+        )
+        tools = local_tools(book)
+        skills = load_skills(directory, local_tools=tools, mcp_servers=configured, responses=None)
+        executor = Executor(skills, ToolBox(tools, MCPRuntime(configured)))
+        try:
+            before = book.notes_for(DANA)
+            chat = Conversation(executor, contact_email=DANA, note_text="must never land either")
+            assert (await chat.start()).outcome == "pending"
+            with caplog.at_level(logging.ERROR):
+                decision = await chat.yes()
+        finally:
+            await executor.aclose()
+    assert decision.outcome == "not_configured"
+    assert [s.response for s in decision.say] == ["utter_tool_not_configured"]
+    refusals = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("does not serve a tool named 'add_timeline_note'" in m and "REFUSED" in m for m in refusals)
+    assert book.notes_for(DANA) == before
+
+
 async def test_unreachable_mcp_server_tells_the_person_and_writes_nothing(
     book: Notebook, tmp_path: Path
 ) -> None:
