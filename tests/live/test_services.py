@@ -55,3 +55,23 @@ def _same(pid: int, started: str) -> bool:
     except OSError:
         return False
     return fields[19] == started and fields[0] != "Z"
+
+
+def test_an_api_token_that_starts_with_a_dash_reaches_rasa_as_the_token(tmp_path: Path) -> None:
+    """secrets.token_urlsafe starts one token in 64 with "-": Rasa must take it as the token's value,
+    not as an option (it refused to start: "--auth-token: expected one argument")."""
+    access = procs.RasaAccess.generate()
+    access = procs.RasaAccess(access.rest_token, access.chat_key, "-" + access.api_token)
+    endpoints = procs.write_endpoints(tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook")
+    with procs.rasa_server(model=procs.current_model(), endpoints=endpoints, access=access) as rasa:
+        assert _status(f"{rasa.url}/status?token={access.api_token}") == 200
+        assert _status(f"{rasa.url}/status?token=wrong") == 401
+        assert access.api_token not in rasa.output()  # never printed
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
