@@ -323,12 +323,16 @@ def crm_mcp(
     token: str | None = None,
     port: int | None = None,
     stateless: bool = False,
+    issuer: str | None = None,
+    scope: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) `python -m crm mcp` whose tools call `crm_url`; `.url` ends in /mcp.
 
     `stateless`: every request stands alone (no MCP session), so any replica can answer it.
+    `issuer`: an authorization server whose JWT access tokens (audience: this server's URL, scope
+    `scope`) the server accepts; then its readiness is read from its protected-resource metadata.
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
@@ -336,13 +340,73 @@ def crm_mcp(
         "crm-mcp",
         [sys.executable, "-m", "crm", "mcp", "--host", HOST, "--port", str(port)],
         env=child_env(
-            {"CRM_URL": crm_url, "CRM_MCP_TOKEN": token, "CRM_MCP_STATELESS": "1" if stateless else None}
+            {
+                "CRM_URL": crm_url,
+                "CRM_MCP_TOKEN": token,
+                "CRM_MCP_STATELESS": "1" if stateless else None,
+                "CRM_MCP_ISSUER": issuer,
+                "CRM_MCP_SCOPE": scope,
+            }
         ),
-        ready_url=f"{base}/stats",
+        ready_url=f"{base}/.well-known/oauth-protected-resource/mcp" if issuer else f"{base}/stats",
         ready_headers={"Authorization": f"Bearer {token}"} if token else None,
         url=f"{base}/mcp",
         log_path=log_path,
         detached=detached,
+    )
+
+
+AUTH_SERVER = EXAMPLE_BOT / "auth"
+
+
+@dataclass(frozen=True)
+class OAuthClient:
+    """The bridge's registration at the authorization server (client credentials)."""
+
+    client_id: str
+    client_secret: str
+    scope: str = "crm.notes"
+
+
+def authorization_server(
+    resource: str,
+    client: OAuthClient,
+    *,
+    port: int | None = None,
+    token_ttl: int = 600,
+    jwks_file: Path | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) oidc-provider (examples/crm_bot/auth/server.mjs) that issues `client`
+    JWT access tokens for `resource` (the CRM MCP URL, their audience) lasting `token_ttl` s;
+    `.url` is its issuer. `jwks_file`: a private JWKS to sign with (else a key made at start).
+    Needs `npm ci` in examples/crm_bot/auth (`make setup`)."""
+    if not (AUTH_SERVER / "node_modules" / "oidc-provider").is_dir():
+        raise RuntimeError(f"{AUTH_SERVER}/node_modules is missing: run `make setup` (npm ci there)")
+    port = port or free_port()
+    issuer = f"http://{HOST}:{port}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AUTH_", "CRM_"))}
+    env.update(
+        AUTH_ISSUER=issuer,
+        AUTH_PORT=str(port),
+        AUTH_RESOURCE=resource,
+        AUTH_CLIENT_ID=client.client_id,
+        AUTH_CLIENT_SECRET=client.client_secret,
+        AUTH_SCOPE=client.scope,
+        AUTH_TOKEN_TTL=str(token_ttl),
+    )
+    if jwks_file is not None:
+        env["AUTH_JWKS_FILE"] = str(jwks_file)
+    return ServiceProcess(
+        "authorization-server",
+        ["node", "server.mjs"],
+        env=env,
+        ready_url=f"{issuer}/.well-known/openid-configuration",
+        url=issuer,
+        log_path=log_path,
+        detached=detached,
+        cwd=AUTH_SERVER,
     )
 
 
