@@ -325,14 +325,15 @@ def crm_mcp(
     stateless: bool = False,
     issuer: str | None = None,
     scope: str | None = None,
+    audience: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) `python -m crm mcp` whose tools call `crm_url`; `.url` ends in /mcp.
 
     `stateless`: every request stands alone (no MCP session), so any replica can answer it.
-    `issuer`: an authorization server whose JWT access tokens (audience: this server's URL, scope
-    `scope`) the server accepts; then its readiness is read from its protected-resource metadata.
+    `issuer`: an authorization server whose JWT access tokens (audience: `audience`, by default this
+    server's URL; scope `scope`) the server accepts; then readiness is its protected-resource metadata.
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
@@ -346,6 +347,7 @@ def crm_mcp(
                 "CRM_MCP_STATELESS": "1" if stateless else None,
                 "CRM_MCP_ISSUER": issuer,
                 "CRM_MCP_SCOPE": scope,
+                "CRM_MCP_AUDIENCE": audience,
             }
         ),
         ready_url=f"{base}/.well-known/oauth-protected-resource/mcp" if issuer else f"{base}/stats",

@@ -88,9 +88,11 @@ def _resource_settings(host: str, port: int) -> oauth.ResourceSettings | None:
     issuer = config.mcp_issuer()
     if issuer is None:
         return None
+    resource = f"http://{host}:{port}{mcp_server.MCP_PATH}"
     return oauth.ResourceSettings(
         issuer=issuer,
-        audience=config.mcp_audience(f"http://{host}:{port}{mcp_server.MCP_PATH}"),
+        resource=resource,
+        audience=config.mcp_audience(resource),
         scope=config.mcp_scope(),
         jwks_url=config.mcp_jwks_url() or oauth.discover_jwks_url(issuer),
     )

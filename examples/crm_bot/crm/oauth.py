@@ -37,7 +37,8 @@ LEEWAY_SECONDS = 5  # clock skew between the authorization server and this one
 @dataclass(frozen=True)
 class ResourceSettings:
     issuer: str
-    audience: str  # this server's resource URL, as the authorization server puts it in `aud`
+    resource: str  # this server's URL, published in its protected-resource metadata
+    audience: str  # the `aud` a token must carry: by default `resource` (the RFC 8707 indicator)
     scope: str
     jwks_url: str
 
@@ -85,7 +86,7 @@ class JWTVerifier:
             client_id=str(client_id),
             scopes=scope.split() if isinstance(scope, str) else [],
             expires_at=int(claims["exp"]),
-            resource=self.settings.audience,
+            resource=self.settings.resource,
             subject=str(claims["sub"]),
             claims={"iss": claims["iss"]},
         )
@@ -94,7 +95,7 @@ class JWTVerifier:
 def auth_settings(settings: ResourceSettings) -> AuthSettings:
     return AuthSettings(
         issuer_url=settings.issuer,  # type: ignore[arg-type]  # pydantic parses the URL
-        resource_server_url=settings.audience,  # type: ignore[arg-type]
+        resource_server_url=settings.resource,  # type: ignore[arg-type]
         required_scopes=[settings.scope],
         # The verifier checks the audience itself (above), so the SDK's second check is off.
         validate_token_resource=False,
