@@ -824,7 +824,8 @@ REFUSED = {
     ),
     "oauth-unknown-key": (
         "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant: x}",
-        "oauth: unknown key(s) 'grant'; it takes client_id, client_secret, token_url, scope, audience, timeout",
+        "oauth: unknown key(s) 'grant'; it takes client_id, client_secret, token_url, scope, audience, "
+        "timeout",
     ),
     "oauth-no-secret": (
         "oauth: {client_id: a, token_url: 'https://auth/token'}",
