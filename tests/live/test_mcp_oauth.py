@@ -150,7 +150,8 @@ def _provider(runtime: MCPRuntime) -> ClientCredentials:
 async def test_a_note_is_written_with_a_token_and_logged_with_its_client(
     stack: Stack, closing: list[MCPRuntime], caplog_all: pytest.LogCaptureFixture
 ) -> None:
-    runtime = stack.runtime()
+    # audience: sent as Rasa Pro sends it (Auth0 reads it); oidc-provider goes by the resource indicator.
+    runtime = stack.runtime(audience=stack.mcp.url, timeout=5)
     closing.append(runtime)
     note = await _note(runtime, stack, "Called about the VAT rate")
     await _note(runtime, stack, "Sent the corrected invoice")
