@@ -10,8 +10,12 @@ The bridge adds only what Rasa Pro's block means and the SDK does not do:
 * the configured ``scope`` is what is asked for (the SDK would take the server's challenge), and
   ``audience``, when set, is sent as the ``audience`` parameter as Rasa Pro sends it;
 * the token request gives up after ``timeout`` seconds;
-* a token counts as expired a little before it is (:data:`RENEW_BEFORE`), so no call is sent
-  with a token that lapses on the way; the next request then gets a new one.
+* a token counts as expired a little before it is (:data:`RENEW_BEFORE_MAX`), so no call is
+  sent with a token that lapses on the way; the next request then gets a new one;
+* calls to one server run side by side: the SDK's flow holds its lock from sending a request until
+  the answer arrives, which would put a server's calls in single file (the bridge exists partly to
+  avoid that). With a valid token a request is sent without the SDK's flow; only a refused one goes
+  through it, handed the refusal rather than sending the request a second time.
 
 One provider per server, kept by the runtime across sessions, so a reconnect reuses the token.
 Tokens live in memory only; neither they nor the secret are ever logged.
@@ -20,6 +24,7 @@ Tokens live in memory only; neither they nor the secret are ever logged.
 from __future__ import annotations
 
 import warnings
+from collections.abc import AsyncGenerator
 from urllib.parse import parse_qsl, urlencode
 
 import httpx2
@@ -72,6 +77,34 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
             )
         self._oauth = oauth
         self.tokens_obtained = 0
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        refused: httpx2.Response | None = None
+        held = self.context.current_tokens
+        used = f"Bearer {held.access_token}" if held is not None else None
+        if self._initialized and used is not None and self.context.is_token_valid():
+            request.headers["Authorization"] = used
+            response = yield request
+            if response.status_code not in (401, 403):
+                return
+            refused = response
+        # No token yet, one about to expire, or one refused: the SDK's flow.
+        flow = super().async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            if refused is not None and outgoing is request and request.headers.get("Authorization") == used:
+                # The SDK would send the request again with the token just refused; it gets that
+                # refusal instead (and then renews and retries once). Had another call renewed the
+                # token meanwhile, the request goes out with the new one.
+                outgoing = await flow.asend(refused)
+            while True:
+                outgoing = await flow.asend((yield outgoing))
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
 
     def _get_token_endpoint(self) -> str:
         return self._oauth.token_url

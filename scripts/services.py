@@ -326,6 +326,7 @@ def crm_mcp(
     issuer: str | None = None,
     scope: str | None = None,
     audience: str | None = None,
+    resource: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
@@ -334,6 +335,7 @@ def crm_mcp(
     `stateless`: every request stands alone (no MCP session), so any replica can answer it.
     `issuer`: an authorization server whose JWT access tokens (audience: `audience`, by default this
     server's URL; scope `scope`) the server accepts; then readiness is its protected-resource metadata.
+    `resource`: the URL clients use, when not the server's own (a proxy in front of it).
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
@@ -348,6 +350,7 @@ def crm_mcp(
                 "CRM_MCP_ISSUER": issuer,
                 "CRM_MCP_SCOPE": scope,
                 "CRM_MCP_AUDIENCE": audience,
+                "CRM_MCP_RESOURCE": resource,
             }
         ),
         ready_url=f"{base}/.well-known/oauth-protected-resource/mcp" if issuer else f"{base}/stats",

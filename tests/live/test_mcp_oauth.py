@@ -31,6 +31,7 @@ from mcp_bridge.errors import NotAuthorisedError, ToolCallError
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.runtime import MCPRuntime
 from tests.support import crm_db, procs
+from tests.support.tcp_proxy import TcpProxy
 
 CLIENT = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
 DANA = "dana@example.com"
@@ -83,10 +84,10 @@ class Stack:
         }
         return jwt.encode(payload, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
 
-    def runtime(self, secret: str = CLIENT.client_secret, **oauth: Any) -> MCPRuntime:
+    def runtime(self, secret: str = CLIENT.client_secret, url: str | None = None, **oauth: Any) -> MCPRuntime:
         entry = {
             "name": "crm",
-            "url": self.mcp.url,
+            "url": url or self.mcp.url,
             "type": "http",
             "oauth": {
                 "client_id": "${CRM_OAUTH_CLIENT_ID}",
@@ -100,19 +101,31 @@ class Stack:
         return MCPRuntime(parse_mcp_servers([entry], source="endpoints.yml", env=env))
 
 
-def _start(tmp_path: Path, services: procs.Services, *, ttl: int = 600, audience: str | None = None) -> Stack:
+def _start(
+    tmp_path: Path,
+    services: procs.Services,
+    *,
+    ttl: int = 600,
+    audience: str | None = None,
+    port: int | None = None,
+    public_url: str | None = None,
+) -> Stack:
+    """A seeded CRM, its REST API, the authorization server and the CRM MCP server (on `port`,
+    reached at `public_url` when a proxy stands in front of it)."""
     db = procs.seed_db(tmp_path / "crm.sqlite3")
     assert db is not None
     rest = services.start(procs.crm_rest(db))
     kid = "key-1"
     key = _private_jwks(tmp_path / "jwks.json", kid)
-    port = procs.free_port()
-    mcp_url = f"http://{procs.HOST}:{port}/mcp"
+    port = port or procs.free_port()
+    mcp_url = public_url or f"http://{procs.HOST}:{port}/mcp"
     auth = services.start(
         procs.authorization_server(mcp_url, CLIENT, token_ttl=ttl, jwks_file=tmp_path / "jwks.json")
     )
     mcp = services.start(
-        procs.crm_mcp(rest.url, port=port, issuer=auth.url, scope=CLIENT.scope, audience=audience)
+        procs.crm_mcp(
+            rest.url, port=port, issuer=auth.url, scope=CLIENT.scope, audience=audience, resource=public_url
+        )
     )
     return Stack(services, auth, mcp, db, key, kid)
 
@@ -229,6 +242,46 @@ async def test_a_token_refused_mid_session_costs_one_renewal_and_one_retry(
     assert crm_db.count_notes(stack.db, contact) == before + 1  # written once
     assert stack.mcp.output().count("access token refused") == 1
     assert runtime.sessions_opened == 1  # the retry was the SDK's, on the same session
+
+
+async def test_calls_refused_together_share_one_renewal(stack: Stack, closing: list[MCPRuntime]) -> None:
+    runtime = stack.runtime()
+    closing.append(runtime)
+    contact = crm_db.contact_id(stack.db, DANA)
+    await _note(runtime, stack, "before the key was retired")
+    retired = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    tokens = _provider(runtime).context.current_tokens
+    assert tokens is not None
+    tokens.access_token = stack.mint(key=retired, kid="retired-key")
+    before = crm_db.count_notes(stack.db, contact)
+    await asyncio.gather(*(_note(runtime, stack, f"refused together, then written: {n}") for n in range(4)))
+    assert stack.tokens_issued() == 2  # one renewal for all four, not one each
+    assert crm_db.count_notes(stack.db, contact) == before + 4  # each written once
+    assert runtime.sessions_opened == 1
+
+
+async def test_calls_to_one_server_run_side_by_side(
+    tmp_path: Path, services: procs.Services, closing: list[MCPRuntime]
+) -> None:
+    # The SDK's flow holds a lock from sending a request until its answer; the bridge sends with a
+    # valid token outside it. A slow link (a proxy holding each answer) shows whether calls overlap.
+    port = procs.free_port()
+    with TcpProxy(port) as proxy:
+        stack = _start(tmp_path, services, port=port, public_url=proxy.url("/mcp"))
+        runtime = stack.runtime(url=proxy.url("/mcp"))
+        closing.append(runtime)
+        lookup = {"email": DANA}
+        await runtime.invoke("crm", "find_contact_by_email", lookup)  # token, session, catalogue
+        proxy.delay = 0.5
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(runtime.invoke("crm", "find_contact_by_email", lookup) for _ in range(8))
+        )
+        elapsed = time.perf_counter() - started
+        proxy.delay = 0.0
+    assert all(result.ok for result in results)
+    assert elapsed < 2.0, f"8 calls took {elapsed:.1f} s: one at a time (4 s or more), not side by side"
+    assert stack.tokens_issued() == 1
 
 
 async def test_a_call_refused_twice_is_not_authorised_and_never_may_have_run(

@@ -88,7 +88,7 @@ def _resource_settings(host: str, port: int) -> oauth.ResourceSettings | None:
     issuer = config.mcp_issuer()
     if issuer is None:
         return None
-    resource = f"http://{host}:{port}{mcp_server.MCP_PATH}"
+    resource = config.mcp_resource(f"http://{host}:{port}{mcp_server.MCP_PATH}")
     return oauth.ResourceSettings(
         issuer=issuer,
         resource=resource,

@@ -56,6 +56,12 @@ def mcp_issuer() -> str | None:
     return (os.environ.get("CRM_MCP_ISSUER") or "").rstrip("/") or None
 
 
+def mcp_resource(default: str) -> str:
+    """The URL clients reach the MCP server at (`CRM_MCP_RESOURCE`; behind a proxy or load balancer
+    it is not where the server binds): its protected-resource metadata names it."""
+    return os.environ.get("CRM_MCP_RESOURCE") or default
+
+
 def mcp_audience(default: str) -> str:
     """The `aud` an access token must carry (`CRM_MCP_AUDIENCE`): by default the MCP URL itself,
     the resource indicator a client asks for."""
