@@ -493,11 +493,33 @@ def current_model() -> Path:
     return model
 
 
-def write_endpoints(path: Path, action_url: str, action_token: str | None = None) -> Path:
+# The crm server's oauth block in a generated endpoints.yml: the values come from the environment.
+OAUTH_BLOCK = {
+    "client_id": "${CRM_OAUTH_CLIENT_ID}",
+    "client_secret": "${CRM_OAUTH_CLIENT_SECRET}",
+    "token_url": "${CRM_OAUTH_TOKEN_URL}",
+    "scope": "crm.notes",
+}
+
+
+def oauth_env(client: OAuthClient, issuer: str) -> dict[str, str]:
+    """The variables OAUTH_BLOCK reads, for the action server (oidc-provider's token endpoint)."""
+    return {
+        "CRM_OAUTH_CLIENT_ID": client.client_id,
+        "CRM_OAUTH_CLIENT_SECRET": client.client_secret,
+        "CRM_OAUTH_TOKEN_URL": f"{issuer}/token",
+    }
+
+
+def write_endpoints(
+    path: Path, action_url: str, action_token: str | None = None, *, mcp_oauth: bool = False
+) -> Path:
     """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
 
     With `action_token`, Rasa sends it to the action server in an `Authorization: Bearer` header, never
     as `?token=...` in a URL (which ends up in logs); the file then holds a secret and is 0600.
+    `mcp_oauth`: the crm server authenticates with OAuth client credentials (OAUTH_BLOCK) instead of
+    the static token.
     """
     import yaml
 
@@ -505,6 +527,11 @@ def write_endpoints(path: Path, action_url: str, action_token: str | None = None
     document["action_endpoint"] = {"url": action_url}
     if action_token:
         document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
+    if mcp_oauth:
+        for server in document["mcp_servers"]:
+            if server["name"] == "crm":
+                server.pop("api_key", None)
+                server["oauth"] = dict(OAUTH_BLOCK)
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(document, default_style='"', sort_keys=False)
@@ -520,7 +547,7 @@ def action_server(
     endpoints: Path,
     crm_url: str,
     mcp_url: str,
-    mcp_token: str,
+    mcp_token: str | None,
     skills_dir: Path | None = None,
     audit_log: Path | None = None,
     port: int | None = None,
