@@ -31,6 +31,8 @@ from mcp_bridge.errors import NotAuthorisedError, ToolCallError
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.runtime import MCPRuntime
 from tests.support import crm_db, procs
+from tests.support.conversation import notes_for
+from tests.support.rasa_calls import FakeTracker, call_action, said
 from tests.support.tcp_proxy import TcpProxy
 
 CLIENT = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
@@ -343,3 +345,46 @@ def test_the_crm_server_refuses_forged_tokens(stack: Stack) -> None:
     assert metadata["resource"] == url
     assert metadata["authorization_servers"] == [stack.auth.url]
     assert metadata["scopes_supported"] == [CLIENT.scope]
+
+
+def test_the_action_server_confirms_and_writes_with_oauth_and_leaks_no_token(
+    stack: Stack, services: procs.Services, tmp_path: Path
+) -> None:
+    """The example bot's action server, configured as `make up` configures it: a confirmed note is
+    written with a token from the authorization server, and no token (any JWT) or secret is in the
+    action server's log, the audit trail or the events it returns to the tracker."""
+    endpoints = procs.write_endpoints(
+        tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_oauth=True
+    )
+    audit = tmp_path / "audit.jsonl"
+    actions = services.start(
+        procs.action_server(
+            endpoints=endpoints,
+            crm_url=stack.mcp.env["CRM_URL"],
+            mcp_url=stack.mcp.url,
+            mcp_token=None,
+            audit_log=audit,
+            extra_env={"ACTION_SERVER_TOKEN": "shared-secret", **procs.oauth_env(CLIENT, stack.auth.url)},
+        )
+    )
+    webhook = actions.url + "?token=shared-secret"
+    note = f"OAuth end to end {time.time()}"
+    tracker = FakeTracker(f"oauth-{time.time()}", contact_email=DANA, note_text=note)
+    tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
+    status, asked, _ = call_action(webhook, "action_log_interaction", tracker)
+    assert status == 200 and said(asked) == ["utter_confirm_note"], asked
+    tracker.apply("action_log_interaction", asked)
+    tracker.user("yes", "affirm", 1.0)
+    status, confirmed, _ = call_action(webhook, "action_confirm_tool", tracker)
+    assert status == 200 and said(confirmed) == ["utter_note_saved"], confirmed
+    assert notes_for(stack.db, DANA).count(note) == 1
+    assert f"written by client {CLIENT.client_id!r}" in stack.mcp.output()
+    assert stack.tokens_issued() == 1
+    assert "add_timeline_note" in audit.read_text()
+    for where, text in {
+        "action server log": actions.output(),
+        "audit trail": audit.read_text(),
+        "tracker events": json.dumps([asked, confirmed]),
+    }.items():
+        assert "eyJ" not in text, f"a JWT is in the {where}"  # every JWT starts with '{"' in base64url
+        assert CLIENT.client_secret not in text, f"the client secret is in the {where}"
