@@ -19,5 +19,7 @@ if "--auth-token" in sys.argv:
 
 from rasa.__main__ import main  # noqa: E402  (imported once the token is safe)
 
-sys.argv = ["rasa", *sys.argv[1:], "--auth-token", token]
+# One argument: a token that starts with "-" (token_urlsafe makes one in 64) would otherwise be read
+# as an option and Rasa would refuse to start ("--auth-token: expected one argument").
+sys.argv = ["rasa", *sys.argv[1:], f"--auth-token={token}"]
 main()
