@@ -8,6 +8,7 @@ import sys
 from scripts.services import (
     EXAMPLE_BOT,
     HOST,
+    OAUTH_BLOCK,
     RASA,
     RASA_START_TIMEOUT,
     REPO_ROOT,
@@ -36,6 +37,7 @@ from scripts.services import (
 __all__ = [
     "EXAMPLE_BOT",
     "HOST",
+    "OAUTH_BLOCK",
     "PLAIN_DICT_SERVER",
     "REMINDER_SERVER",
     "RASA",
