@@ -9,6 +9,13 @@ mcp_servers:
     # or: api_key: "${CRM_API_KEY}", sent as <header_name>: <header_format with {key} replaced>
     #     header_name: X-API-Key   # default Authorization
     #     header_format: "{key}"   # default "Bearer {key}"
+    # or: oauth:                   # OAuth 2 client credentials (mcp_bridge.oauth)
+    #       client_id: "${CRM_OAUTH_CLIENT_ID}"
+    #       client_secret: "${CRM_OAUTH_CLIENT_SECRET}"
+    #       token_url: "${CRM_OAUTH_TOKEN_URL}"
+    #       scope: crm.notes       # optional: the scope asked for
+    #       audience: ...          # optional: sent as the token request's `audience`
+    #       timeout: 10            # optional: seconds for the token request
     tool_timeout: 10               # seconds to wait for one tool call's answer
     meta_map:                      # sent in every tools/call's _meta
       static: {source: rasa}
@@ -22,8 +29,9 @@ Rasa Pro reads the keys in ``rasa/core/config/available_endpoints.py`` (``MCPSer
 ``rasa/mantle/config/integrations.py`` (``tool_timeout``); README ("Pointing the bridge at an MCP
 server") has the table. ``trusted``, ``timeout`` and ``honours_idempotency_key`` are the bridge's own.
 
-``${VAR}`` in ``url``, ``token`` and ``api_key`` is expanded from the environment. The action
-server refuses a variable that is not set, naming the file, the server and the variable;
+``${VAR}`` in ``url``, ``token``, ``api_key`` and the ``oauth`` fields is expanded from the
+environment. The action server refuses a variable that is not set, naming the file, the server and
+the variable;
 ``allow_unset`` (the offline ``mcp-bridge check``) reads the file's shape without the values and
 records which variables are missing, and such a server is never connected to.
 """
@@ -60,14 +68,17 @@ RASA_PRO_KEYS = (
     "header_format",
     "tool_timeout",
     "meta_map",
+    "oauth",
 )
 BRIDGE_KEYS = ("trusted", "timeout", "honours_idempotency_key")
 # Keys Rasa Pro 3.21 reads on a server that the bridge does not do (yet): refused, with the reason.
 NOT_SUPPORTED = {
-    "oauth": "Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
     "module": "Rasa Pro's custom authentication class is not supported; use token or api_key",
     "pre_call_hook": "Rasa Pro's call-time credential hook is not supported; use meta_map for _meta",
 }
+_OAUTH_KEYS = ("client_id", "client_secret", "token_url", "scope", "audience", "timeout")
+_OAUTH_REQUIRED = ("client_id", "client_secret", "token_url")
+DEFAULT_OAUTH_TIMEOUT = 10.0
 _META_KEYS = ("static", "from_slots")
 _FROM_SLOTS_KEYS = ("slot", "param")
 # _meta keys the call itself fills in: a meta_map entry must not overwrite them.
@@ -99,6 +110,18 @@ class SlotMeta:
 
 
 @dataclass(frozen=True)
+class OAuthConfig:
+    """Rasa Pro's ``oauth:`` block: OAuth 2 client credentials, asked for at ``token_url``."""
+
+    client_id: str
+    client_secret: str = field(repr=False)
+    token_url: str = ""
+    scope: str | None = None
+    audience: str | None = None
+    timeout: float = DEFAULT_OAUTH_TIMEOUT
+
+
+@dataclass(frozen=True)
 class MCPServerConfig:
     name: str
     url: str
@@ -117,9 +140,11 @@ class MCPServerConfig:
     header_format: str = DEFAULT_HEADER_FORMAT
     meta_static: tuple[tuple[str, str], ...] = ()
     meta_from_slots: tuple[SlotMeta, ...] = ()
+    # OAuth 2 client credentials instead of a static token (mcp_bridge.oauth does the flow).
+    oauth: OAuthConfig | None = field(default=None, repr=False)
     # Where the server is configured ("endpoints.yml: mcp_servers[0] (crm)"), for messages.
     place: str = field(default="", compare=False, repr=False)
-    # The environment variables url, token and api_key cannot do without (no :-default).
+    # The environment variables url, token, api_key and oauth cannot do without (no :-default).
     variables: tuple[str, ...] = field(default=(), compare=False)
     # (key, variable) for each variable that was not set when the file was read (allow_unset only).
     unset: tuple[tuple[str, str], ...] = field(default=(), compare=False)
@@ -236,6 +261,7 @@ class _Server:
                 "'token' and 'api_key' are two ways to authenticate; give one (a token is sent as "
                 "'Authorization: Bearer <token>'; an api_key as header_name / header_format say)"
             )
+        oauth = self._oauth()
         header_name, header_format = self._api_key_header()
         static, from_slots = self._meta_map()
         trusted = entry.get("trusted", False)
@@ -257,6 +283,7 @@ class _Server:
             header_format=header_format,
             meta_static=static,
             meta_from_slots=from_slots,
+            oauth=oauth,
             place=self.where,
             variables=tuple(dict.fromkeys(self.variables)),
             unset=tuple(self.unset),
@@ -273,9 +300,10 @@ class _Server:
                 f"{', '.join(RASA_PRO_KEYS)} (Rasa Pro's) and {', '.join(BRIDGE_KEYS)} (the bridge's)"
             )
 
-    def _expanded(self, key: str) -> str | None:
-        """``entry[key]`` with its variables expanded; None when one is unset and that is allowed."""
-        value = self.entry[key]
+    def _expanded(self, key: str, value: Any = None) -> str | None:
+        """``entry[key]`` (or ``value``, found at ``key``) with its variables expanded; None when one
+        is unset and that is allowed."""
+        value = self.entry[key] if value is None else value
         if not isinstance(value, str):
             raise self.fail(f"{key!r} must be a string")
         if key != "type":
@@ -305,6 +333,57 @@ class _Server:
                 f"{key!r} contains a control character (a line break?), which no HTTP header can carry"
             )
         return value
+
+    def _oauth(self) -> OAuthConfig | None:
+        """The ``oauth`` block; None when absent, or when one of its variables is unset (allow_unset)."""
+        if "oauth" not in self.entry:
+            return None
+        for other in ("token", "api_key"):
+            if other in self.entry:
+                raise self.fail(
+                    f"'oauth' and {other!r} are two ways to authenticate; give one (oauth gets a token "
+                    f"from the token_url for each session; {other!r} is sent as it is)"
+                )
+        block = self.entry["oauth"]
+        if not isinstance(block, dict):
+            raise self.fail("'oauth' must be a mapping with client_id, client_secret and token_url")
+        unknown = [key for key in block if key not in _OAUTH_KEYS]
+        if unknown:
+            raise self.fail(f"oauth: unknown key(s) {_listed(unknown)}; it takes {', '.join(_OAUTH_KEYS)}")
+        values: dict[str, str | None] = {}
+        for key in _OAUTH_KEYS[:-1]:
+            if key not in block:
+                if key in _OAUTH_REQUIRED:
+                    raise self.fail(f"oauth: missing {key!r}")
+                continue
+            if block[key] is None:
+                raise self.fail(f"'oauth.{key}' is empty")
+            value = self._expanded(f"oauth.{key}", block[key])
+            if value is not None and not value.strip():
+                raise self.fail(f"'oauth.{key}' is empty")
+            if value is not None and any(ord(char) < 32 or ord(char) == 127 for char in value):
+                # The value stays out of the message: it may be a secret.
+                raise self.fail(f"'oauth.{key}' contains a control character (a line break?)")
+            values[key] = value
+        token_url = values["token_url"]
+        if token_url is not None:
+            parsed = urlparse(token_url)
+            allowed = ("https",) if self.entry.get("type") == "https" else ("http", "https")
+            if parsed.scheme not in allowed or not parsed.netloc:
+                raise self.fail(f"'oauth.token_url' must be an {' or '.join(allowed)} URL, got {token_url!r}")
+        timeout = block.get("timeout", DEFAULT_OAUTH_TIMEOUT)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
+            raise self.fail("'oauth.timeout' must be a positive number of seconds")
+        if any(values.get(key) is None for key in _OAUTH_REQUIRED):
+            return None  # a variable is unset (allow_unset): the shape is checked, nothing connects
+        return OAuthConfig(
+            client_id=str(values["client_id"]),
+            client_secret=str(values["client_secret"]),
+            token_url=str(token_url),
+            scope=values.get("scope"),
+            audience=values.get("audience"),
+            timeout=float(timeout),
+        )
 
     def _api_key_header(self) -> tuple[str, str]:
         entry = self.entry
@@ -353,7 +432,7 @@ class _Server:
             raise self.fail(f"{place} is empty")
         if "${" in value:
             raise self.fail(
-                f"{place} is sent as written: ${{...}} is expanded only in url, token and api_key"
+                f"{place} is sent as written: ${{...}} is expanded only in url, token, api_key and oauth"
             )
         return value
 

@@ -32,6 +32,12 @@ class ServerUnavailableError(ToolCallError):
     """The MCP server could not be reached. The request was never delivered."""
 
 
+class NotAuthorisedError(ServerUnavailableError):
+    """The MCP server refused the bridge's credentials (HTTP 401/403, or no token could be had).
+
+    Its authentication answers before any tool runs, so nothing was written."""
+
+
 class ToolTimeoutError(ToolCallError):
     """No answer within the timeout. The tool may still have run."""
 

@@ -11,6 +11,12 @@ dies ends that session and never cancels the caller's task.
 Retry rule: a call is repeated at most once, and only when it provably never reached the server
 (the TCP connection was refused, or the server answered that it does not know the session, as
 after a restart). A call that may have reached the server is never repeated here.
+
+OAuth (a server with an ``oauth:`` block): a request answered 401 is answered by the SDK's provider
+with one new token and one retry of that request (mcp_bridge.oauth). That repetition is safe only
+because a 401 comes from the server's authentication, before any tool runs: the refused request
+never ran. A call refused twice (401/403 again with the new token) is "not authorised", never
+"may have run", and is not retried here either: a third token would be refused for the same reason.
 """
 
 import asyncio
@@ -31,12 +37,14 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOU
 from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
+    NotAuthorisedError,
     OutcomeUnknownError,
     ServerUnavailableError,
     ToolCallError,
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import validate_against_schema
 from mcp_bridge.transport import AiohttpTransport, Delivery
@@ -50,8 +58,13 @@ log = logging.getLogger(__name__)
 class _Connection:
     """One initialised MCP session with one server, kept open by a background task."""
 
-    def __init__(self, config: MCPServerConfig, on_tools_changed: "asyncio.Event") -> None:
+    def __init__(
+        self, config: MCPServerConfig, on_tools_changed: "asyncio.Event", auth: httpx2.Auth | None = None
+    ) -> None:
         self.config = config
+        self._auth = auth
+        # The session's opening requests (initialize): whether the server refused them unauthenticated.
+        self._opening = Delivery()
         self._tools_changed = on_tools_changed
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
@@ -74,16 +87,23 @@ class _Connection:
             ready.cancel()
         if not self.alive:
             await self.close()
+            if self._opening.refused is not None and not self._opening.maybe_sent:
+                raise NotAuthorisedError(
+                    f"MCP server {self.config.name!r} refused the bridge (HTTP {self._opening.refused}): "
+                    f"{_describe(self._failure) if self._failure else 'not authorised'}"
+                )
             reason = _describe(self._failure) if self._failure else f"no answer within {timeout:g} s"
             raise ServerUnavailableError(f"MCP server {self.config.name!r} is not reachable: {reason}")
 
     async def _run(self) -> None:
+        transport.delivery.set(self._opening)  # this task's own context: its requests only
         try:
             async with (
                 httpx2.AsyncClient(
                     headers=self.config.headers(),
                     timeout=httpx2.Timeout(30.0, read=300.0),
                     transport=AiohttpTransport(),
+                    auth=self._auth,
                 ) as http,
                 streamable_http_client(self.config.url, http_client=http) as (read, write),
                 ClientSession(read, write, message_handler=self._on_message) as session,
@@ -169,6 +189,9 @@ class MCPRuntime:
         self._catalogues: dict[str, dict[str, McpToolInfo]] = {}
         self._stale: dict[str, asyncio.Event] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # One OAuth provider per server with an oauth block, kept across sessions: a new session
+        # reuses the token.
+        self._auth: dict[str, ClientCredentials] = {}
         self._connect_timeout = connect_timeout
         self.sessions_opened = 0
 
@@ -227,6 +250,12 @@ class MCPRuntime:
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
+            if delivery.refused is not None and not delivery.maybe_sent:
+                # Refused by the server's authentication, after the one new token: it never ran.
+                raise NotAuthorisedError(
+                    f"MCP tool {tool_name!r} on server {server!r} was refused (HTTP {delivery.refused}): "
+                    "the bridge is not authorised; nothing ran"
+                )
             never_arrived = _never_arrived(failure, delivery)
             if never_arrived and attempt == 1:
                 log.info("MCP call %s.%s never reached the server; reconnecting once", server, tool_name)
@@ -257,7 +286,10 @@ class MCPRuntime:
             if connection is not None:
                 await connection.close()
             stale = self._stale.setdefault(server, asyncio.Event())
-            connection = _Connection(self._servers[server], stale)
+            config = self._servers[server]
+            if config.oauth is not None and server not in self._auth:
+                self._auth[server] = ClientCredentials(config.url, config.oauth)
+            connection = _Connection(config, stale, self._auth.get(server))
             await connection.open(self._connect_timeout)
             self.sessions_opened += 1
             metrics.opened_session(server)

@@ -8,7 +8,10 @@ SDK still does all of MCP (JSON-RPC, sessions, SSE, validation); only the bytes 
 
 The transport also records, per call, whether its request may have left this process: a request
 refused at the TCP connect never did, anything later may have reached the server. The runtime's
-retry rule rests on that distinction.
+retry rule rests on that distinction. Two exceptions: a request answered 401 or 403 was refused by
+the server's authentication before any tool ran (the status line comes before the tool's result),
+so it is recorded as refused, not as sent; and the OAuth flow's own requests (metadata, token,
+marked with :data:`AUTH_REQUEST`) are no tool call at all.
 """
 
 from __future__ import annotations
@@ -25,11 +28,19 @@ import httpx2
 _SKIPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
 
 
+# Set in a request's extensions by the OAuth flow (mcp_bridge.oauth) on the requests it makes itself.
+AUTH_REQUEST = "mcp_bridge_auth_request"
+# Statuses with which an MCP server's authentication refuses a request before anything runs.
+_REFUSED = frozenset({401, 403})
+
+
 @dataclass
 class Delivery:
-    """Whether one call's HTTP request may have left this process."""
+    """Whether one call's HTTP request may have left this process, or was refused unread."""
 
     maybe_sent: bool = False
+    # The last status with which the server refused the call's request unauthenticated (401/403).
+    refused: int | None = None
 
 
 # The SDK runs each POST in a task that carries the caller's context, so the transport can tell,
@@ -100,7 +111,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             if isinstance(exc, aiohttp.ClientError):
                 raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
             raise
-        _mark_sent(request)
+        _mark_sent(request, response.status)
         return httpx2.Response(
             response.status,
             headers=[(bytes(name), bytes(value)) for name, value in response.raw_headers],
@@ -114,7 +125,11 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             await session.close()
 
 
-def _mark_sent(request: httpx2.Request) -> None:
+def _mark_sent(request: httpx2.Request, status: int | None = None) -> None:
     tracked = delivery.get()
-    if tracked is not None and request.method == "POST":
+    if tracked is None or request.method != "POST" or request.extensions.get(AUTH_REQUEST):
+        return
+    if status in _REFUSED:
+        tracked.refused = status
+    else:
         tracked.maybe_sent = True

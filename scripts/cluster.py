@@ -10,12 +10,16 @@ What runs (every process on 127.0.0.1, every port free unless configured):
                                   ▼
               nginx :actions ─► action server 1, 2 (shared CONFIRMATION_SECRET, token)
                                   │
-              nginx :mcp ─────► CRM MCP server 1, 2 (stateless streamable HTTP, bearer token)
-                                  │
+              nginx :mcp ─────► CRM MCP server 1, 2 (stateless streamable HTTP, OAuth protected
+                                  │                resource of the authorization server: oidc-provider)
                                 CRM REST API ── CRM store: PostgreSQL (database `crm`)
 
+The action servers get their access tokens from the authorization server by client credentials
+(each replica its own); MCP_AUTH=token keeps the static bearer token instead.
+
 Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it). Secrets are
-generated once into files there (mode 0600), or taken from the environment: CRM_MCP_TOKEN,
+generated once into files there (mode 0600), or taken from the environment: CRM_OAUTH_CLIENT_SECRET
+(the bridge's at the authorization server), CRM_MCP_TOKEN (with MCP_AUTH=token),
 ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
 bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
@@ -53,6 +57,7 @@ LOCK_LIFETIME_SECONDS = 20
 # name -> (environment variable, file in var/cluster)
 SECRETS = {
     "mcp_token": ("CRM_MCP_TOKEN", "crm_mcp_token"),
+    "oauth_client_secret": ("CRM_OAUTH_CLIENT_SECRET", "crm_oauth_client_secret"),
     "action_token": ("ACTION_SERVER_TOKEN", "action_server_token"),
     "confirmation_secret": ("CONFIRMATION_SECRET", "confirmation_secret"),
     "rasa_auth_token": ("RASA_AUTH_TOKEN", "rasa_auth_token"),
@@ -78,7 +83,8 @@ class Cluster:
     """The whole deployment. `start()` brings it up; `kill(name)` / `restart(name)` act on one
     process (the fault test); `stop()` stops all of it, newest first.
 
-    Names: postgres, redis, crm-rest, mcp-1, mcp-2, action-1, action-2, nginx, rasa-1, rasa-2.
+    Names: postgres, redis, crm-rest, auth (with OAuth), mcp-1, mcp-2, action-1, action-2, nginx, rasa-1,
+    rasa-2.
     """
 
     def __init__(self, var: Path = DEFAULT_VAR, *, detached: bool = False, durable: bool = True) -> None:
@@ -87,7 +93,10 @@ class Cluster:
         self.logs = var / "log"
         self.secrets = {name: services.secret(var, *where) for name, where in SECRETS.items()}
         self.model = services.current_model()
-        (self.pg_port, self.redis_port, self.rest_port, *rest) = _ports(3 + 3 * REPLICAS)
+        # OAuth (the default) or the static token between the action servers and the MCP servers.
+        self.oauth = os.environ.get("MCP_AUTH", "oauth") != "token"
+        self.client = services.OAuthClient("crm-bridge", self.secrets["oauth_client_secret"])
+        (self.pg_port, self.redis_port, self.rest_port, self.auth_port, *rest) = _ports(4 + 3 * REPLICAS)
         self.mcp_ports = rest[:REPLICAS]
         self.action_ports = rest[REPLICAS : 2 * REPLICAS]
         self.rasa_ports = rest[2 * REPLICAS :]
@@ -114,6 +123,10 @@ class Cluster:
     @property
     def mcp_url(self) -> str:
         return f"http://{HOST}:{self.front['mcp']}/mcp"
+
+    @property
+    def auth_url(self) -> str:
+        return f"http://{HOST}:{self.auth_port}"
 
     @property
     def actions_url(self) -> str:
@@ -143,6 +156,7 @@ class Cluster:
             "action_servers": [f"http://{HOST}:{port}" for port in self.action_ports],
             "mcp_servers": [f"http://{HOST}:{port}/mcp" for port in self.mcp_ports],
             "crm_rest": f"http://{HOST}:{self.rest_port}",
+            **({"authorization_server": self.auth_url} if self.oauth else {}),
             "postgres": f"postgresql://{HOST}:{self.pg_port}",
             "redis": f"redis://{HOST}:{self.redis_port}",
             "secrets": {
@@ -150,6 +164,7 @@ class Cluster:
                 "rest_channel_token": str(self.var / SECRETS["rest_token"][1]),
                 "action_server_token": str(self.var / SECRETS["action_token"][1]),
                 "crm_mcp_token": str(self.var / SECRETS["mcp_token"][1]),
+                "crm_oauth_client_secret": str(self.var / SECRETS["oauth_client_secret"][1]),
                 "confirmation_secret": str(self.var / SECRETS["confirmation_secret"][1]),
             },
             "audit_logs": [str(self.audit_log(i)) for i in range(1, REPLICAS + 1)],
@@ -201,7 +216,7 @@ lock_store:
     def _define(self) -> None:
         """Write the configuration files every (re)start of a process uses."""
         self._action_endpoints = services.write_endpoints(
-            self.var / "run" / "endpoints-actions.yml", f"{self.actions_url}/webhook"
+            self.var / "run" / "endpoints-actions.yml", f"{self.actions_url}/webhook", mcp_oauth=self.oauth
         )
         self._rasa_endpoints_path = self._rasa_endpoints()
 
@@ -241,12 +256,19 @@ lock_store:
                 log_path=log_path,
                 detached=detached,
             )
+        if name == "auth":
+            # Tokens for the MCP servers as the action servers reach them: through nginx.
+            return services.authorization_server(
+                self.mcp_url, self.client, port=self.auth_port, log_path=log_path, detached=detached
+            )
         if kind == "mcp":
             return services.crm_mcp(
                 crm_rest_url,
-                token=self.secrets["mcp_token"],
+                token=None if self.oauth else self.secrets["mcp_token"],
                 port=self.mcp_ports[replica - 1],
                 stateless=True,
+                issuer=self.auth_url if self.oauth else None,
+                resource=self.mcp_url if self.oauth else None,
                 log_path=log_path,
                 detached=detached,
             )
@@ -255,12 +277,13 @@ lock_store:
                 endpoints=self._action_endpoints,
                 crm_url=crm_rest_url,
                 mcp_url=self.mcp_url,
-                mcp_token=self.secrets["mcp_token"],
+                mcp_token=None if self.oauth else self.secrets["mcp_token"],
                 audit_log=self.audit_log(replica),
                 port=self.action_ports[replica - 1],
                 extra_env={
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
+                    **(services.oauth_env(self.client, self.auth_url) if self.oauth else {}),
                 },
                 log_path=log_path,
                 detached=detached,
@@ -306,6 +329,8 @@ lock_store:
             self._start("redis")
             services.seed_db(database_url=self.crm_database_url)
             self._start("crm-rest")
+            if self.oauth:
+                self._start("auth")
             for i in range(1, REPLICAS + 1):
                 self._start(f"mcp-{i}")
             for i in range(1, REPLICAS + 1):

@@ -323,12 +323,19 @@ def crm_mcp(
     token: str | None = None,
     port: int | None = None,
     stateless: bool = False,
+    issuer: str | None = None,
+    scope: str | None = None,
+    audience: str | None = None,
+    resource: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) `python -m crm mcp` whose tools call `crm_url`; `.url` ends in /mcp.
 
     `stateless`: every request stands alone (no MCP session), so any replica can answer it.
+    `issuer`: an authorization server whose JWT access tokens (audience: `audience`, by default this
+    server's URL; scope `scope`) the server accepts; then readiness is its protected-resource metadata.
+    `resource`: the URL clients use, when not the server's own (a proxy in front of it).
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
@@ -336,13 +343,75 @@ def crm_mcp(
         "crm-mcp",
         [sys.executable, "-m", "crm", "mcp", "--host", HOST, "--port", str(port)],
         env=child_env(
-            {"CRM_URL": crm_url, "CRM_MCP_TOKEN": token, "CRM_MCP_STATELESS": "1" if stateless else None}
+            {
+                "CRM_URL": crm_url,
+                "CRM_MCP_TOKEN": token,
+                "CRM_MCP_STATELESS": "1" if stateless else None,
+                "CRM_MCP_ISSUER": issuer,
+                "CRM_MCP_SCOPE": scope,
+                "CRM_MCP_AUDIENCE": audience,
+                "CRM_MCP_RESOURCE": resource,
+            }
         ),
-        ready_url=f"{base}/stats",
+        ready_url=f"{base}/.well-known/oauth-protected-resource/mcp" if issuer else f"{base}/stats",
         ready_headers={"Authorization": f"Bearer {token}"} if token else None,
         url=f"{base}/mcp",
         log_path=log_path,
         detached=detached,
+    )
+
+
+AUTH_SERVER = EXAMPLE_BOT / "auth"
+
+
+@dataclass(frozen=True)
+class OAuthClient:
+    """The bridge's registration at the authorization server (client credentials)."""
+
+    client_id: str
+    client_secret: str
+    scope: str = "crm.notes"
+
+
+def authorization_server(
+    resource: str,
+    client: OAuthClient,
+    *,
+    port: int | None = None,
+    token_ttl: int = 600,
+    jwks_file: Path | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) oidc-provider (examples/crm_bot/auth/server.mjs) that issues `client`
+    JWT access tokens for `resource` (the CRM MCP URL, their audience) lasting `token_ttl` s;
+    `.url` is its issuer. `jwks_file`: a private JWKS to sign with (else a key made at start).
+    Needs `npm ci` in examples/crm_bot/auth (`make setup`)."""
+    if not (AUTH_SERVER / "node_modules" / "oidc-provider").is_dir():
+        raise RuntimeError(f"{AUTH_SERVER}/node_modules is missing: run `make setup` (npm ci there)")
+    port = port or free_port()
+    issuer = f"http://{HOST}:{port}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AUTH_", "CRM_"))}
+    env.update(
+        AUTH_ISSUER=issuer,
+        AUTH_PORT=str(port),
+        AUTH_RESOURCE=resource,
+        AUTH_CLIENT_ID=client.client_id,
+        AUTH_CLIENT_SECRET=client.client_secret,
+        AUTH_SCOPE=client.scope,
+        AUTH_TOKEN_TTL=str(token_ttl),
+    )
+    if jwks_file is not None:
+        env["AUTH_JWKS_FILE"] = str(jwks_file)
+    return ServiceProcess(
+        "authorization-server",
+        ["node", "server.mjs"],
+        env=env,
+        ready_url=f"{issuer}/.well-known/openid-configuration",
+        url=issuer,
+        log_path=log_path,
+        detached=detached,
+        cwd=AUTH_SERVER,
     )
 
 
@@ -424,11 +493,33 @@ def current_model() -> Path:
     return model
 
 
-def write_endpoints(path: Path, action_url: str, action_token: str | None = None) -> Path:
+# The crm server's oauth block in a generated endpoints.yml: the values come from the environment.
+OAUTH_BLOCK = {
+    "client_id": "${CRM_OAUTH_CLIENT_ID}",
+    "client_secret": "${CRM_OAUTH_CLIENT_SECRET}",
+    "token_url": "${CRM_OAUTH_TOKEN_URL}",
+    "scope": "crm.notes",
+}
+
+
+def oauth_env(client: OAuthClient, issuer: str) -> dict[str, str]:
+    """The variables OAUTH_BLOCK reads, for the action server (oidc-provider's token endpoint)."""
+    return {
+        "CRM_OAUTH_CLIENT_ID": client.client_id,
+        "CRM_OAUTH_CLIENT_SECRET": client.client_secret,
+        "CRM_OAUTH_TOKEN_URL": f"{issuer}/token",
+    }
+
+
+def write_endpoints(
+    path: Path, action_url: str, action_token: str | None = None, *, mcp_oauth: bool = False
+) -> Path:
     """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
 
     With `action_token`, Rasa sends it to the action server in an `Authorization: Bearer` header, never
     as `?token=...` in a URL (which ends up in logs); the file then holds a secret and is 0600.
+    `mcp_oauth`: the crm server authenticates with OAuth client credentials (OAUTH_BLOCK) instead of
+    the static token.
     """
     import yaml
 
@@ -436,6 +527,11 @@ def write_endpoints(path: Path, action_url: str, action_token: str | None = None
     document["action_endpoint"] = {"url": action_url}
     if action_token:
         document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
+    if mcp_oauth:
+        for server in document["mcp_servers"]:
+            if server["name"] == "crm":
+                server.pop("api_key", None)
+                server["oauth"] = dict(OAUTH_BLOCK)
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(document, default_style='"', sort_keys=False)
@@ -451,7 +547,7 @@ def action_server(
     endpoints: Path,
     crm_url: str,
     mcp_url: str,
-    mcp_token: str,
+    mcp_token: str | None,
     skills_dir: Path | None = None,
     audit_log: Path | None = None,
     port: int | None = None,

@@ -6,10 +6,14 @@
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080 (override
 with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT). The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
-reach Rasa. The MCP bearer token is CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token;
-likewise ACTION_SERVER_TOKEN (var/action_server_token), which Rasa sends to the action server,
-CONFIRMATION_SECRET (var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the
-REST channel's bearer token), CHAT_JWT_KEY (var/chat_jwt_key: signs the chat page's tokens) and
+reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
+(oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
+bridge tokens by client credentials, its client secret CRM_OAUTH_CLIENT_SECRET or one generated
+once into var/crm_oauth_client_secret. MCP_AUTH=token keeps the static bearer token instead:
+CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token. Likewise ACTION_SERVER_TOKEN
+(var/action_server_token), which Rasa sends to the action server, CONFIRMATION_SECRET
+(var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the REST channel's bearer
+token), CHAT_JWT_KEY (var/chat_jwt_key: signs the chat page's tokens) and
 RASA_AUTH_TOKEN (var/rasa_auth_token: Rasa's HTTP API). The state file (mode 0600) records what
 runs, `rest_token` and `rasa_token`. SKILLS_DIR picks the skill files (default skills/). Logs go to
 var/log/ (STACK_VAR moves var/ elsewhere).
@@ -56,7 +60,13 @@ def up(state: Path, with_rasa: bool) -> int:
             print(f"already running (see {state}); run `make down` first", file=sys.stderr)
             return 1
         state.unlink()  # left behind by a run that was killed; nothing of it is running
-    token = secret("CRM_MCP_TOKEN", "crm_mcp_token")
+    oauth = os.environ.get("MCP_AUTH", "oauth") != "token"
+    token = None if oauth else secret("CRM_MCP_TOKEN", "crm_mcp_token")
+    client = (
+        procs.OAuthClient("crm-bridge", secret("CRM_OAUTH_CLIENT_SECRET", "crm_oauth_client_secret"))
+        if oauth
+        else None
+    )
     action_token = secret("ACTION_SERVER_TOKEN", "action_server_token")
     page_port = port("CHAT_PAGE_PORT", 8080)
     access = procs.RasaAccess(
@@ -80,15 +90,40 @@ def up(state: Path, with_rasa: bool) -> int:
         rest = start(
             _detached(procs.crm_rest(db, port=port("CRM_PORT", 8100)), logs / "crm-rest.log"), "CRM REST API"
         )
+        services: dict[str, procs.ServiceProcess] = {"crm_rest": rest}
+        mcp_port = port("MCP_PORT", 8200)
+        bridge_env: dict[str, str] = {}
+        if client is not None:
+            auth = start(
+                _detached(
+                    procs.authorization_server(
+                        f"http://{procs.HOST}:{mcp_port}/mcp", client, port=port("AUTH_PORT", 8300)
+                    ),
+                    logs / "authorization-server.log",
+                ),
+                "authorization server (oidc-provider)",
+            )
+            services["authorization_server"] = auth
+            bridge_env = procs.oauth_env(client, auth.url)
         mcp = start(
             _detached(
-                procs.crm_mcp(rest.url, token=token, port=port("MCP_PORT", 8200)), logs / "crm-mcp.log"
+                procs.crm_mcp(
+                    rest.url,
+                    token=token,
+                    port=mcp_port,
+                    issuer=services["authorization_server"].url if oauth else None,
+                ),
+                logs / "crm-mcp.log",
             ),
             "CRM MCP server",
         )
+        services["crm_mcp"] = mcp
         action_port = port("ACTION_SERVER_PORT", 5055)
         endpoints = procs.write_endpoints(
-            VAR / "run" / "endpoints.yml", f"http://127.0.0.1:{action_port}/webhook", action_token
+            VAR / "run" / "endpoints.yml",
+            f"http://127.0.0.1:{action_port}/webhook",
+            action_token,
+            mcp_oauth=oauth,
         )
         skills = Path(os.environ.get("SKILLS_DIR", REPO / "examples" / "crm_bot" / "skills"))
         actions = start(
@@ -105,11 +140,12 @@ def up(state: Path, with_rasa: bool) -> int:
                 extra_env={
                     "ACTION_SERVER_TOKEN": action_token,
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
+                    **bridge_env,
                 },
             ),
             f"action server (skills from {skills})",
         )
-        services = {"crm_rest": rest, "crm_mcp": mcp, "action_server": actions}
+        services["action_server"] = actions
         rasa_port = port("RASA_PORT", 5005)
         if with_rasa:
             rasa = start(

@@ -35,7 +35,7 @@ def alive(pid: int) -> bool:
 
 
 def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
-    names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT")
+    names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT", "AUTH_PORT")
     ports = {name: procs.free_port() for name in names}
     started = stack("up", tmp_path, ports)
     state = tmp_path / "run" / "stack.json"
@@ -43,17 +43,18 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
         assert started.returncode == 0, started.stdout + started.stderr
         recorded = json.loads(state.read_text())
         services = {name: info for name, info in recorded.items() if isinstance(info, dict)}
-        assert set(services) == {"crm_rest", "crm_mcp", "action_server", "chat_page"}
+        assert set(services) == {"crm_rest", "authorization_server", "crm_mcp", "action_server", "chat_page"}
         # The tokens a client of the stack needs, in a file that was never readable by others.
         assert state.stat().st_mode & 0o777 == 0o600
         assert recorded["rest_token"] == (tmp_path / "rest_channel_token").read_text().strip()
         assert recorded["rasa_token"] == (tmp_path / "rasa_auth_token").read_text().strip()
-        for secret in ("rest_channel_token", "rasa_auth_token", "chat_jwt_key"):
+        for secret in ("rest_channel_token", "rasa_auth_token", "chat_jwt_key", "crm_oauth_client_secret"):
             assert (tmp_path / secret).stat().st_mode & 0o777 == 0o600
             assert (tmp_path / secret).read_text().strip() not in started.stdout + started.stderr
         expected_ports = {
             "crm_rest": "CRM_PORT",
             "crm_mcp": "MCP_PORT",
+            "authorization_server": "AUTH_PORT",
             "action_server": "ACTION_SERVER_PORT",
             "chat_page": "CHAT_PAGE_PORT",
         }
@@ -75,6 +76,32 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
         assert action["headers"]["Authorization"] == f"Bearer {token}"
         assert "token" not in action and token not in action["url"]
         assert generated.stat().st_mode & 0o777 == 0o600
+        # The bridge reaches the CRM's MCP server with OAuth client credentials from the stack's own
+        # authorization server; the file names the variables, never the secret.
+        (crm,) = yaml.safe_load(generated.read_text())["mcp_servers"]
+        assert crm["oauth"]["client_secret"] == "${CRM_OAUTH_CLIENT_SECRET}" and "api_key" not in crm
+        client_secret = (tmp_path / "crm_oauth_client_secret").read_text().strip()
+        assert client_secret not in generated.read_text()
+        listed = subprocess.run(
+            [sys.executable, "-m", "mcp_bridge.cli", "tools", "crm"],
+            cwd=procs.REPO_ROOT,
+            env=procs.child_env(
+                {
+                    "ENDPOINTS": str(generated),
+                    "CRM_MCP_URL": services["crm_mcp"]["url"],
+                    **procs.oauth_env(
+                        procs.OAuthClient("crm-bridge", client_secret),
+                        services["authorization_server"]["url"],
+                    ),
+                }
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert "add_timeline_note" in listed.stdout
+        assert "token_issued" in (tmp_path / "log" / "authorization-server.log").read_text()
         assert stack("up", tmp_path, ports).returncode == 1  # already running: refuses, starts nothing
     finally:
         stopped = stack("down", tmp_path, ports)

@@ -332,7 +332,7 @@ def test_unknown_field(tmp_path: Path) -> None:
     )
     assert load_error(path) == (
         f"{path}: mcp_servers[0] (crm): unknown key(s) 'tokn', 'header'; a server takes name, url, type, "
-        "token, api_key, header_name, header_format, tool_timeout, meta_map (Rasa Pro's) and trusted, "
+        "token, api_key, header_name, header_format, tool_timeout, meta_map, oauth (Rasa Pro's) and trusted, "
         "timeout, honours_idempotency_key (the bridge's)"
     )
 
@@ -679,7 +679,7 @@ REFUSED = {
     ),
     "header_name-variable": (
         'api_key: "k"\nheader_name: "${HEADER}"',
-        "'header_name' is sent as written: ${...} is expanded only in url, token and api_key",
+        "'header_name' is sent as written: ${...} is expanded only in url, token, api_key and oauth",
     ),
     # header_format
     "header_format-without-api_key": (
@@ -742,7 +742,7 @@ REFUSED = {
     "static-value-null": ("meta_map: {static: {source: }}", "meta_map.static.source must be a string"),
     "static-value-variable": (
         'meta_map: {static: {source: "${SOURCE}"}}',
-        "meta_map.static.source is sent as written: ${...} is expanded only in url, token and api_key",
+        "meta_map.static.source is sent as written: ${...} is expanded only in url, token, api_key and oauth",
     ),
     "static-key-empty": (
         'meta_map: {static: {"": x}}',
@@ -807,11 +807,47 @@ REFUSED = {
         "meta_map.from_slots[0].param: 'idempotency_key' is reserved: the bridge sends a confirmed write's "
         "idempotency key under it",
     ),
-    # Rasa Pro's keys the bridge does not do
-    "oauth": (
-        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token'}",
-        "oauth: Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
+    # oauth: Rasa Pro's client credentials block
+    "oauth-and-token": (
+        "token: t\noauth: {client_id: a, client_secret: b, token_url: 'https://auth/token'}",
+        "'oauth' and 'token' are two ways to authenticate; give one (oauth gets a token from the "
+        "token_url for each session; 'token' is sent as it is)",
     ),
+    "oauth-and-api_key": (
+        "api_key: k\noauth: {client_id: a, client_secret: b, token_url: 'https://auth/token'}",
+        "'oauth' and 'api_key' are two ways to authenticate; give one (oauth gets a token from the "
+        "token_url for each session; 'api_key' is sent as it is)",
+    ),
+    "oauth-not-a-mapping": (
+        "oauth: yes",
+        "'oauth' must be a mapping with client_id, client_secret and token_url",
+    ),
+    "oauth-unknown-key": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant: x}",
+        "oauth: unknown key(s) 'grant'; it takes client_id, client_secret, token_url, scope, audience, "
+        "timeout",
+    ),
+    "oauth-no-secret": (
+        "oauth: {client_id: a, token_url: 'https://auth/token'}",
+        "oauth: missing 'client_secret'",
+    ),
+    "oauth-empty-id": (
+        "oauth: {client_id: ' ', client_secret: b, token_url: 'https://auth/token'}",
+        "'oauth.client_id' is empty",
+    ),
+    "oauth-token_url-not-a-url": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'auth/token'}",
+        "'oauth.token_url' must be an http or https URL, got 'auth/token'",
+    ),
+    "oauth-timeout": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', timeout: 0}",
+        "'oauth.timeout' must be a positive number of seconds",
+    ),
+    "oauth-header_name": (
+        "header_name: X\noauth: {client_id: a, client_secret: b, token_url: 'https://auth/token'}",
+        "'header_name' only goes with 'api_key': it says how the api_key is sent, and there is no api_key",
+    ),
+    # Rasa Pro's keys the bridge does not do
     "module": (
         "module: my.Auth",
         "module: Rasa Pro's custom authentication class is not supported; use token or api_key",
@@ -838,6 +874,37 @@ def test_a_secret_is_not_in_the_message_about_it(tmp_path: Path, key: str) -> No
     assert "control character" in message and SECRET not in message
     message = load_error(server_with(tmp_path, f'{key}: "${{S}}"\ntool_timeout: 0'), env={"S": SECRET})
     assert "tool_timeout" in message and SECRET not in message
+
+
+def test_oauth_block_with_variables(tmp_path: Path) -> None:
+    block = (
+        'oauth:\n  client_id: "${ID}"\n  client_secret: "${SECRET}"\n  token_url: "${AUTH}/token"\n'
+        "  scope: crm.notes\n  audience: https://crm.example.com\n  timeout: 3"
+    )
+    crm = crm_with(tmp_path, block, {"ID": "bridge", "SECRET": SECRET, "AUTH": "https://auth.example.com"})
+    assert crm.oauth is not None
+    assert (crm.oauth.client_id, crm.oauth.client_secret) == ("bridge", SECRET)
+    assert crm.oauth.token_url == "https://auth.example.com/token"
+    assert (crm.oauth.scope, crm.oauth.audience, crm.oauth.timeout) == (
+        "crm.notes",
+        "https://crm.example.com",
+        3.0,
+    )
+    assert crm.headers() == {}  # the token comes from the flow, not from a header of the config
+    assert SECRET not in repr(crm) and SECRET not in repr(crm.oauth)
+
+
+def test_oauth_secret_unset_and_bad_is_named_not_shown(tmp_path: Path) -> None:
+    block = 'oauth: {client_id: a, client_secret: "${S}", token_url: "https://auth/token"}'
+    path = server_with(tmp_path, block)
+    assert load_error(path) == (
+        f"{path}: mcp_servers[0] (crm): 'oauth.client_secret' uses ${{S}}, but the environment variable S "
+        "is not set"
+    )
+    message = load_error(path, env={"S": SECRET + "\n"})
+    assert "control character" in message and SECRET not in message
+    shape = load_mcp_servers(path, env={}, allow_unset=True)["crm"]
+    assert shape.oauth is None and shape.unset == (("oauth.client_secret", "S"),)
 
 
 def test_token_not_in_repr(tmp_path: Path) -> None:

@@ -252,9 +252,9 @@ SERVER_KEYS: dict[str, tuple[str, str]] = {
         "meta_map: {from_slots: [{slot: reminder_text}]}",
         "meta_map.from_slots[0]: missing 'param'",
     ),
-    "oauth": (
-        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth.example.com/token'}",
-        "oauth: Rasa Pro's OAuth 2 client credentials are not supported yet; use token or api_key",
+    "oauth: no token_url": (
+        "oauth: {client_id: a, client_secret: b}",
+        "oauth: missing 'token_url'",
     ),
 }
 

@@ -16,7 +16,7 @@ import uvicorn
 import uvloop
 from aiohttp import web
 
-from crm import config, mcp_server, rest, tools
+from crm import config, mcp_server, oauth, rest, tools
 from crm.store import describe_store, open_store
 
 log = logging.getLogger("crm")
@@ -84,11 +84,30 @@ class _AnnouncingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def _resource_settings(host: str, port: int) -> oauth.ResourceSettings | None:
+    issuer = config.mcp_issuer()
+    if issuer is None:
+        return None
+    resource = config.mcp_resource(f"http://{host}:{port}{mcp_server.MCP_PATH}")
+    return oauth.ResourceSettings(
+        issuer=issuer,
+        resource=resource,
+        audience=config.mcp_audience(resource),
+        scope=config.mcp_scope(),
+        jwks_url=config.mcp_jwks_url() or oauth.discover_jwks_url(issuer),
+    )
+
+
 async def _serve_mcp(host: str, port: int) -> None:
     token = config.mcp_token()
     stateless = config.mcp_stateless()
+    resource = _resource_settings(host, port)
+    if resource is not None:
+        auth = f"access tokens from {resource.issuer} for {resource.audience} with scope {resource.scope}"
+    else:
+        auth = f"bearer token {'required' if token else 'not required'}"
     uvicorn_config = uvicorn.Config(
-        mcp_server.create_app(token, host=host, stateless=stateless),
+        mcp_server.create_app(token, host=host, stateless=stateless, oauth=resource),
         host=host,
         port=port,
         ws="none",  # rasa-sdk pins websockets 10, which uvicorn's auto-detection cannot import
@@ -99,7 +118,7 @@ async def _serve_mcp(host: str, port: int) -> None:
     )
     message = (
         f"CRM MCP server listening on http://{host}:{port}{mcp_server.MCP_PATH} "
-        f"(tools reach the CRM at {config.crm_url()}; bearer token {'required' if token else 'not required'}"
+        f"(tools reach the CRM at {config.crm_url()}; {auth}"
         f"{'; stateless' if stateless else ''})"
     )
     try:
@@ -133,11 +152,18 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_seed())
     if args.command == "rest":
         asyncio.run(_serve_rest(args.host, args.port))
-    elif args.host not in _LOOPBACK and not config.mcp_token():
+    elif config.mcp_token() and config.mcp_issuer():
+        print(
+            "CRM MCP server not started: CRM_MCP_TOKEN (a static token) and CRM_MCP_ISSUER (OAuth access "
+            "tokens) are two ways to authenticate; set one",
+            file=sys.stderr,
+        )
+        return 2
+    elif args.host not in _LOOPBACK and not (config.mcp_token() or config.mcp_issuer()):
         print(
             f"CRM MCP server not started: --host {args.host} is not a loopback address and CRM_MCP_TOKEN "
             "is not set, so anyone who reaches the port could write notes. Set CRM_MCP_TOKEN (and give "
-            "the bridge the same value), or listen on 127.0.0.1",
+            "the bridge the same value) or CRM_MCP_ISSUER (OAuth), or listen on 127.0.0.1",
             file=sys.stderr,
         )
         return 2

@@ -48,3 +48,31 @@ def mcp_stateless() -> bool:
     """Serve MCP without sessions (`CRM_MCP_STATELESS=1`), so any replica behind a load balancer
     can answer any request; the default keeps one session per client."""
     return (os.environ.get("CRM_MCP_STATELESS") or "").strip().lower() in {"1", "true", "yes"}
+
+
+def mcp_issuer() -> str | None:
+    """Issuer URL of the authorization server whose access tokens the MCP server accepts
+    (`CRM_MCP_ISSUER`); None keeps the static token (or none)."""
+    return (os.environ.get("CRM_MCP_ISSUER") or "").rstrip("/") or None
+
+
+def mcp_resource(default: str) -> str:
+    """The URL clients reach the MCP server at (`CRM_MCP_RESOURCE`; behind a proxy or load balancer
+    it is not where the server binds): its protected-resource metadata names it."""
+    return os.environ.get("CRM_MCP_RESOURCE") or default
+
+
+def mcp_audience(default: str) -> str:
+    """The `aud` an access token must carry (`CRM_MCP_AUDIENCE`): by default the MCP URL itself,
+    the resource indicator a client asks for."""
+    return os.environ.get("CRM_MCP_AUDIENCE") or default
+
+
+def mcp_scope() -> str:
+    """The scope an access token must carry (`CRM_MCP_SCOPE`, default crm.notes)."""
+    return os.environ.get("CRM_MCP_SCOPE") or "crm.notes"
+
+
+def mcp_jwks_url() -> str | None:
+    """Where the authorization server's keys are (`CRM_MCP_JWKS_URL`); None: its `jwks_uri`."""
+    return os.environ.get("CRM_MCP_JWKS_URL") or None

@@ -70,15 +70,22 @@ def passed_on(cluster: Cluster) -> str:
 
 
 def leaks(cluster: Cluster, chats: list[Conversation]) -> list[str]:
-    """Secrets or note texts found in any log the cluster wrote, or in what `make cluster-up`
-    prints and writes to urls.json (they must never be there)."""
+    """Secrets, access tokens or note texts found in any log or audit trail the cluster wrote, or in
+    what `make cluster-up` prints and writes to urls.json (they must never be there)."""
     needles = {f"secret {name}": value for name, value in cluster.secrets.items()}
     needles.update({f"note of {chat.sender}": chat.note for chat in chats[:20]})
+    # An OAuth access token (a JWT: base64url of '{"'), which the action servers hold in memory only.
+    needles["access token"] = "eyJ"
     found = []
     printed = {"the table `make cluster-up` prints": cluster.table(), "urls.json": json.dumps(cluster.urls())}
     for where, text in printed.items():
         found += [f"{what} in {where}" for what, value in needles.items() if value in text]
-    for path in sorted([*cluster.logs.glob("*.log"), *(cluster.var / "nginx").glob("*.log")]):
+    logs = [
+        *cluster.logs.glob("*.log"),
+        *(cluster.var / "nginx").glob("*.log"),
+        *cluster.var.glob("audit-*.jsonl"),
+    ]
+    for path in sorted(logs):
         text = path.read_text(errors="replace")
         hits = Counter(what.split(" of ")[0] for what, value in needles.items() if value in text)
         found += [f"{what} ×{n} in {path.name}" for what, n in sorted(hits.items())]

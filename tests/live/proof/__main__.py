@@ -39,7 +39,9 @@ def run(stack: ProofStack, report: Report) -> None:
 
     report.section("CRM tools over MCP (raw mcp SDK client)")
     for result in asyncio.run(
-        tool_checks(stack.mcp_url, stack.token, store, phrasings.contacts[0], phrasings.absent_contacts[0])
+        tool_checks(
+            stack.mcp_url, stack.access_token(), store, phrasings.contacts[0], phrasings.absent_contacts[0]
+        )
     ):
         report.add(result)
 

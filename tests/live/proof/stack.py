@@ -1,6 +1,8 @@
 """The processes of the proof, on free ports on 127.0.0.1, and stopping every one of them.
 
-One CRM REST API over a fresh seeded database, one CRM MCP server with a token, a plain MCP server
+One CRM REST API over a fresh seeded database, one CRM MCP server protected by OAuth (an
+authorization server, oidc-provider, issues the action server's bridge its tokens by client
+credentials, as `make up` does), a plain MCP server
 named `archive` that serves no CRM tool, one Rasa server (started once: it is the slow one), and
 one action server on a fixed port that is restarted with different skill files between phases,
 so Rasa's action endpoint never changes.
@@ -8,7 +10,11 @@ so Rasa's action endpoint never changes.
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from tests.live.proof import variants
@@ -22,7 +28,8 @@ class ProofStack(LoggedStack):
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
         self.db = workdir / "crm.sqlite3"
-        self.token = secrets.token_urlsafe(24)
+        self.client = procs.OAuthClient("crm-bridge", secrets.token_urlsafe(24))
+        self.auth: procs.ServiceProcess | None = None
         self.action_port = procs.free_port()
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
@@ -42,6 +49,23 @@ class ProofStack(LoggedStack):
     def mcp_url(self) -> str:
         return f"http://{procs.HOST}:{self.mcp_port}/mcp"
 
+    @property
+    def auth_url(self) -> str:
+        assert self.auth is not None
+        return self.auth.url
+
+    def access_token(self) -> str:
+        """A token for the raw MCP client of the tool checks (the bridge gets its own, through the SDK)."""
+        basic = base64.b64encode(f"{self.client.client_id}:{self.client.client_secret}".encode()).decode()
+        form = {"grant_type": "client_credentials", "resource": self.mcp_url, "scope": self.client.scope}
+        request = urllib.request.Request(
+            f"{self.auth_url}/token",
+            data=urllib.parse.urlencode(form).encode(),
+            headers={"Authorization": f"Basic {basic}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return str(json.load(response)["access_token"])
+
     # -- start-up ---------------------------------------------------------------------------------
 
     def start_backends(self) -> None:
@@ -49,11 +73,12 @@ class ProofStack(LoggedStack):
         procs.seed_db(self.db)
         self.crm = self.start_logged(procs.crm_rest(self.db))
         self.mcp_port = procs.free_port()
+        self.auth = self.start_logged(procs.authorization_server(self.mcp_url, self.client))
         self.start_mcp()
         archive = self.start_logged(procs.plain_dict_mcp())
         action_url = f"http://{procs.HOST}:{self.action_port}/webhook"
         archive_entry = {"name": ARCHIVE_SERVER, "url": archive.url, "type": "http"}
-        variants.write_endpoints(self.endpoints, action_url, [archive_entry])
+        variants.write_endpoints(self.endpoints, action_url, [archive_entry], crm_oauth=procs.OAUTH_BLOCK)
         self.skills = {
             "mcp": variants.write_skills(self.workdir / "skills-mcp", variants.every_tool("mcp:crm")),
             "local": variants.write_skills(self.workdir / "skills-local", variants.every_tool("local")),
@@ -77,10 +102,11 @@ class ProofStack(LoggedStack):
                 endpoints=self.endpoints,
                 crm_url=self.crm_url,
                 mcp_url=self.mcp_url,
-                mcp_token=self.token,
+                mcp_token=None,
                 skills_dir=self.skills[variant],
                 audit_log=self.workdir / f"audit-{variant}.jsonl",
                 port=self.action_port,
+                extra_env=procs.oauth_env(self.client, self.auth_url),
             )
         )
         return self.actions
@@ -91,5 +117,5 @@ class ProofStack(LoggedStack):
 
     def start_mcp(self) -> procs.ServiceProcess:
         """Start the CRM MCP server, on the same port every time."""
-        self.mcp = self.start_logged(procs.crm_mcp(self.crm_url, token=self.token, port=self.mcp_port))
+        self.mcp = self.start_logged(procs.crm_mcp(self.crm_url, port=self.mcp_port, issuer=self.auth_url))
         return self.mcp

@@ -63,13 +63,25 @@ def overrides(default: str, by_skill: Mapping[str, Mapping[str, str]]) -> Source
     return lambda skill, tool: by_skill.get(skill, {}).get(tool, default)
 
 
-def write_endpoints(path: Path, action_url: str, extra_servers: list[dict[str, str]]) -> Path:
-    """The repository's endpoints.yml with ``action_url`` and ``extra_servers`` added to mcp_servers.
+def write_endpoints(
+    path: Path,
+    action_url: str,
+    extra_servers: list[dict[str, str]],
+    *,
+    crm_oauth: Mapping[str, str] | None = None,
+) -> Path:
+    """The repository's endpoints.yml with ``action_url`` and ``extra_servers`` added to mcp_servers;
+    with ``crm_oauth``, the crm server authenticates with that ``oauth:`` block instead of its token.
 
     Every value is double-quoted, so Rasa leaves ``${...}`` alone for the bridge to expand.
     """
     document = yaml.safe_load((procs.EXAMPLE_BOT / "endpoints.yml").read_text(encoding="utf-8"))
     document["action_endpoint"] = {"url": action_url}
+    if crm_oauth is not None:
+        for server in document.get("mcp_servers", []):
+            if server["name"] == "crm":
+                server.pop("api_key", None)
+                server["oauth"] = dict(crm_oauth)
     document["mcp_servers"] = [*document.get("mcp_servers", []), *extra_servers]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False), encoding="utf-8")
