@@ -25,10 +25,12 @@ The rules, in order of importance:
    changed since, or a yes that came late or after other messages never write. An answer of any kind
    from someone else (another user the channel names) is refused and audited; the question waits
    for its person.
-4. A no calls nothing. An edit or a redirect replaces the question with a new one. An unclear
-   answer asks again, and so does a message over the reader's limit, which nothing reads. A message
-   that is not an answer is handed back to the bot, and the question is asked again afterwards; a
-   question left behind by a new request is dropped aloud.
+4. A no calls nothing. An edit or a redirect replaces the question with a new one. An answer
+   after the question expired is told so and that nothing was written, and the question is asked
+   again (audited as expired). An unclear answer asks again, and so does a message over the
+   reader's limit, which nothing reads. A message that is not an answer is handed back to the bot,
+   and the question is asked again afterwards; a question left behind by a new request is dropped
+   aloud.
 5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
    and nothing runs.
 """
@@ -156,6 +158,8 @@ class Responses:
     question_dropped: str = "utter_question_dropped"
     # Said instead of reading a message over the reader's limit (variable: limit).
     message_too_long: str = "utter_message_too_long"
+    # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
+    confirmation_expired: str = "utter_confirmation_expired"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -296,6 +300,8 @@ class Executor:
             reason = f"an {reading.kind} this skill does not allow"
         else:
             reason = reading.reason
+        if self._late(pending):
+            return await self._expired(skill, pending, turn)
         self._record(turn, pending, "unclear", reason)
         return await self._ask_again(skill, pending, turn, [Say(self.responses.answer_yes_or_no)])
 
@@ -338,9 +344,10 @@ class Executor:
     ) -> Decision:
         """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
         what the step's tool name resolved to when the question was checked."""
-        late = self._clock() - pending.asked_at > self.policy.ttl_seconds
-        if turn.user_turn != pending.user_turn + 1 or late:
-            self._record(turn, pending, "expired" if late else "asked_again", None)
+        if self._late(pending):
+            return await self._expired(skill, pending, turn)
+        if turn.user_turn != pending.user_turn + 1:
+            self._record(turn, pending, "asked_again", None)
             return await self._ask_again(skill, pending, turn, [Say(self.responses.confirm_again)])
         current, _ = resolve_arguments(step, turn.slots)
         if current != pending.arguments:
@@ -348,6 +355,15 @@ class Executor:
         self._record(turn, pending, "confirmed", None)
         run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
         return self._decision(skill, run, slots={PENDING_SLOT: None})
+
+    def _late(self, pending: PendingConfirmation) -> bool:
+        return self._clock() - pending.asked_at > self.policy.ttl_seconds
+
+    async def _expired(self, skill: Skill, pending: PendingConfirmation, turn: Turn) -> Decision:
+        """An answer after the question expired: the person hears that it expired and nothing was
+        written, the audit says so, and the same call is asked again (it keeps its key)."""
+        self._record(turn, pending, "expired", None)
+        return await self._ask_again(skill, pending, turn, [Say(self.responses.confirmation_expired)])
 
     async def _changed(
         self, skill: Skill, old: PendingConfirmation, turn: Turn, slot: str, value: str

@@ -258,9 +258,11 @@ class ConfirmationMachine(RuleBasedStateMachine):
                 asked.text,
             )
             event(f"answer: sure={sure} direct={direct} in_time={in_time} unchanged={unchanged}")
-            if not sure:
+            if not in_time:
+                self.expect_question(decision, ["utter_confirmation_expired"], slots_before)
+            elif not sure:
                 self.expect_question(decision, ["utter_answer_yes_or_no"], slots_before)
-            elif not (direct and in_time):
+            elif not direct:
                 self.expect_question(decision, ["utter_confirm_again"], slots_before)
             elif not unchanged:
                 assert said == ["utter_confirmation_invalid"]

@@ -149,14 +149,42 @@ async def test_yes_after_another_message_asks_again(make_executor: Any, book: No
     assert book.notes_for(DANA) == [*before, "asked, then a detour"]
 
 
-async def test_late_yes_asks_again(make_executor: Any, book: Notebook) -> None:
+async def test_late_yes_is_told_it_expired_and_asked_again(
+    make_executor: Any, book: Notebook, tmp_path: Path
+) -> None:
+    """An answer after the question expired writes nothing, says so, is audited as expired, and the
+    same call is asked again (with its key): a yes to that writes it once."""
+    now = [1000.0]
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    executor = make_executor(ConfirmationPolicy(ttl_seconds=60), clock=lambda: now[0], audit=audit)
+    before = book.notes_for(DANA)
+    chat = Conversation(executor, contact_email=DANA, note_text="too late")
+    first = (await chat.start()).say[0]
+    key = chat.slots[PENDING_SLOT]["key"]
+    now[0] += 61
+    late = await chat.yes()
+    assert late.outcome == "pending"
+    assert [s.response for s in late.say] == ["utter_confirmation_expired", "utter_confirm_note"]
+    assert late.say[1].variables["arg_text"] == first.variables["arg_text"]
+    assert chat.slots[PENDING_SLOT]["key"] == key
+    assert book.notes_for(DANA) == before
+    assert [entry["decision"] for entry in audit.entries()][-2:] == ["expired", "asked"]
+
+    now[0] += 61  # an unclear answer after expiry hears the same
+    unclear = await chat.say("hmm, maybe", None, 0.3)
+    assert [s.response for s in unclear.say] == ["utter_confirmation_expired", "utter_confirm_note"]
+    assert (await chat.yes()).outcome == "done"
+    assert book.notes_for(DANA) == [*before, "too late"]
+
+
+async def test_late_no_cancels_without_an_expiry_notice(make_executor: Any, book: Notebook) -> None:
     now = [1000.0]
     executor = make_executor(ConfirmationPolicy(ttl_seconds=60), clock=lambda: now[0])
     before = book.notes_for(DANA)
-    chat = Conversation(executor, contact_email=DANA, note_text="too late")
+    chat = Conversation(executor, contact_email=DANA, note_text="late and unwanted")
     await chat.start()
     now[0] += 61
-    assert (await chat.yes()).outcome == "pending"
+    assert (await chat.no()).outcome == "cancelled"
     assert book.notes_for(DANA) == before
 
 

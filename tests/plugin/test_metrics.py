@@ -182,7 +182,7 @@ async def test_expired_confirmation_is_counted_once(crm_tools: ModuleType, tmp_p
     assert (await chat.start()).outcome == "pending"
     now[0] += executor.policy.ttl_seconds + 1
     again = await chat.yes()
-    assert again.outcome == "pending" and responses(again)[0] == "utter_confirm_again"
+    assert again.outcome == "pending" and responses(again)[0] == "utter_confirmation_expired"
     after = {decision: count(decision) for decision in before}
     assert {key: after[key] - before[key] for key in before} == {
         "asked": 2,  # the question, and the question again
