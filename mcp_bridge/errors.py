@@ -48,3 +48,11 @@ class OutcomeUnknownError(ToolCallError):
     """The connection broke after the request was sent. The tool may have run."""
 
     may_have_run = True
+
+
+class ToolResultInvalidError(OutcomeUnknownError):
+    """The tool ran, but its result breaks the output schema it publishes (or is missing).
+
+    The call reached the tool, so a write may have happened; the result is not used, since the
+    steps would branch on keys the tool did not promise. The message names the tool and the part
+    of the result that failed, never its value."""

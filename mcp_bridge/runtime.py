@@ -12,6 +12,16 @@ Retry rule: a call is repeated at most once, and only when it provably never rea
 (the TCP connection was refused, or the server answered that it does not know the session, as
 after a restart). A call that may have reached the server is never repeated here.
 
+Protocol eras: the SDK's own negotiation (``Client(mode="auto")``) asks ``server/discover`` first
+and falls back to the ``initialize`` handshake, so 2026-07-28 servers (stateless: no MCP session,
+every request stands alone) and 2025-11-25 servers (a session) are both served through one
+``ClientSession``, kept for the server's lifetime either way. On a 2026-07-28 server the catalogue
+follows ``subscriptions/listen`` instead of the session's notification stream.
+
+Results: a tool that publishes an output schema must answer with ``structuredContent`` that fits it.
+The SDK checks; a result that does not fit is :class:`ToolResultInvalidError`, naming the tool and
+the part of the result, and saying that the tool ran (a write may have happened).
+
 OAuth (a server with an ``oauth:`` block): a request answered 401 is answered by the SDK's provider
 with one new token and one retry of that request (mcp_bridge.oauth). That repetition is safe only
 because a 401 comes from the server's authentication, before any tool runs: the refused request
@@ -21,18 +31,30 @@ never ran. A call refused twice (401/403 again with the new token) is "not autho
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+import jsonschema
 from mcp import ClientSession
+from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, PaginatedRequestParams, ToolListChangedNotification
+from mcp.types import (
+    CallToolResult,
+    Implementation,
+    PaginatedRequestParams,
+    ServerCapabilities,
+    ToolListChangedNotification,
+)
 from mcp.types import Tool as McpToolInfo
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
@@ -42,17 +64,63 @@ from mcp_bridge.errors import (
     ServerUnavailableError,
     ToolCallError,
     ToolNotFoundError,
+    ToolResultInvalidError,
     ToolTimeoutError,
 )
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.results import ToolResult
-from mcp_bridge.schema import validate_against_schema
+from mcp_bridge.schema import describe_result_problem, validate_against_schema
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
     from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("rasa-mcp-bridge")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_CLIENT_INFO = Implementation(name="rasa-mcp-bridge", version=_version())
+
+# After a lost subscriptions/listen stream, wait this long before listening again.
+_RELISTEN_DELAY = 1.0
+
+
+@dataclass(frozen=True)
+class ServerDescription:
+    """What one MCP server is, as the bridge connected to it: for ``mcp-bridge tools`` / ``check``."""
+
+    name: str
+    url: str
+    # The revision negotiated ("2026-07-28", "2025-11-25", ...).
+    protocol_version: str
+    # The server's own name and version (serverInfo), when it gave them.
+    server_info: str | None
+    # The authentication configured for it (never a secret): see MCPServerConfig.auth_description.
+    auth: str
+    # Its capabilities, one entry each ("tools (listChanged)", ...).
+    capabilities: tuple[str, ...]
+
+    @property
+    def era(self) -> str:
+        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return "stateless: server/discover, no session"
+        return "initialize handshake, one session"
+
+    def lines(self) -> list[str]:
+        """The description as ``key: value`` lines."""
+        return [
+            f"server: {self.name if self.name == self.url else f'{self.name} ({self.url})'}"
+            + (f", serverInfo {self.server_info}" if self.server_info else ""),
+            f"protocol: {self.protocol_version} ({self.era})",
+            f"auth: {self.auth}",
+            f"capabilities: {', '.join(self.capabilities) or 'none'}",
+        ]
 
 
 class _Connection:
@@ -77,6 +145,18 @@ class _Connection:
     @property
     def alive(self) -> bool:
         return self._session is not None and not self._ended.done()
+
+    @property
+    def protocol_version(self) -> str:
+        return self._require_session().protocol_version or "unknown"
+
+    @property
+    def server_info(self) -> Implementation | None:
+        return self._require_session().server_info
+
+    @property
+    def capabilities(self) -> ServerCapabilities | None:
+        return self._require_session().server_capabilities
 
     async def open(self, timeout: float) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self.config.name}")
@@ -105,13 +185,29 @@ class _Connection:
                     transport=AiohttpTransport(),
                     auth=self._auth,
                 ) as http,
-                streamable_http_client(self.config.url, http_client=http) as (read, write),
-                ClientSession(read, write, message_handler=self._on_message) as session,
+                Client(
+                    streamable_http_client(self.config.url, http_client=http),
+                    # The SDK's own era negotiation: server/discover (2026-07-28), and the
+                    # initialize handshake (2025-11-25 and older) when the server does not speak it.
+                    mode="auto",
+                    message_handler=self._on_message,
+                    # The runtime keeps the catalogue itself (refreshed on list_changed).
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                ) as client,
             ):
-                await session.initialize()
-                self._session = session
+                self._session = client.session
                 self._ready.set()
-                await self._stop.wait()
+                listener = (
+                    asyncio.create_task(self._listen(client)) if self._listens(client.session) else None
+                )
+                try:
+                    await self._stop.wait()
+                finally:
+                    if listener is not None:
+                        listener.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await listener
         except BaseException as exc:  # the session's end, whatever ended it, is recorded, not raised
             self._failure = exc
             if not isinstance(exc, asyncio.CancelledError):
@@ -124,6 +220,31 @@ class _Connection:
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ToolListChangedNotification):
             self._tools_changed.set()
+
+    @staticmethod
+    def _listens(session: ClientSession) -> bool:
+        """A 2026-07-28 server announces tool changes on subscriptions/listen, if it says it will."""
+        capabilities = session.server_capabilities
+        tools = capabilities.tools if capabilities is not None else None
+        return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(tools and tools.list_changed)
+
+    async def _listen(self, client: Client) -> None:
+        """Mark the catalogue stale on each tools/list_changed event, for the connection's life.
+
+        A subscription that ends is opened again after a pause (and the catalogue read afresh, as
+        events in between are lost); a server that refuses it is not asked again."""
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    async for _ in subscription:
+                        self._tools_changed.set()
+            except MCPError as exc:
+                log.info("MCP server %r refused subscriptions/listen: %s", self.config.name, exc)
+                return
+            except (SubscriptionLost, TimeoutError, OSError, httpx2.HTTPError) as exc:
+                log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
+            self._tools_changed.set()
+            await asyncio.sleep(_RELISTEN_DELAY)
 
     async def list_tools(self) -> list[McpToolInfo]:
         session = self._require_session()
@@ -209,6 +330,20 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
+    async def describe(self, server: str) -> ServerDescription:
+        """Which revision ``server`` speaks, its capabilities and the auth configured (connects)."""
+        connection = await self._connection(server)
+        config = self._servers[server]
+        info = connection.server_info
+        return ServerDescription(
+            name=server,
+            url=config.url,
+            protocol_version=connection.protocol_version,
+            server_info=f"{info.name} {info.version}".strip() if info is not None else None,
+            auth=config.auth_description(),
+            capabilities=_capabilities(connection.capabilities),
+        )
+
     async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
         """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
         again once before the tool is declared missing."""
@@ -250,6 +385,9 @@ class MCPRuntime:
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
+            invalid = _invalid_result(server, tool_name, failure)
+            if invalid is not None:
+                raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
                 # Refused by the server's authentication, after the one new token: it never ran.
                 raise NotAuthorisedError(
@@ -302,6 +440,56 @@ class MCPRuntime:
         if self._connections.get(server) is connection:
             del self._connections[server]
         await connection.close()
+
+
+def _invalid_result(server: str, tool: str, failure: BaseException) -> ToolResultInvalidError | None:
+    """The SDK's verdict that a result breaks the tool's output schema, as the bridge's error.
+
+    ``ClientSession.call_tool`` checks ``structuredContent`` against the schema the tool published
+    and raises RuntimeError (the jsonschema error as its cause); the value itself stays out of the
+    message."""
+    if isinstance(failure, MCPError) or not isinstance(failure, RuntimeError):
+        return None
+    text = str(failure)
+    where = f"MCP tool {tool!r} on server {server!r}"
+    consequence = "; the result was not used. The tool ran, so it may have written: check before repeating it"
+    cause = failure.__cause__
+    if isinstance(cause, jsonschema.ValidationError):
+        problem = describe_result_problem(cause)
+        return ToolResultInvalidError(
+            f"{where} answered with a result that breaks its output schema ({problem}){consequence}"
+        )
+    if "did not return structured content" in text:
+        return ToolResultInvalidError(
+            f"{where} publishes an output schema but answered without structuredContent{consequence}"
+        )
+    if text.startswith(("Invalid schema for tool", "Invalid structured content")):
+        reason = text.splitlines()[0]
+        return ToolResultInvalidError(
+            f"{where}: its output schema could not be checked ({reason}){consequence}"
+        )
+    return None
+
+
+def _capabilities(capabilities: ServerCapabilities | None) -> tuple[str, ...]:
+    """One entry per capability: its name, and in brackets the flags it sets."""
+    if capabilities is None:
+        return ()
+    dumped = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    entries: list[str] = []
+    for name, value in dumped.items():
+        if isinstance(value, dict) and name in ("extensions", "experimental"):
+            entries.extend(f"{name[:-1] if name.endswith('s') else name} {key}" for key in value)
+        elif isinstance(value, dict) and value:
+            flags = [
+                key if flag is True or isinstance(flag, dict | list) else f"{key}: {flag}"
+                for key, flag in value.items()
+                if flag is not False
+            ]
+            entries.append(f"{name} ({', '.join(flags)})" if flags else name)
+        else:
+            entries.append(name)
+    return tuple(entries)
 
 
 def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:
