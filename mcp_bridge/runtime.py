@@ -42,12 +42,17 @@ import httpx2
 import jsonschema
 from mcp import ClientSession
 from mcp.client import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CallToolResult,
+    ElicitRequest,
+    ElicitRequestParams,
+    ElicitResult,
     Implementation,
+    InputRequiredResult,
     PaginatedRequestParams,
     ServerCapabilities,
     ToolListChangedNotification,
@@ -59,6 +64,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
+    InputRequiredError,
     NotAuthorisedError,
     OutcomeUnknownError,
     ServerUnavailableError,
@@ -194,6 +200,10 @@ class _Connection:
                     # The runtime keeps the catalogue itself (refreshed on list_changed).
                     cache=None,
                     client_info=_CLIENT_INFO,
+                    # Declares elicitation (form and URL), so servers may ask the person. On a
+                    # 2026-07-28 server the questions come back as input-required results, asked
+                    # over later turns; this callback answers the 2025-11-25 kind only.
+                    elicitation_callback=self._on_elicitation,
                 ) as client,
             ):
                 self._session = client.session
@@ -220,6 +230,23 @@ class _Connection:
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ToolListChangedNotification):
             self._tools_changed.set()
+
+    async def _on_elicitation(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult:
+        """A 2025-11-25 server's question in the middle of a call: answered ``cancel`` at once.
+
+        That revision wants the answer within the same HTTP exchange, while the action server must
+        answer Rasa before the person can even see a question; holding the call open across turns
+        would tie the conversation to this replica. So the person made no choice, and the server
+        hears exactly that (cancel), and decides what its tool does without the answer."""
+        log.warning(
+            "MCP server %r asked the person a question during a call (%s elicitation); a 2025-11-25 "
+            "server needs the answer within the call, which a chat turn cannot give: answered cancel",
+            self.config.name,
+            params.mode or "form",
+        )
+        return ElicitResult(action="cancel")
 
     @staticmethod
     def _listens(session: ClientSession) -> bool:
@@ -258,15 +285,31 @@ class _Connection:
                 return tools
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float, meta: dict[str, Any] | None
-    ) -> tuple[CallToolResult | None, BaseException | None, Delivery]:
-        """Call and return (result, failure, delivery); a dying connection ends the wait at once."""
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        meta: dict[str, Any] | None,
+        resume: tuple[dict[str, ElicitResult], str | None] | None = None,
+    ) -> tuple[CallToolResult | InputRequiredResult | None, BaseException | None, Delivery]:
+        """Call and return (result, failure, delivery); a dying connection ends the wait at once.
+
+        ``resume``: the answers to a 2026-07-28 server's questions and its ``request_state``."""
         session = self._require_session()
         delivery = Delivery()
         token = transport.delivery.set(delivery)
+        responses, state = resume if resume is not None else (None, None)
         try:
             call = asyncio.create_task(
-                session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta)  # type: ignore[arg-type]
+                session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=timeout,
+                    meta=meta,  # type: ignore[arg-type]
+                    input_responses=responses,  # type: ignore[arg-type]
+                    request_state=state,
+                    allow_input_required=True,
+                )
             )
         finally:
             transport.delivery.reset(token)
@@ -277,7 +320,10 @@ class _Connection:
                 return None, self._failure or asyncio.CancelledError(), delivery
             failure = call.exception()
             if failure is None:
-                return call.result(), None, delivery
+                answer = call.result()
+                if isinstance(answer, CallToolResult | InputRequiredResult):
+                    return answer, None, delivery
+                return None, RuntimeError(f"unexpected result {type(answer).__name__}"), delivery
             return None, failure, delivery
         call.cancel()
         if not done:
@@ -363,11 +409,18 @@ class MCPRuntime:
         *,
         meta: Mapping[str, Any] | None = None,
         slots: Mapping[str, Any] | None = None,
+        input_responses: Mapping[str, Mapping[str, Any]] | None = None,
+        request_state: str | None = None,
     ) -> ToolResult:
         """Validate, call once (see the retry rule above) and normalise the result.
 
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
+
+        A 2026-07-28 server that stops the call to ask the person raises :class:`InputRequiredError`
+        (its questions and ``request_state``); the same call sent again with ``input_responses``
+        (each ``{"action": ..., "content": ...}``, by the question's key) and that ``request_state``
+        goes on where it stopped.
         """
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
@@ -377,11 +430,20 @@ class MCPRuntime:
         tool = await self.get_tool(server, tool_name)
         validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
+        resume = None
+        if input_responses is not None or request_state is not None:
+            answers = {
+                key: ElicitResult.model_validate(dict(value))
+                for key, value in (input_responses or {}).items()
+            }
+            resume = (answers, request_state)
         for attempt in (1, 2):
             connection = await self._connection(server)
             result, failure, delivery = await connection.call_tool(
-                tool_name, args, timeout, call_meta or None
+                tool_name, args, timeout, call_meta or None, resume
             )
+            if isinstance(result, InputRequiredResult):
+                raise _input_required(server, tool_name, result)
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
@@ -440,6 +502,30 @@ class MCPRuntime:
         if self._connections.get(server) is connection:
             del self._connections[server]
         await connection.close()
+
+
+def _input_required(server: str, tool: str, result: InputRequiredResult) -> ToolCallError:
+    where = f"MCP tool {tool!r} on server {server!r}"
+    requests = result.input_requests or {}
+    others = sorted(
+        {request.method for request in requests.values() if not isinstance(request, ElicitRequest)}
+    )
+    if others:
+        return ToolCallError(
+            f"{where} asks for {', '.join(others)}, which the bridge does not offer; nothing ran"
+        )
+    if not requests:
+        return ToolCallError(f"{where} asked for input without saying what; nothing ran")
+    asked = {
+        key: request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, request in requests.items()
+        if isinstance(request, ElicitRequest)
+    }
+    return InputRequiredError(
+        f"{where} asks the person {len(asked)} question(s) before it goes on; it has not run to completion",
+        requests=asked,
+        request_state=result.request_state,
+    )
 
 
 def _invalid_result(server: str, tool: str, failure: BaseException) -> ToolResultInvalidError | None:
