@@ -58,7 +58,13 @@ from mcp.types import (
     ToolListChangedNotification,
 )
 from mcp.types import Tool as McpToolInfo
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_TIMEOUT,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_bridge import metrics, results, transport
@@ -93,8 +99,12 @@ def _version() -> str:
 
 _CLIENT_INFO = Implementation(name="rasa-mcp-bridge", version=_version())
 
-# After a lost subscriptions/listen stream, wait this long before listening again.
+# After a lost subscriptions/listen stream, wait this long before listening again, doubling up to
+# the cap while it keeps failing (a server that is down is not asked every second).
 _RELISTEN_DELAY = 1.0
+_RELISTEN_CAP = 30.0
+# Errors with which a server refuses subscriptions/listen itself (not a lost connection).
+_REFUSALS = frozenset({METHOD_NOT_FOUND, INVALID_REQUEST, INVALID_PARAMS})
 
 
 @dataclass(frozen=True)
@@ -216,7 +226,7 @@ class _Connection:
                 finally:
                     if listener is not None:
                         listener.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
                             await listener
         except BaseException as exc:  # the session's end, whatever ended it, is recorded, not raised
             self._failure = exc
@@ -259,19 +269,32 @@ class _Connection:
         """Mark the catalogue stale on each tools/list_changed event, for the connection's life.
 
         A subscription that ends is opened again after a pause (and the catalogue read afresh, as
-        events in between are lost); a server that refuses it is not asked again."""
+        events in between are lost); a server that refuses it is not asked again. Whatever ends it,
+        the catalogue is marked stale, so the next use reads it from the server."""
+        delay = _RELISTEN_DELAY
         while True:
             try:
                 async with client.listen(tools_list_changed=True) as subscription:
+                    delay = _RELISTEN_DELAY
                     async for _ in subscription:
                         self._tools_changed.set()
             except MCPError as exc:
-                log.info("MCP server %r refused subscriptions/listen: %s", self.config.name, exc)
-                return
+                if exc.code in _REFUSALS:
+                    log.info("MCP server %r refused subscriptions/listen: %s", self.config.name, exc)
+                    self._tools_changed.set()
+                    return
+                log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
             except (SubscriptionLost, TimeoutError, OSError, httpx2.HTTPError) as exc:
                 log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
+            except Exception as exc:  # the listener is an optimisation: it never ends the connection
+                log.warning(
+                    "MCP server %r: subscriptions/listen failed: %s", self.config.name, _describe(exc)
+                )
+                self._tools_changed.set()
+                return
             self._tools_changed.set()
-            await asyncio.sleep(_RELISTEN_DELAY)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RELISTEN_CAP)
 
     async def list_tools(self) -> list[McpToolInfo]:
         session = self._require_session()

@@ -8,6 +8,7 @@ tool's own output schema is an error naming the tool and the field, and says the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -101,6 +102,44 @@ async def test_the_era_the_server_speaks_is_negotiated_and_used(
     assert runtime.sessions_opened == 1
     everything = get(server, "/methods")[before:]
     assert everything.count("initialize") + everything.count("server/discover") == 1
+
+
+async def until_listed(runtime: MCPRuntime, name: str) -> bool:
+    for _ in range(50):
+        if name in await runtime.tools("items"):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_the_catalogue_follows_the_servers_announcements_in_either_era(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime
+) -> None:
+    """2025-11-25: tools/list_changed on the session's stream; 2026-07-28: subscriptions/listen."""
+    era, _ = era_server
+    name = f"late_{era}"
+    assert name not in await runtime.tools("items")
+    assert (await runtime.invoke("items", "add_tool", {"name": name})).ok
+    assert await until_listed(runtime, name)
+    assert runtime.sessions_opened == 1
+
+
+async def test_after_a_modern_server_restart_the_catalogue_still_follows_it(services: procs.Services) -> None:
+    port = procs.free_port()
+    server = services.start(procs.era_mcp("modern", port))
+    runtime = MCPRuntime({"items": MCPServerConfig(name="items", url=server.url)}, connect_timeout=5.0)
+    try:
+        assert "late" not in await runtime.tools("items")
+        server.stop()
+        services.start(procs.era_mcp("modern", port))
+        # The listen stream was lost with the old process; the bridge listens to the new one.
+        await asyncio.sleep(2.5)
+        assert "late" not in await runtime.tools("items")  # read afresh after the loss: nothing stale now
+        assert (await runtime.invoke("items", "add_tool", {"name": "late"})).ok
+        assert await until_listed(runtime, "late")
+        assert runtime.sessions_opened == 1
+    finally:
+        await runtime.aclose()
 
 
 async def test_a_bad_argument_is_refused_before_sending_in_either_era(
