@@ -48,12 +48,14 @@ __all__ = [
     "ALL_AT_ONCE_FIELDS",
     "MAX_ANSWER",
     "MAX_FIELDS",
+    "RESPONSES",
     "Answered",
     "Asked",
     "Field",
     "PendingElicitation",
     "Prompt",
     "begin",
+    "prompt_again",
     "reply",
 ]
 
@@ -66,6 +68,7 @@ ASK_FIELD = "utter_elicitation_field"  # server, message, field, description, ch
 ASK_ALL = "utter_elicitation_form"  # server, message, fields
 ASK_URL = "utter_elicitation_url"  # server, message, domain, url
 INVALID = "utter_elicitation_invalid"  # server, field, reason
+RESPONSES = frozenset({ASK_FIELD, ASK_ALL, ASK_URL, INVALID})
 
 Action = Literal["accept", "decline", "cancel"]
 
@@ -400,6 +403,11 @@ def _url_prompt(pending: PendingElicitation) -> Prompt:
             "url": pending.url,
         },
     )
+
+
+def prompt_again(pending: PendingElicitation) -> Prompt:
+    """The question ``pending`` is at, asked again (after an interruption)."""
+    return _again(pending)
 
 
 def _again(pending: PendingElicitation) -> Prompt:

@@ -82,6 +82,7 @@ from mcp_bridge.errors import (
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import describe_result_problem, validate_against_schema
+from mcp_bridge.server_questions import take_resume
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
@@ -454,6 +455,11 @@ class MCPRuntime:
         validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
+        if input_responses is None and request_state is None:
+            # The executor resuming a call a server stopped to ask (mcp_bridge.server_questions).
+            waiting = take_resume(server, tool_name)
+            if waiting is not None:
+                input_responses, request_state = waiting
         if input_responses is not None or request_state is not None:
             answers = {
                 key: ElicitResult.model_validate(dict(value))

@@ -38,7 +38,7 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.runtime import ServerDescription
@@ -115,7 +115,7 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
                 "would never run it; add it there (`mcp-bridge init` does)"
             )
     missing = [f"action {name}" for name in PLUGIN_ACTIONS if name not in actions]
-    missing += [f"slot {PENDING_SLOT}"] if PENDING_SLOT not in slots else []
+    missing += [f"slot {slot}" for slot in (PENDING_SLOT, ELICITATION_SLOT) if slot not in slots]
     missing += [f"intent {name}" for name in PLUGIN_INTENTS if name not in intents]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
