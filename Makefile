@@ -18,6 +18,8 @@ WEB       := $(BOT)/web
 WEB_DEPS  := $(WEB)/node_modules/.installed
 AUTH      := $(BOT)/auth
 AUTH_DEPS := $(AUTH)/node_modules/.installed
+EVERYTHING      := tests/fixtures/everything
+EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
 .PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
@@ -39,10 +41,10 @@ help:
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the chat page's and the authorization server's npm packages, Chromium"
+	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
-setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(CHROMIUM)
+setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) $(CHROMIUM)
 
 # make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT: the action-server venv with the plugin (editable),
 # the example CRM and the dev tools, exactly as the constraints file pins them.
@@ -85,6 +87,13 @@ $(AUTH_DEPS): $(AUTH)/package.json $(AUTH)/package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the authorization server: apt-get install npm"; exit 1; }
 	@echo "==> installing the authorization server's npm packages into $(AUTH)/node_modules ($(AUTH)/package-lock.json)"
 	@cd $(AUTH) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
+# The MCP project's TypeScript reference server, for the tests against a server nobody here wrote.
+$(EVERYTHING_DEPS): $(EVERYTHING)/package.json $(EVERYTHING)/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the reference MCP server: apt-get install npm"; exit 1; }
+	@echo "==> installing the reference MCP server (server-everything) into $(EVERYTHING)/node_modules ($(EVERYTHING)/package-lock.json)"
+	@cd $(EVERYTHING) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
 	@touch $@
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser is ever downloaded).

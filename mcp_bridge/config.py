@@ -161,6 +161,19 @@ class MCPServerConfig:
             return {"Authorization": f"Bearer {self.token}"}
         return {}
 
+    def auth_description(self) -> str:
+        """Which authentication the bridge uses for this server, never a secret: for the CLI."""
+        if self.oauth is not None:
+            parts = [f"client_id {self.oauth.client_id}", f"token_url {self.oauth.token_url}"]
+            parts += [f"scope {self.oauth.scope}"] if self.oauth.scope else []
+            parts += [f"audience {self.oauth.audience}"] if self.oauth.audience else []
+            return f"oauth client credentials ({', '.join(parts)})"
+        if self.api_key:
+            return f"api_key (header {self.header_name})"
+        if self.token:
+            return "token (Authorization: Bearer)"
+        return "none"
+
     def call_meta(self, slots: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``_meta`` for a tool call: ``static`` first, then each ``from_slots`` slot's value.
 

@@ -1,4 +1,4 @@
-"""The names a Rasa bot and the plugin agree on: one slot, two intents, two actions.
+"""The names a Rasa bot and the plugin agree on: two slots, two intents, two actions.
 
 `mcp-bridge init` writes them into a bot's domain, `mcp-bridge check` looks for them there, and the
 runtime reads and writes them; all three take them from here. This module imports nothing, so the
@@ -13,6 +13,7 @@ __all__ = [
     "CONFIRMATION_LOOP",
     "DENY_ACTION",
     "DENY_INTENT",
+    "ELICITATION_SLOT",
     "PENDING_SLOT",
     "PLUGIN_ACTIONS",
     "PLUGIN_INTENTS",
@@ -20,6 +21,8 @@ __all__ = [
 
 # The slot that carries the sealed pending question between turns (the action server is stateless).
 PENDING_SLOT = "pending_confirmation"
+# The slot that carries a server's pending question (elicitation) and the call it stopped, sealed.
+ELICITATION_SLOT = "pending_elicitation"
 
 # The intents of a yes and a no; a question's buttons send exactly their payloads.
 AFFIRM_INTENT = "affirm"

@@ -48,3 +48,28 @@ class OutcomeUnknownError(ToolCallError):
     """The connection broke after the request was sent. The tool may have run."""
 
     may_have_run = True
+
+
+class ToolResultInvalidError(OutcomeUnknownError):
+    """The tool ran, but its result breaks the output schema it publishes (or is missing).
+
+    The call reached the tool, so a write may have happened; the result is not used, since the
+    steps would branch on keys the tool did not promise. The message names the tool and the part
+    of the result that failed, never its value."""
+
+
+class InputRequiredError(ToolCallError):
+    """A 2026-07-28 server stopped the call to ask the person something (elicitation).
+
+    Under that revision a call that asks for input completes only when it is sent again with the
+    answers (``input_responses``) and the server's opaque ``request_state``, so the tool has not
+    done its work: nothing ran to completion. ``requests`` are the server's questions by key (each
+    the ``elicitation/create`` params as the wire has them); :mod:`mcp_bridge.elicitation` asks them.
+    """
+
+    def __init__(
+        self, message: str, *, requests: dict[str, dict[str, object]], request_state: str | None
+    ) -> None:
+        super().__init__(message)
+        self.requests = requests
+        self.request_state = request_state

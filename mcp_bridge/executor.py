@@ -47,12 +47,13 @@ from typing import Any, Literal
 from mcp_bridge import templating
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import needs_confirmation
-from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
-from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.errors import InputRequiredError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
 from mcp_bridge.results import ToolResult
 from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
+from mcp_bridge.server_questions import ServerQuestions
 from mcp_bridge.skills import RequiresConfirmation, Skill, Step, resolve_arguments
 from mcp_bridge.sources import Tool
 from mcp_bridge.tools import ToolBox
@@ -219,6 +220,8 @@ class Executor:
         self._audit = audit or AuditLog(None)
         self._clock = clock
         self._seal = seal or Seal.ephemeral()
+        # Questions an MCP server asks during a call (mcp_bridge.server_questions).
+        self.questions = ServerQuestions(self._seal)
         # Rule 2's question, for an MCP tool the skill gives no constraint.
         self._unconstrained = RequiresConfirmation(
             enabled=True,
@@ -246,8 +249,10 @@ class Executor:
         said: list[Say] = []
         cleared: dict[str, Any] = {}
         raw = turn.slots.get(PENDING_SLOT)
+        if turn.slots.get(ELICITATION_SLOT) is not None and not turn.loop_active:
+            cleared[ELICITATION_SLOT] = None  # a server's question left behind: dropped unanswered
         if raw is not None and not turn.loop_active:
-            cleared = {PENDING_SLOT: None}
+            cleared = {**cleared, PENDING_SLOT: None}
             left_behind = PendingConfirmation.from_slot(raw)
             if left_behind is not None:
                 self._record(turn, left_behind, "dropped", "the person started something else")
@@ -261,6 +266,8 @@ class Executor:
         With ``turn.new_message`` false the loop is resuming: right after the question was asked
         there is nothing to do; after an interruption the question is asked again.
         """
+        if turn.slots.get(ELICITATION_SLOT) is not None:
+            return await self.questions.answer(self, turn)  # a server's question, not a confirmation
         raw = turn.slots.get(PENDING_SLOT)
         pending = PendingConfirmation.from_slot(raw)
         if raw is not None and pending is None:
@@ -307,6 +314,8 @@ class Executor:
 
     async def deny(self, turn: Turn) -> Decision:
         """No: nothing is called, and the person hears the skill's denial."""
+        if turn.slots.get(ELICITATION_SLOT) is not None:
+            return await self.questions.cancel(self, turn)  # the server hears cancel
         raw = turn.slots.get(PENDING_SLOT)
         pending = PendingConfirmation.from_slot(raw)
         if pending is None:
@@ -453,7 +462,7 @@ class Executor:
                     return replace(asked, say=(*said, *asked.say), slots={**filled, **asked.slots})
             called = await self._dispatch(skill, step, resolved, arguments, slots, turn, authorised)
             if isinstance(called, _Run):
-                return replace(called, say=(*said, *called.say), slots=filled)
+                return replace(called, say=(*said, *called.say), slots={**filled, **called.slots})
             results.update(called.data)
             routed = self._route(step, called, slots, arguments, results)
             said.extend(routed.say)
@@ -549,6 +558,9 @@ class Executor:
             key = confirmed.key if confirmed else None
             result = await resolved.call(arguments, idempotency_key=key, slots=slots)
             outcome = "ok" if result.ok else f"error: {result.error}"
+        except InputRequiredError as exc:
+            result = self.questions.asked(self, skill, step, arguments, turn, confirmed, exc)
+            outcome = "stopped to ask the person"
         except _FAILURES as exc:
             result = self._failure(skill, step, exc, turn)
             if isinstance(exc, ToolCallError) and exc.may_have_run:

@@ -12,6 +12,16 @@ Retry rule: a call is repeated at most once, and only when it provably never rea
 (the TCP connection was refused, or the server answered that it does not know the session, as
 after a restart). A call that may have reached the server is never repeated here.
 
+Protocol eras: the SDK's own negotiation (``Client(mode="auto")``) asks ``server/discover`` first
+and falls back to the ``initialize`` handshake, so 2026-07-28 servers (stateless: no MCP session,
+every request stands alone) and 2025-11-25 servers (a session) are both served through one
+``ClientSession``, kept for the server's lifetime either way. On a 2026-07-28 server the catalogue
+follows ``subscriptions/listen`` instead of the session's notification stream.
+
+Results: a tool that publishes an output schema must answer with ``structuredContent`` that fits it.
+The SDK checks; a result that does not fit is :class:`ToolResultInvalidError`, naming the tool and
+the part of the result, and saying that the tool ran (a write may have happened).
+
 OAuth (a server with an ``oauth:`` block): a request answered 401 is answered by the SDK's provider
 with one new token and one retry of that request (mcp_bridge.oauth). That repetition is safe only
 because a 401 comes from the server's authentication, before any tool runs: the refused request
@@ -21,38 +31,113 @@ never ran. A call refused twice (401/403 again with the new token) is "not autho
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+import jsonschema
 from mcp import ClientSession
+from mcp.client import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, PaginatedRequestParams, ToolListChangedNotification
+from mcp.types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestParams,
+    ElicitResult,
+    Implementation,
+    InputRequiredResult,
+    PaginatedRequestParams,
+    ServerCapabilities,
+    ToolListChangedNotification,
+)
 from mcp.types import Tool as McpToolInfo
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_TIMEOUT,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_bridge import metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
+    InputRequiredError,
     NotAuthorisedError,
     OutcomeUnknownError,
     ServerUnavailableError,
     ToolCallError,
     ToolNotFoundError,
+    ToolResultInvalidError,
     ToolTimeoutError,
 )
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.results import ToolResult
-from mcp_bridge.schema import validate_against_schema
+from mcp_bridge.schema import describe_result_problem, validate_against_schema
+from mcp_bridge.server_questions import take_resume
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
     from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("rasa-mcp-bridge")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_CLIENT_INFO = Implementation(name="rasa-mcp-bridge", version=_version())
+
+# After a lost subscriptions/listen stream, wait this long before listening again, doubling up to
+# the cap while it keeps failing (a server that is down is not asked every second).
+_RELISTEN_DELAY = 1.0
+_RELISTEN_CAP = 30.0
+# Errors with which a server refuses subscriptions/listen itself (not a lost connection).
+_REFUSALS = frozenset({METHOD_NOT_FOUND, INVALID_REQUEST, INVALID_PARAMS})
+
+
+@dataclass(frozen=True)
+class ServerDescription:
+    """What one MCP server is, as the bridge connected to it: for ``mcp-bridge tools`` / ``check``."""
+
+    name: str
+    url: str
+    # The revision negotiated ("2026-07-28", "2025-11-25", ...).
+    protocol_version: str
+    # The server's own name and version (serverInfo), when it gave them.
+    server_info: str | None
+    # The authentication configured for it (never a secret): see MCPServerConfig.auth_description.
+    auth: str
+    # Its capabilities, one entry each ("tools (listChanged)", ...).
+    capabilities: tuple[str, ...]
+
+    @property
+    def era(self) -> str:
+        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return "stateless: server/discover, no session"
+        return "initialize handshake, one session"
+
+    def lines(self) -> list[str]:
+        """The description as ``key: value`` lines."""
+        return [
+            f"server: {self.name if self.name == self.url else f'{self.name} ({self.url})'}"
+            + (f", serverInfo {self.server_info}" if self.server_info else ""),
+            f"protocol: {self.protocol_version} ({self.era})",
+            f"auth: {self.auth}",
+            f"capabilities: {', '.join(self.capabilities) or 'none'}",
+        ]
 
 
 class _Connection:
@@ -77,6 +162,18 @@ class _Connection:
     @property
     def alive(self) -> bool:
         return self._session is not None and not self._ended.done()
+
+    @property
+    def protocol_version(self) -> str:
+        return self._require_session().protocol_version or "unknown"
+
+    @property
+    def server_info(self) -> Implementation | None:
+        return self._require_session().server_info
+
+    @property
+    def capabilities(self) -> ServerCapabilities | None:
+        return self._require_session().server_capabilities
 
     async def open(self, timeout: float) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self.config.name}")
@@ -105,13 +202,33 @@ class _Connection:
                     transport=AiohttpTransport(),
                     auth=self._auth,
                 ) as http,
-                streamable_http_client(self.config.url, http_client=http) as (read, write),
-                ClientSession(read, write, message_handler=self._on_message) as session,
+                Client(
+                    streamable_http_client(self.config.url, http_client=http),
+                    # The SDK's own era negotiation: server/discover (2026-07-28), and the
+                    # initialize handshake (2025-11-25 and older) when the server does not speak it.
+                    mode="auto",
+                    message_handler=self._on_message,
+                    # The runtime keeps the catalogue itself (refreshed on list_changed).
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                    # Declares elicitation (form and URL), so servers may ask the person. On a
+                    # 2026-07-28 server the questions come back as input-required results, asked
+                    # over later turns; this callback answers the 2025-11-25 kind only.
+                    elicitation_callback=self._on_elicitation,
+                ) as client,
             ):
-                await session.initialize()
-                self._session = session
+                self._session = client.session
                 self._ready.set()
-                await self._stop.wait()
+                listener = (
+                    asyncio.create_task(self._listen(client)) if self._listens(client.session) else None
+                )
+                try:
+                    await self._stop.wait()
+                finally:
+                    if listener is not None:
+                        listener.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await listener
         except BaseException as exc:  # the session's end, whatever ended it, is recorded, not raised
             self._failure = exc
             if not isinstance(exc, asyncio.CancelledError):
@@ -125,6 +242,61 @@ class _Connection:
         if isinstance(message, ToolListChangedNotification):
             self._tools_changed.set()
 
+    async def _on_elicitation(
+        self, context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult:
+        """A 2025-11-25 server's question in the middle of a call: answered ``cancel`` at once.
+
+        That revision wants the answer within the same HTTP exchange, while the action server must
+        answer Rasa before the person can even see a question; holding the call open across turns
+        would tie the conversation to this replica. So the person made no choice, and the server
+        hears exactly that (cancel), and decides what its tool does without the answer."""
+        log.warning(
+            "MCP server %r asked the person a question during a call (%s elicitation); a 2025-11-25 "
+            "server needs the answer within the call, which a chat turn cannot give: answered cancel",
+            self.config.name,
+            params.mode or "form",
+        )
+        return ElicitResult(action="cancel")
+
+    @staticmethod
+    def _listens(session: ClientSession) -> bool:
+        """A 2026-07-28 server announces tool changes on subscriptions/listen, if it says it will."""
+        capabilities = session.server_capabilities
+        tools = capabilities.tools if capabilities is not None else None
+        return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(tools and tools.list_changed)
+
+    async def _listen(self, client: Client) -> None:
+        """Mark the catalogue stale on each tools/list_changed event, for the connection's life.
+
+        A subscription that ends is opened again after a pause (and the catalogue read afresh, as
+        events in between are lost); a server that refuses it is not asked again. Whatever ends it,
+        the catalogue is marked stale, so the next use reads it from the server."""
+        delay = _RELISTEN_DELAY
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    delay = _RELISTEN_DELAY
+                    async for _ in subscription:
+                        self._tools_changed.set()
+            except MCPError as exc:
+                if exc.code in _REFUSALS:
+                    log.info("MCP server %r refused subscriptions/listen: %s", self.config.name, exc)
+                    self._tools_changed.set()
+                    return
+                log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
+            except (SubscriptionLost, TimeoutError, OSError, httpx2.HTTPError) as exc:
+                log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
+            except Exception as exc:  # the listener is an optimisation: it never ends the connection
+                log.warning(
+                    "MCP server %r: subscriptions/listen failed: %s", self.config.name, _describe(exc)
+                )
+                self._tools_changed.set()
+                return
+            self._tools_changed.set()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RELISTEN_CAP)
+
     async def list_tools(self) -> list[McpToolInfo]:
         session = self._require_session()
         tools: list[McpToolInfo] = []
@@ -137,15 +309,31 @@ class _Connection:
                 return tools
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float, meta: dict[str, Any] | None
-    ) -> tuple[CallToolResult | None, BaseException | None, Delivery]:
-        """Call and return (result, failure, delivery); a dying connection ends the wait at once."""
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        meta: dict[str, Any] | None,
+        resume: tuple[dict[str, ElicitResult], str | None] | None = None,
+    ) -> tuple[CallToolResult | InputRequiredResult | None, BaseException | None, Delivery]:
+        """Call and return (result, failure, delivery); a dying connection ends the wait at once.
+
+        ``resume``: the answers to a 2026-07-28 server's questions and its ``request_state``."""
         session = self._require_session()
         delivery = Delivery()
         token = transport.delivery.set(delivery)
+        responses, state = resume if resume is not None else (None, None)
         try:
             call = asyncio.create_task(
-                session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta)  # type: ignore[arg-type]
+                session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=timeout,
+                    meta=meta,  # type: ignore[arg-type]
+                    input_responses=responses,  # type: ignore[arg-type]
+                    request_state=state,
+                    allow_input_required=True,
+                )
             )
         finally:
             transport.delivery.reset(token)
@@ -156,7 +344,10 @@ class _Connection:
                 return None, self._failure or asyncio.CancelledError(), delivery
             failure = call.exception()
             if failure is None:
-                return call.result(), None, delivery
+                answer = call.result()
+                if isinstance(answer, CallToolResult | InputRequiredResult):
+                    return answer, None, delivery
+                return None, RuntimeError(f"unexpected result {type(answer).__name__}"), delivery
             return None, failure, delivery
         call.cancel()
         if not done:
@@ -209,6 +400,20 @@ class MCPRuntime:
             self._catalogues[server] = {tool.name: tool for tool in listed}
         return self._catalogues[server]
 
+    async def describe(self, server: str) -> ServerDescription:
+        """Which revision ``server`` speaks, its capabilities and the auth configured (connects)."""
+        connection = await self._connection(server)
+        config = self._servers[server]
+        info = connection.server_info
+        return ServerDescription(
+            name=server,
+            url=config.url,
+            protocol_version=connection.protocol_version,
+            server_info=f"{info.name} {info.version}".strip() if info is not None else None,
+            auth=config.auth_description(),
+            capabilities=_capabilities(connection.capabilities),
+        )
+
     async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
         """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
         again once before the tool is declared missing."""
@@ -228,11 +433,18 @@ class MCPRuntime:
         *,
         meta: Mapping[str, Any] | None = None,
         slots: Mapping[str, Any] | None = None,
+        input_responses: Mapping[str, Mapping[str, Any]] | None = None,
+        request_state: str | None = None,
     ) -> ToolResult:
         """Validate, call once (see the retry rule above) and normalise the result.
 
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
+
+        A 2026-07-28 server that stops the call to ask the person raises :class:`InputRequiredError`
+        (its questions and ``request_state``); the same call sent again with ``input_responses``
+        (each ``{"action": ..., "content": ...}``, by the question's key) and that ``request_state``
+        goes on where it stopped.
         """
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
@@ -242,14 +454,31 @@ class MCPRuntime:
         tool = await self.get_tool(server, tool_name)
         validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
+        resume = None
+        if input_responses is None and request_state is None:
+            # The executor resuming a call a server stopped to ask (mcp_bridge.server_questions).
+            waiting = take_resume(server, tool_name)
+            if waiting is not None:
+                input_responses, request_state = waiting
+        if input_responses is not None or request_state is not None:
+            answers = {
+                key: ElicitResult.model_validate(dict(value))
+                for key, value in (input_responses or {}).items()
+            }
+            resume = (answers, request_state)
         for attempt in (1, 2):
             connection = await self._connection(server)
             result, failure, delivery = await connection.call_tool(
-                tool_name, args, timeout, call_meta or None
+                tool_name, args, timeout, call_meta or None, resume
             )
+            if isinstance(result, InputRequiredResult):
+                raise _input_required(server, tool_name, result)
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
+            invalid = _invalid_result(server, tool_name, failure)
+            if invalid is not None:
+                raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
                 # Refused by the server's authentication, after the one new token: it never ran.
                 raise NotAuthorisedError(
@@ -302,6 +531,80 @@ class MCPRuntime:
         if self._connections.get(server) is connection:
             del self._connections[server]
         await connection.close()
+
+
+def _input_required(server: str, tool: str, result: InputRequiredResult) -> ToolCallError:
+    where = f"MCP tool {tool!r} on server {server!r}"
+    requests = result.input_requests or {}
+    others = sorted(
+        {request.method for request in requests.values() if not isinstance(request, ElicitRequest)}
+    )
+    if others:
+        return ToolCallError(
+            f"{where} asks for {', '.join(others)}, which the bridge does not offer; nothing ran"
+        )
+    if not requests:
+        return ToolCallError(f"{where} asked for input without saying what; nothing ran")
+    asked = {
+        key: request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, request in requests.items()
+        if isinstance(request, ElicitRequest)
+    }
+    return InputRequiredError(
+        f"{where} asks the person {len(asked)} question(s) before it goes on; it has not run to completion",
+        requests=asked,
+        request_state=result.request_state,
+    )
+
+
+def _invalid_result(server: str, tool: str, failure: BaseException) -> ToolResultInvalidError | None:
+    """The SDK's verdict that a result breaks the tool's output schema, as the bridge's error.
+
+    ``ClientSession.call_tool`` checks ``structuredContent`` against the schema the tool published
+    and raises RuntimeError (the jsonschema error as its cause); the value itself stays out of the
+    message."""
+    if isinstance(failure, MCPError) or not isinstance(failure, RuntimeError):
+        return None
+    text = str(failure)
+    where = f"MCP tool {tool!r} on server {server!r}"
+    consequence = "; the result was not used. The tool ran, so it may have written: check before repeating it"
+    cause = failure.__cause__
+    if isinstance(cause, jsonschema.ValidationError):
+        problem = describe_result_problem(cause)
+        return ToolResultInvalidError(
+            f"{where} answered with a result that breaks its output schema ({problem}){consequence}"
+        )
+    if "did not return structured content" in text:
+        return ToolResultInvalidError(
+            f"{where} publishes an output schema but answered without structuredContent{consequence}"
+        )
+    if text.startswith(("Invalid schema for tool", "Invalid structured content")):
+        reason = text.splitlines()[0]
+        return ToolResultInvalidError(
+            f"{where}: its output schema could not be checked ({reason}){consequence}"
+        )
+    return None
+
+
+def _capabilities(capabilities: ServerCapabilities | None) -> tuple[str, ...]:
+    """One entry per capability: its name, and in brackets the flags it sets."""
+    if capabilities is None:
+        return ()
+    dumped = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    entries: list[str] = []
+    for name, value in dumped.items():
+        if isinstance(value, dict) and name in ("extensions", "experimental"):
+            entries.extend(f"{name[:-1] if name.endswith('s') else name} {key}" for key in value)
+        elif isinstance(value, dict) and value:
+            flags = [
+                key if flag is True or isinstance(flag, dict | list) else f"{key}: {flag}"
+                for key, flag in value.items()
+                if flag is not False
+            ]
+            entries.append(f"{name} ({', '.join(flags)})" if flags else name)
+        else:
+            entries.append(name)
+    return tuple(entries)
 
 
 def _never_arrived(failure: BaseException, delivery: Delivery) -> bool:

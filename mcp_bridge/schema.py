@@ -17,7 +17,7 @@ import jsonschema
 
 from mcp_bridge.errors import ToolArgumentsError
 
-__all__ = ["validate_against_schema"]
+__all__ = ["describe_result_problem", "validate_against_schema"]
 
 
 def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
@@ -62,9 +62,15 @@ def _validator_for_json(schema_json: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(json.loads(schema_json))
 
 
-def _describe_problem(problem: jsonschema.ValidationError) -> str:
+def describe_result_problem(problem: jsonschema.ValidationError) -> str:
+    """Where a tool's result breaks its output schema and which rule, without the value (a result
+    can carry note text, which stays out of logs)."""
+    return _describe_problem(problem, whole="the result")
+
+
+def _describe_problem(problem: jsonschema.ValidationError, whole: str = "arguments") -> str:
     """The rule that failed, without the value: arguments can be note text, which stays out of logs."""
-    where = ".".join(map(str, problem.absolute_path)) or "arguments"
+    where = ".".join(map(str, problem.absolute_path)) or whole
     rule, limit = problem.validator, problem.validator_value
     if rule == "required":
         return str(problem.message)  # names the missing key only
@@ -75,5 +81,5 @@ def _describe_problem(problem: jsonschema.ValidationError) -> str:
     if rule == "minLength":
         return f"{where}: shorter than {limit} characters"
     if rule == "additionalProperties":
-        return f"{where}: unexpected argument(s)"
+        return f"{where}: unexpected {'argument' if whole == 'arguments' else 'key'}(s)"
     return f"{where}: fails {rule} {limit!r}"

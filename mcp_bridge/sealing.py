@@ -119,6 +119,15 @@ class Seal:
         expected = call_digest(pending.skill, pending.tool, pending.source, pending.arguments)
         return hmac.compare_digest(expected, pending.digest)
 
+    def sign_data(self, data: Mapping[str, Any], conversation_id: str) -> str:
+        """The signature of other state the tracker carries (``data`` names its ``kind``, so no
+        signature of one kind of state verifies another)."""
+        signed = _canonical({**data, "conversation": conversation_id}).encode("ascii")
+        return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()
+
+    def verify_data(self, data: Mapping[str, Any], mac: str, conversation_id: str) -> bool:
+        return "kind" in data and hmac.compare_digest(str(mac), self.sign_data(data, conversation_id))
+
     def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
         # Every field but the signature itself, read as is (no deep copy: it is serialised at once).
         signed_fields = {f.name: getattr(pending, f.name) for f in fields(pending) if f.name != "mac"}

@@ -13,7 +13,9 @@ server will need (never their values); the action server and ``--live`` refuse a
 ``--live`` also asks each MCP server a skill uses, for each tool the skill imports: it exists, the
 step's arguments give every property its input schema requires and literal arguments satisfy it,
 and it publishes an output schema (a tool annotated ``-> dict`` sends text blocks only, and the
-``ok``/``error`` keys the steps branch on do not survive the wire).
+``ok``/``error`` keys the steps branch on do not survive the wire). After the summary it prints,
+for each of those servers, the protocol revision negotiated, the authentication configured (never a
+secret) and the server's capabilities.
 
 Exit status 0 with a one-line summary; 1 with the file, the place and the reason.
 """
@@ -36,9 +38,10 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
+from mcp_bridge.runtime import ServerDescription
 from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
 from mcp_bridge.tools import registered_local_tools
 
@@ -112,7 +115,7 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
                 "would never run it; add it there (`mcp-bridge init` does)"
             )
     missing = [f"action {name}" for name in PLUGIN_ACTIONS if name not in actions]
-    missing += [f"slot {PENDING_SLOT}"] if PENDING_SLOT not in slots else []
+    missing += [f"slot {slot}" for slot in (PENDING_SLOT, ELICITATION_SLOT) if slot not in slots]
     missing += [f"intent {name}" for name in PLUGIN_INTENTS if name not in intents]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
@@ -129,13 +132,15 @@ def _names(value: Any) -> set[str]:
     return set()
 
 
-async def check_live(executor: Executor) -> tuple[list[str], int]:
-    """Problems found at the MCP servers (file, place, reason each), and how many tools were checked."""
+async def check_live(executor: Executor) -> tuple[list[str], int, list[ServerDescription]]:
+    """Problems found at the MCP servers (file, place, reason each), how many tools were checked,
+    and what each server reached is (protocol revision, auth, capabilities)."""
     runtime = executor.tools.runtime
     assert runtime is not None
     problems: list[str] = []
     checked = 0
     unreachable: set[str] = set()
+    described: dict[str, ServerDescription] = {}
     for skill in executor.skills.values():
         for tool_name, server in skill.mcp_imports().items():
             if server in unreachable:
@@ -143,6 +148,8 @@ async def check_live(executor: Executor) -> tuple[list[str], int]:
             where = f"{skill.path}: tools.{tool_name}"
             try:
                 catalogue = await runtime.tools(server)
+                if server not in described:
+                    described[server] = await runtime.describe(server)
             except ToolCallError as exc:
                 unreachable.add(server)
                 problems.append(f"{where}: {exc} (url {runtime.servers[server].url})")
@@ -162,7 +169,7 @@ async def check_live(executor: Executor) -> tuple[list[str], int]:
                     "publishes outputSchema and answers with structuredContent"
                 )
             problems.extend(_check_steps(skill, tool_name, dict(tool.input_schema)))
-    return problems, checked
+    return problems, checked, list(described.values())
 
 
 def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[str]:
@@ -207,8 +214,9 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
     try:
         check_domain(env["DOMAIN"], executor.skills)
         checked = 0
+        described: list[ServerDescription] = []
         if live:
-            problems, checked = await check_live(executor)
+            problems, checked, described = await check_live(executor)
             if problems:
                 raise ConfigError("\n".join(problems))
     finally:
@@ -222,7 +230,10 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
         f"{len(registered_local_tools())} local tool(s); {mode}"
     )
     needed = needed_variables(runtime.servers.values() if runtime is not None else [], env)
-    return summary + (f"\nthe action server needs these environment variables: {needed}" if needed else "")
+    lines = [summary] + [f"the action server needs these environment variables: {needed}"] * bool(needed)
+    for server in described:
+        lines += ["", *server.lines()]
+    return "\n".join(lines)
 
 
 def needed_variables(servers: Iterable[MCPServerConfig], env: Mapping[str, str]) -> str:

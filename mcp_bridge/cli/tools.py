@@ -1,5 +1,9 @@
 """`mcp-bridge tools SERVER [DIR]`: an MCP server's tools as a table, with their annotations.
 
+Above the table: the server, the protocol revision the bridge negotiated with it (2026-07-28,
+stateless, or 2025-11-25 and older, with the initialize handshake), the authentication configured
+for it (none, token, api_key or oauth client credentials; never a secret) and its capabilities.
+
 SERVER is a name under ``mcp_servers:`` in the bot's endpoints.yml (ENDPOINTS overrides the file;
 its ``${...}`` values are expanded as for the action server) or a URL. The hints are the server's
 own claims; only a server marked ``trusted: true`` lets a read-only tool run unconfirmed.
@@ -20,7 +24,7 @@ from mcp.types import Tool
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError, ToolCallError
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.runtime import MCPRuntime, ServerDescription
 
 HEADERS = ("name", "read-only", "destructive", "idempotent", "output schema", "description")
 
@@ -47,10 +51,11 @@ def server_config(server: str, bot: Path) -> MCPServerConfig:
     return config
 
 
-async def list_tools(config: MCPServerConfig) -> list[Tool]:
+async def list_tools(config: MCPServerConfig) -> tuple[ServerDescription, list[Tool]]:
     runtime = MCPRuntime({config.name: config})
     try:
-        return sorted((await runtime.tools(config.name)).values(), key=lambda tool: tool.name)
+        described = await runtime.describe(config.name)
+        return described, sorted((await runtime.tools(config.name)).values(), key=lambda tool: tool.name)
     finally:
         await runtime.aclose()
 
@@ -84,10 +89,11 @@ def table(tools: Sequence[Tool], width: int = 60) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         config = server_config(args.server, Path(args.dir).resolve())
-        tools = asyncio.run(list_tools(config))
+        described, tools = asyncio.run(list_tools(config))
     except (ConfigError, ToolCallError) as exc:
         print(f"mcp-bridge tools: {exc}", file=sys.stderr)
         return 1
+    print("\n".join(described.lines()) + "\n")
     print(table(tools))
     if any(tool.output_schema is None for tool in tools):
         print(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from mcp_bridge import metrics
+from mcp_bridge import elicitation, metrics
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.confirmation import declared
@@ -60,7 +60,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     check_meta_slots(servers, domain)
     responses = Responses()
     known_responses = domain_responses(domain)
-    missing = sorted(responses.names() - known_responses)
+    missing = sorted((responses.names() | elicitation.RESPONSES) - known_responses)
     if missing:
         raise ConfigError(
             f"{domain}: the executor needs these responses, which are missing: {', '.join(missing)} "

@@ -6,13 +6,14 @@ import logging
 import sqlite3
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import ServerUnavailableError, ToolArgumentsError, ToolNotFoundError
 from mcp_bridge.runtime import MCPRuntime
 from tests.support import procs
-from tests.support.mcp_client import sessions_opened
+from tests.support.mcp_client import connections_opened
 
 SERVER = "crm"
 CRM_TOOLS = ("find_contact_by_email", "add_timeline_note", "list_timeline_notes")
@@ -73,7 +74,7 @@ async def test_local_and_mcp_tools_return_the_same_data(crm_mcp: str, crm_tools:
 
 async def test_hundred_calls_use_one_session(crm_mcp: str) -> None:
     base = procs.base_url(crm_mcp)
-    before = await sessions_opened(base)
+    before = await connections_opened(base)
     runtime = runtime_for(crm_mcp)
     try:
         for _ in range(100):
@@ -81,7 +82,7 @@ async def test_hundred_calls_use_one_session(crm_mcp: str) -> None:
             assert result.ok
     finally:
         await runtime.aclose()
-    assert await sessions_opened(base) - before == 1
+    assert await connections_opened(base) - before == 1
     assert runtime.sessions_opened == 1
 
 
@@ -148,21 +149,43 @@ async def test_unreachable_server_raises_typed_error_and_writes_nothing(fresh_cr
     assert note_count(fresh_crm_db) == before
 
 
-async def test_next_call_after_server_restart_succeeds_on_a_new_session(
-    crm_rest: str, services: procs.Services
+async def test_next_call_after_a_legacy_server_restart_succeeds_on_a_new_session(
+    services: procs.Services,
 ) -> None:
+    """2025-11-25: the restarted server does not know the session; the call never ran there, so the
+    runtime opens a new session and sends it once more."""
     port = procs.free_port()
-    server = services.start(procs.crm_mcp(crm_rest, port=port))
-    runtime = runtime_for(server.url)
+    server = services.start(procs.era_mcp("legacy", port))
+    runtime = MCPRuntime({"items": MCPServerConfig(name="items", url=server.url)})
     try:
-        first = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
-        assert first.ok
+        assert (await runtime.invoke("items", "add_item", {"text": "first"})).ok
         server.stop()
-        services.start(procs.crm_mcp(crm_rest, port=port))
-        again = await runtime.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})
-        assert again.ok and again.data["found"] is True
+        services.start(procs.era_mcp("legacy", port))
+        again = await runtime.invoke("items", "add_item", {"text": "second"})
+        assert again.ok and again.data["id"] == 1  # the new server's first write, made once
         assert runtime.sessions_opened == 2
-        assert await sessions_opened(procs.base_url(server.url)) == 1
+        base = procs.base_url(server.url)
+        assert httpx2.get(f"{base}/writes").json()["texts"] == ["second"]
+        # The first try carried the old session's id and was refused unread; the second opened one.
+        assert httpx2.get(f"{base}/methods").json().count("initialize") == 1
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_modern_server_restart_is_invisible_to_the_runtime(services: procs.Services) -> None:
+    """2026-07-28 is stateless: the restarted server serves the next call as it is, no new connect."""
+    port = procs.free_port()
+    server = services.start(procs.era_mcp("modern", port))
+    runtime = MCPRuntime({"items": MCPServerConfig(name="items", url=server.url)})
+    try:
+        assert (await runtime.invoke("items", "add_item", {"text": "first"})).ok
+        server.stop()
+        services.start(procs.era_mcp("modern", port))
+        again = await runtime.invoke("items", "add_item", {"text": "second"})
+        assert again.ok and again.data["id"] == 1
+        assert runtime.sessions_opened == 1
+        methods = httpx2.get(f"{procs.base_url(server.url)}/methods").json()
+        assert "initialize" not in methods and methods.count("tools/call") == 1
     finally:
         await runtime.aclose()
 

@@ -369,7 +369,8 @@ def test_live_names_a_server_it_cannot_reach(bot: Path) -> None:
 def test_tools_lists_a_servers_tools_with_hints(bot: Path, reminders_mcp: str, plain_dict_mcp: str) -> None:
     result = mcp_bridge("tools", "reminders", cwd=bot, env={"REMINDERS_MCP_URL": reminders_mcp})
     assert result.returncode == 0, result.stderr
-    rows = [line.split() for line in result.stdout.splitlines()]
+    table = result.stdout.split("\n\n", 1)[1]  # below the server's description
+    rows = [line.split() for line in table.splitlines()]
     assert rows[0][:4] == ["name", "read-only", "destructive", "idempotent"]
     assert rows[2][:6] == ["create_reminder", "no", "no", "-", "yes", "Save"]
     assert rows[3][:5] == ["list_reminders", "yes", "-", "-", "yes"]
@@ -406,3 +407,67 @@ def test_tools_needs_only_the_variables_of_the_server_it_lists(bot: Path, remind
     )
     assert result.returncode == 0, result.stderr
     assert "create_reminder" in result.stdout
+
+
+# --- protocol revision, auth and capabilities, per server ---------------------------------------
+
+ERA_LINES = {
+    "modern": (
+        "protocol: 2026-07-28 (stateless: server/discover, no session)",
+        "capabilities: prompts (listChanged), resources (subscribe, listChanged), tools (listChanged)",
+    ),
+    "legacy": (
+        "protocol: 2025-11-25 (initialize handshake, one session)",
+        "capabilities: prompts, resources, tools",
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=list(ERA_LINES))
+def era_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    with procs.era_mcp(request.param, name="era-items") as server:
+        yield request.param, server.url
+
+
+def test_tools_says_which_revision_auth_and_capabilities_a_server_has(
+    bot: Path, era_server: tuple[str, str]
+) -> None:
+    era, url = era_server
+    by_url = mcp_bridge("tools", url, cwd=bot)
+    assert by_url.returncode == 0, by_url.stderr
+    head = by_url.stdout.split("\n\n", 1)[0].splitlines()
+    assert head == [
+        f"server: {url}, serverInfo era-items",
+        *ERA_LINES[era][:1],
+        "auth: none",
+        ERA_LINES[era][1],
+    ]
+    assert "add_item" in by_url.stdout
+    # By name, with a token from the environment: the kind of auth is named, never the token.
+    add_server_keys(bot, 'token: "${REMINDERS_TOKEN}"')
+    secret = "t0ken-never-printed"
+    named = mcp_bridge(
+        "tools", "reminders", cwd=bot, env={"REMINDERS_MCP_URL": url, "REMINDERS_TOKEN": secret}
+    )
+    assert named.returncode == 0, named.stderr
+    assert "auth: token (Authorization: Bearer)" in named.stdout.splitlines()
+    assert ERA_LINES[era][0] in named.stdout.splitlines()
+    assert secret not in named.stdout + named.stderr
+
+
+def test_live_check_says_which_revision_auth_and_capabilities_each_server_has(
+    bot: Path, era_server: tuple[str, str]
+) -> None:
+    era, url = era_server
+    skill = bot / "skills" / "save_reminder.yml"
+    skill.write_text(skill.read_text().replace("create_reminder", "add_item"))
+    add_server_keys(bot, 'api_key: "${REMINDERS_KEY}"\nheader_name: X-API-Key')
+    secret = "k3y-never-printed"
+    code, output = check(bot, "--live", url=url, REMINDERS_KEY=secret)
+    assert code == 0, output
+    lines = output.splitlines()
+    assert "live: 1 MCP tool(s) checked at their servers" in lines[0]
+    assert f"server: reminders ({url}), serverInfo era-items" in lines
+    assert ERA_LINES[era][0] in lines and ERA_LINES[era][1] in lines
+    assert "auth: api_key (header X-API-Key)" in lines
+    assert secret not in output

@@ -363,7 +363,11 @@ def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) 
     assert init(bot).returncode == 0
     domain = (bot / "domain.yml").read_text()
     assert [line for line in domain.splitlines() if line in ("intents:", "slots:")] == ["intents:", "slots:"]
-    assert yaml.safe_load(domain)["slots"].keys() == {"pending_confirmation", "reminder_text"}
+    assert yaml.safe_load(domain)["slots"].keys() == {
+        "pending_confirmation",
+        "pending_elicitation",
+        "reminder_text",
+    }
     env = child_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
     env.pop("PYTHONWARNINGS", None)
     validate = subprocess.run(
@@ -378,5 +382,5 @@ def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) 
     assert validate.returncode == 0, output
     unused, other = rasa_warnings(output)
     assert unused == expected_unused_responses()
-    assert len(unused) == 16  # what the guide's step 8 says
+    assert len(unused) == 20  # what the guide's step 8 says
     assert other == [], other

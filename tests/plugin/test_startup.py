@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from mcp_bridge.cli.init import fragment_text
-from mcp_bridge.contract import BUTTON_PAYLOADS, PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
+from mcp_bridge.contract import (
+    BUTTON_PAYLOADS,
+    ELICITATION_SLOT,
+    PENDING_SLOT,
+    PLUGIN_ACTIONS,
+    PLUGIN_INTENTS,
+)
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import check_skills
 from mcp_bridge.yamlfile import load_yaml
@@ -66,7 +72,7 @@ def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     domain = yaml.safe_load(fragment_text("domain.yml"))
     assert tuple(domain["intents"]) == PLUGIN_INTENTS
     assert tuple(domain["actions"]) == PLUGIN_ACTIONS
-    assert list(domain["slots"]) == [PENDING_SLOT]
+    assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT]
     question = domain["responses"]["utter_confirm_tool_call"][0]
     assert {button["payload"] for button in question["buttons"]} == BUTTON_PAYLOADS
 

@@ -33,9 +33,20 @@ async def mcp_session(
         yield session
 
 
-async def sessions_opened(base_url: str, token: str | None = None) -> int:
-    """How many MCP sessions the server at `base_url` has opened (its GET /stats)."""
+async def _stats(base_url: str, token: str | None) -> dict[str, int]:
     async with httpx2.AsyncClient(headers=auth_headers(token), timeout=10.0) as http:
         response = await http.get(f"{base_url}/stats")
         response.raise_for_status()
-        return int(response.json()["sessions_opened"])
+        return {key: int(value) for key, value in response.json().items()}
+
+
+async def sessions_opened(base_url: str, token: str | None = None) -> int:
+    """How many MCP sessions (2025-11-25 handshakes) the server at `base_url` has opened (GET /stats)."""
+    return (await _stats(base_url, token))["sessions_opened"]
+
+
+async def connections_opened(base_url: str, token: str | None = None) -> int:
+    """How many times a client connected to the server at `base_url`, in either protocol era: an
+    initialize handshake (a session) or a `server/discover` answered (2026-07-28 has no sessions)."""
+    stats = await _stats(base_url, token)
+    return stats["sessions_opened"] + stats["discovers"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 from scripts.services import (
@@ -38,6 +39,7 @@ __all__ = [
     "EXAMPLE_BOT",
     "HOST",
     "OAUTH_BLOCK",
+    "ERA_SERVER",
     "PLAIN_DICT_SERVER",
     "REMINDER_SERVER",
     "RASA",
@@ -56,6 +58,8 @@ __all__ = [
     "child_env",
     "crm_mcp",
     "crm_rest",
+    "era_mcp",
+    "everything_mcp",
     "current_model",
     "free_port",
     "oauth_env",
@@ -100,4 +104,53 @@ def reminders_mcp(
         env=child_env(),
         ready_url=f"{base}/writes",
         url=f"{base}/mcp",
+    )
+
+
+ERA_SERVER = REPO_ROOT / "tests" / "fixtures" / "era_server.py"
+
+
+def era_mcp(era: str, port: int | None = None, *, name: str = "items") -> ServiceProcess:
+    """A (not yet started) tests/fixtures/era_server.py speaking ``era`` (legacy, modern or both);
+    `.url` ends in /mcp, `GET /writes` counts its writes and `GET /methods` lists what it was sent."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    return ServiceProcess(
+        f"{era}-mcp",
+        [sys.executable, str(ERA_SERVER), "--host", HOST, "--port", str(port), "--era", era, "--name", name],
+        env=child_env(),
+        ready_url=f"{base}/writes",
+        url=f"{base}/mcp",
+    )
+
+
+EVERYTHING = REPO_ROOT / "tests" / "fixtures" / "everything"
+
+
+def everything_mcp(port: int | None = None) -> ServiceProcess:
+    """A (not yet started) @modelcontextprotocol/server-everything (the MCP project's TypeScript
+    reference server, on the TypeScript SDK 1.x: 2025-11-25) over streamable HTTP on loopback;
+    `.url` ends in /mcp. Needs `npm ci` in tests/fixtures/everything (`make setup`)."""
+    package = EVERYTHING / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    if not package.is_dir():
+        raise RuntimeError(f"{EVERYTHING}/node_modules is missing: run `make setup` (npm ci there)")
+    port = port or free_port()
+
+    def listening() -> bool:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            return probe.connect_ex((HOST, port)) == 0
+
+    return ServiceProcess(
+        "server-everything",
+        [
+            "node",
+            "--require",
+            str(EVERYTHING / "loopback.cjs"),
+            str(package / "dist" / "index.js"),
+            "streamableHttp",
+        ],
+        env=child_env({"PORT": str(port)}),
+        ready_check=listening,
+        url=f"http://{HOST}:{port}/mcp",
     )

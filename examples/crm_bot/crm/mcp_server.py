@@ -2,7 +2,9 @@
 
 `create_app` wraps the SDK's app in `GuardedMCPApp`, a pure-ASGI layer that checks the bearer
 token and counts the MCP sessions the server opens (`GET /stats`), which is how tests prove
-that a client reuses its session instead of opening one per call.
+that a client reuses its session instead of opening one per call. A 2026-07-28 client opens no
+session (every request stands alone); what it does once per connection is `server/discover`,
+counted apart as `discovers`.
 
 With `oauth` settings (crm.oauth) the server is an OAuth 2 protected resource instead of
 checking a static token: the SDK publishes its protected-resource metadata and refuses requests
@@ -31,6 +33,8 @@ MCP_PATH = "/mcp"
 STATS_PATH = "/stats"
 IDEMPOTENCY_META_KEY = "idempotency_key"
 _SESSION_HEADER = b"mcp-session-id"
+# A 2026-07-28 request names its method in this header (the SDK's client sets it).
+_METHOD_HEADER = b"mcp-method"
 log = logging.getLogger("crm.mcp")
 
 
@@ -123,12 +127,14 @@ async def _send_json(
 
 class GuardedMCPApp:
     """Pure ASGI (so lifespan and streaming pass through untouched): bearer token check,
-    `GET /stats`, and a count of the sessions the wrapped MCP app opened."""
+    `GET /stats`, and a count of the sessions the wrapped MCP app opened (2025-11-25 and older)
+    and of the `server/discover` requests it answered (2026-07-28, which has no sessions)."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
         self._token = token.encode() if token else None
         self.sessions_opened = 0
+        self.discovers = 0
 
     def _authorized(self, scope: Scope) -> bool:
         if self._token is None:
@@ -152,17 +158,23 @@ class GuardedMCPApp:
             if scope["method"] != "GET":
                 await _send_json(send, 405, {"error": "Use GET for /stats."}, [(b"allow", b"GET")])
                 return
-            await _send_json(send, 200, {"sessions_opened": self.sessions_opened}, [])
+            stats = {"sessions_opened": self.sessions_opened, "discovers": self.discovers}
+            await _send_json(send, 200, stats, [])
             return
         # A request that carries a session id belongs to a session counted already.
         may_open_session = not any(name.lower() == _SESSION_HEADER for name, _ in scope["headers"])
+        discover = any(
+            name.lower() == _METHOD_HEADER and value == b"server/discover" for name, value in scope["headers"]
+        )
         started = completed = False
 
         async def observing_send(message: Message) -> None:
             nonlocal started, completed
             if message["type"] == "http.response.start":
                 started = True
-                if may_open_session and any(
+                if discover and message["status"] == 200:
+                    self.discovers += 1
+                elif may_open_session and any(
                     name.lower() == _SESSION_HEADER for name, _ in message["headers"]
                 ):
                     self.sessions_opened += 1

@@ -1,0 +1,285 @@
+"""The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
+
+A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
+:class:`~mcp_bridge.errors.InputRequiredError` from the call. The executor hands it here
+(:meth:`ServerQuestions.asked`); this module asks the server's questions in the chat with the state
+machine of :mod:`mcp_bridge.elicitation`, one reply per turn, and keeps everything between turns in
+the ``pending_elicitation`` slot, signed like a pending confirmation: the skill, the step, the exact
+arguments, the confirmation that authorised the call (if one did), the answers so far, the server's
+opaque ``request_state`` and who was asked. Once every question is answered (accepted, declined or
+cancelled: the server hears which), the same call is sent again with the answers and that state, and
+the skill goes on from its result, on whichever replica serves that turn.
+
+Safety:
+
+* A call under a confirmation was confirmed before it ran and asked: the confirmation's sealed call
+  is what is resumed (its arguments and idempotency key), and nothing the person answers here is
+  read as a yes (:mod:`mcp_bridge.reader` never sees these replies).
+* A state whose seal does not verify, from another conversation, or answered by someone other than
+  the person asked is refused, and nothing is sent.
+* "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
+  once more with ``cancel``, so the server ends it its own way.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from mcp_bridge import elicitation
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.elicitation import Answered, Asked, PendingElicitation
+from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.sealing import PendingConfirmation, Seal
+
+if TYPE_CHECKING:
+    from mcp_bridge.executor import Decision, Executor, Say, Turn, _Run
+    from mcp_bridge.skills import Skill, Step
+
+log = logging.getLogger(__name__)
+
+# At most this many rounds of questions for one call: a server that keeps asking is stopped.
+MAX_ROUNDS = 5
+
+
+@dataclass
+class _Resume:
+    """The answers for one call to one tool, sent with its next request only."""
+
+    server: str
+    tool: str
+    responses: dict[str, dict[str, Any]]
+    request_state: str | None
+
+
+# Set around the resumed call; the runtime takes it for the matching call (once, then it is gone).
+resume_input: ContextVar[_Resume | None] = ContextVar("mcp_bridge_resume_input", default=None)
+# Which round of questions a resumed call is in (1 for a call's first questions).
+current_round: ContextVar[int] = ContextVar("mcp_bridge_question_round", default=1)
+
+
+def take_resume(server: str, tool: str) -> tuple[dict[str, dict[str, Any]], str | None] | None:
+    """The answers waiting for this call, if the executor is resuming it (used by the runtime)."""
+    waiting = resume_input.get()
+    if waiting is None or (waiting.server, waiting.tool) != (server, tool):
+        return None
+    resume_input.set(None)
+    return waiting.responses, waiting.request_state
+
+
+@dataclass(frozen=True)
+class QuestionState:
+    """What the ``pending_elicitation`` slot carries."""
+
+    skill: str
+    step: int
+    tool: str
+    server: str
+    arguments: dict[str, Any]
+    # The confirmation that authorised the call (its slot value, sealed), or None.
+    confirmation: dict[str, Any] | None
+    request_state: str | None
+    # The server's questions not yet asked (key -> request), the one being asked, the answers so far.
+    waiting: dict[str, dict[str, Any]]
+    key: str
+    asking: dict[str, Any]
+    responses: dict[str, dict[str, Any]]
+    user: str | None
+    user_turn: int
+    rounds: int = 1
+    mac: str = field(default="", compare=False)
+
+    def to_slot(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_slot(cls, raw: Any) -> QuestionState | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        except (KeyError, TypeError):
+            return None
+
+    def signed(self) -> dict[str, Any]:
+        data = self.to_slot()
+        del data["mac"]
+        return {"kind": "elicitation", **data}
+
+
+class ServerQuestions:
+    """Asks a server's questions for one executor (its seal, responses and step loop)."""
+
+    def __init__(self, seal: Seal) -> None:
+        self._seal = seal
+
+    # -- a call stopped to ask ----------------------------------------------------------------
+
+    def asked(
+        self,
+        executor: Executor,
+        skill: Skill,
+        step: Step,
+        arguments: dict[str, Any],
+        turn: Turn,
+        confirmed: PendingConfirmation | None,
+        stopped: InputRequiredError,
+    ) -> _Run:
+        """The call stopped to ask: the first question, and the state for the next turn."""
+        from mcp_bridge.executor import Say, _Run
+
+        rounds = current_round.get()
+        index = skill.steps.index(step)
+        source = str(skill.tools[step.execute_tool])
+        server = source.split(":", 1)[1] if source.startswith("mcp:") else source
+        if rounds > MAX_ROUNDS:
+            log.warning("MCP server %r kept asking (%d rounds); the call was stopped", server, rounds)
+            error = "the server kept asking questions"
+            return _Run("failed", (Say(step.on_error or executor.responses.tool_failed, {"error": error}),))
+        waiting = dict(stopped.requests)
+        state = QuestionState(
+            skill=skill.id,
+            step=index,
+            tool=step.execute_tool,
+            server=server,
+            arguments=dict(arguments),
+            confirmation=confirmed.to_slot() if confirmed is not None else None,
+            request_state=stopped.request_state,
+            waiting=waiting,
+            key="",
+            asking={},
+            responses={},
+            user=turn.user,
+            user_turn=turn.user_turn,
+            rounds=rounds,
+        )
+        return self._next(executor, state, turn, ())
+
+    def _next(self, executor: Executor, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> _Run:
+        """Ask the next question; every question declined unasked (a URL nobody should open) is
+        answered here and the next one tried."""
+        from mcp_bridge.executor import Say, _Run
+
+        waiting = dict(state.waiting)
+        responses = dict(state.responses)
+        while waiting:
+            key, request = next(iter(waiting.items()))
+            del waiting[key]
+            step = elicitation.begin(state.server, request)
+            if isinstance(step, Asked):
+                new = replace(
+                    state, waiting=waiting, key=key, asking=step.pending.to_slot(), responses=responses
+                )
+                return _Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: self._sign(new, turn)})
+            responses[key] = _response(step)
+        # Nothing the chat may ask (a link nobody should be sent to, a form it cannot ask): the call
+        # stays stopped (under 2026-07-28 it has not run to completion) and the person hears why.
+        log.warning(
+            "MCP server %r asked for something the bridge will not ask; the call was stopped", state.server
+        )
+        error = "the server asked for something I can't ask here"
+        return _Run(
+            "failed", (*said, Say(executor.responses.tool_failed, {"error": error})), {ELICITATION_SLOT: None}
+        )
+
+    # -- the person's reply ------------------------------------------------------------------
+
+    async def answer(self, executor: Executor, turn: Turn) -> Decision:
+        """The loop's turn while a server's question is pending."""
+        from mcp_bridge.executor import Decision
+
+        raw = turn.slots.get(ELICITATION_SLOT)
+        state = QuestionState.from_slot(raw)
+        if state is None or not self._verified(state, turn):
+            log.warning(
+                "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
+            )
+            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+        if state.user != turn.user:
+            log.warning(
+                "conversation %s: a reply from someone other than the person asked; refused",
+                turn.conversation_id,
+            )
+            return Decision("refused", [_invalid(executor)])
+        pending = PendingElicitation.from_slot(state.asking)
+        if not turn.new_message:
+            if state.user_turn == turn.user_turn or pending is None:
+                return Decision("pending")  # asked in this very turn
+            return Decision("pending", [_say_pending(pending)])  # back from an interruption
+        if pending is None:
+            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+        read = elicitation.reply(pending, turn.text)
+        if isinstance(read, Asked):
+            new = replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn)
+            return Decision("pending", list(_say(read)), {ELICITATION_SLOT: self._sign(new, turn)})
+        responses = {**state.responses, state.key: _response(read)}
+        state = replace(state, responses=responses, key="", asking={}, user_turn=turn.user_turn)
+        if state.waiting:
+            run = self._next(executor, state, turn, ())
+            return Decision(run.outcome, list(run.say), dict(run.slots))
+        return await self._resume(executor, state, turn)
+
+    async def cancel(self, executor: Executor, turn: Turn) -> Decision:
+        """The bot's "stop": the server's question is cancelled, and the server hears so."""
+        from mcp_bridge.executor import Decision
+
+        state = QuestionState.from_slot(turn.slots.get(ELICITATION_SLOT))
+        if state is None or not self._verified(state, turn) or state.user != turn.user:
+            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+        responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
+        responses.update({key: {"action": "cancel"} for key in state.waiting})
+        return await self._resume(executor, replace(state, responses=responses, waiting={}, key=""), turn)
+
+    async def _resume(self, executor: Executor, state: QuestionState, turn: Turn) -> Decision:
+        """Send the call again with the answers; the skill goes on from its result."""
+        from mcp_bridge.executor import Decision
+
+        skill = executor.skills.get(state.skill)
+        confirmed = PendingConfirmation.from_slot(state.confirmation) if state.confirmation else None
+        if skill is None or not 0 <= state.step < len(skill.steps):
+            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+        if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
+            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+        token = resume_input.set(_Resume(state.server, state.tool, state.responses, state.request_state))
+        rounds = current_round.set(state.rounds + 1)
+        try:
+            # The confirmed call itself (its sealed arguments and key); a call that needed no
+            # confirmation runs from the step again, as it did before it was stopped.
+            run = await executor._run(skill, state.step, turn, confirmed=confirmed)
+        finally:
+            resume_input.reset(token)
+            current_round.reset(rounds)
+        return executor._decision(skill, run, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
+
+    # -- the seal -----------------------------------------------------------------------------
+
+    def _sign(self, state: QuestionState, turn: Turn) -> dict[str, Any]:
+        return replace(state, mac=self._seal.sign_data(state.signed(), turn.conversation_id)).to_slot()
+
+    def _verified(self, state: QuestionState, turn: Turn) -> bool:
+        return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
+
+
+def _response(answered: Answered) -> dict[str, Any]:
+    return {"action": answered.action, **({"content": answered.content} if answered.content else {})}
+
+
+def _say(step: Asked) -> tuple[Say, ...]:
+    from mcp_bridge.executor import Say
+
+    return tuple(Say(prompt.response, prompt.variables) for prompt in step.say)
+
+
+def _say_pending(pending: PendingElicitation) -> Say:
+    from mcp_bridge.executor import Say
+
+    prompt = elicitation.prompt_again(pending)
+    return Say(prompt.response, prompt.variables)
+
+
+def _invalid(executor: Executor) -> Say:
+    from mcp_bridge.executor import Say
+
+    return Say(executor.responses.confirmation_invalid)

@@ -1,0 +1,171 @@
+"""The elicitation state machine (mcp_bridge/elicitation.py): a server's form or URL, asked in the
+chat, turn by turn, as plain data. Live round trips are in test_elicitation_live.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_bridge import elicitation
+from mcp_bridge.elicitation import Answered, Asked, PendingElicitation, begin, reply
+
+VISIT: dict[str, Any] = {
+    "mode": "form",
+    "message": "Details for the visit to dana",
+    "requestedSchema": {
+        "type": "object",
+        "properties": {
+            "day": {
+                "type": "string",
+                "format": "date",
+                "title": "Day",
+                "description": "The day of the visit",
+            },
+            "attendees": {"type": "integer", "minimum": 1, "maximum": 10, "title": "Attendees"},
+            "parking": {"type": "boolean", "title": "Parking"},
+            "note": {"type": "string", "maxLength": 20, "title": "Note"},
+        },
+        "required": ["day", "attendees", "parking"],
+    },
+}
+URL = {"mode": "url", "message": "Connect your account", "url": "https://accounts.example.com/connect?s=1"}
+
+
+def asked(step: Asked | Answered) -> Asked:
+    assert isinstance(step, Asked), step
+    return step
+
+
+def say(step: Asked | Answered) -> list[tuple[str, dict[str, Any]]]:
+    return [(prompt.response, prompt.variables) for prompt in step.say]
+
+
+def through_the_tracker(step: Asked) -> PendingElicitation:
+    """What the next turn reads back: the slot value, round-tripped."""
+    pending = PendingElicitation.from_slot(step.pending.to_slot())
+    assert pending == step.pending
+    return pending
+
+
+def test_a_form_is_asked_one_field_at_a_time_with_the_server_named_and_each_answer_checked() -> None:
+    step = asked(begin("crm", VISIT))
+    ((response, variables),) = say(step)
+    assert response == elicitation.ASK_FIELD
+    assert variables["server"] == "crm" and variables["message"] == "Details for the visit to dana"
+    assert variables["field"] == "Day" and variables["choices"] == "a date (YYYY-MM-DD)"
+    # A date that is not one: the reason, and the same field again.
+    step = asked(reply(through_the_tracker(step), "next tuesday"))
+    assert [r for r, _ in say(step)] == [elicitation.INVALID, elicitation.ASK_FIELD]
+    assert say(step)[0][1] == {"server": "crm", "field": "Day", "reason": "please give a date as YYYY-MM-DD"}
+    assert say(step)[1][1]["field"] == "Day"
+    step = asked(reply(through_the_tracker(step), "2026-12-03"))
+    assert say(step)[0][1]["field"] == "Attendees"
+    assert say(step)[0][1]["choices"] == "a whole number from 1 to 10"
+    for bad, reason in (
+        ("two", "please give a whole number"),
+        ("0", "fails minimum 1"),
+        ("11", "fails maximum 10"),
+    ):
+        again = asked(reply(step.pending, bad))
+        assert say(again)[0][1]["reason"] == reason, bad
+        assert again.pending == step.pending  # nothing recorded
+    step = asked(reply(step.pending, "2"))
+    assert say(step)[0][1]["field"] == "Parking" and say(step)[0][1]["choices"] == "yes or no"
+    # "no" answers a yes/no field; it does not decline the form.
+    step = asked(reply(step.pending, "no"))
+    assert say(step)[0][1]["field"] == "Note" and "optional" in say(step)[0][1]["optional"]
+    too_long = asked(reply(step.pending, "x" * 21))
+    assert say(too_long)[0][1]["reason"] == "longer than 20 characters"
+    done = reply(step.pending, "skip")
+    assert done == Answered("accept", {"day": "2026-12-03", "attendees": 2, "parking": False})
+
+
+def test_decline_and_cancel_end_the_form_and_send_nothing_typed() -> None:
+    step = asked(begin("crm", VISIT))
+    step = asked(reply(step.pending, "2026-12-03"))
+    assert reply(step.pending, "decline") == Answered("decline")
+    assert reply(step.pending, "Cancel.") == Answered("cancel")
+    assert reply(step.pending, "stop") == Answered("cancel")
+    assert reply(asked(begin("crm", VISIT)).pending, "no") == Answered("decline")  # a text field: no declines
+
+
+def test_a_short_form_of_choices_is_shown_at_once_and_answered_in_one_reply() -> None:
+    form = {
+        "mode": "form",
+        "message": "How should we reach you?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "channel": {"type": "string", "enum": ["email", "phone"]},
+                "urgent": {"type": "boolean"},
+            },
+            "required": ["channel"],
+        },
+    }
+    step = asked(begin("crm", form))
+    ((response, variables),) = say(step)
+    assert response == elicitation.ASK_ALL
+    assert variables["fields"] == "channel: one of email, phone\nurgent: yes or no"
+    wrong = asked(reply(step.pending, "channel: fax\nurgent: yes"))
+    assert say(wrong)[0][1]["reason"] == "please pick one of: email, phone"
+    assert reply(step.pending, "channel: Phone\nurgent: yes") == Answered(
+        "accept", {"channel": "phone", "urgent": True}
+    )
+    missing = asked(reply(step.pending, "urgent: no"))
+    assert say(missing)[0][1]["reason"] == "channel is needed"
+    # Answering the first field alone goes on one field at a time.
+    one = asked(reply(step.pending, "email"))
+    assert say(one)[0][1]["field"] == "urgent"
+    assert reply(one.pending, "yes") == Answered("accept", {"channel": "email", "urgent": True})
+
+
+def test_a_url_shows_its_domain_and_needs_an_explicit_yes() -> None:
+    step = asked(begin("billing", URL))
+    ((response, variables),) = say(step)
+    assert response == elicitation.ASK_URL
+    assert variables == {
+        "server": "billing",
+        "message": "Connect your account",
+        "domain": "accounts.example.com",
+        "url": "https://accounts.example.com/connect?s=1",
+    }
+    unclear = asked(reply(through_the_tracker(step), "what is that?"))
+    assert [r for r, _ in say(unclear)] == [elicitation.INVALID, elicitation.ASK_URL]
+    assert reply(step.pending, "yes") == Answered("accept")
+    assert reply(step.pending, "no") == Answered("decline")
+    assert reply(step.pending, "cancel") == Answered("cancel")
+
+
+def test_a_url_the_person_should_not_be_sent_to_is_declined_unasked() -> None:
+    for url in (
+        "javascript:alert(1)",
+        "https://user:pw@evil.example/",
+        "ftp://files.example.com/x",
+        "not a url",
+    ):
+        assert begin("x", {**URL, "url": url}) == Answered("decline"), url
+
+
+def test_a_form_the_chat_cannot_ask_is_declined_unasked() -> None:
+    assert begin("x", {"mode": "form", "message": "m", "requestedSchema": {"type": "object"}}) == Answered(
+        "decline"
+    )
+    many = {f"f{i}": {"type": "string"} for i in range(elicitation.MAX_FIELDS + 1)}
+    too_many = {"mode": "form", "message": "m", "requestedSchema": {"type": "object", "properties": many}}
+    assert begin("x", too_many) == Answered("decline")
+
+
+def test_a_reply_over_the_limit_is_refused_unread_and_the_question_stays() -> None:
+    step = asked(begin("crm", VISIT))
+    again = asked(reply(step.pending, "2026-12-03" + " " * elicitation.MAX_ANSWER))
+    assert again.pending == step.pending
+    assert "longer than" in say(again)[0][1]["reason"]
+
+
+def test_a_malformed_slot_reads_as_nothing_pending() -> None:
+    for raw in (
+        None,
+        "x",
+        {},
+        {"server": "s", "message": "m", "mode": "sql", "fields": [], "position": 0, "answers": {}},
+    ):
+        assert PendingElicitation.from_slot(raw) is None

@@ -1,0 +1,153 @@
+"""A server's questions answered over turns, against real servers: the runtime gets the question
+(a 2026-07-28 input-required result), the state machine asks it and reads the person's replies, and
+the call goes on with the answers and the server's opaque request_state. On 2025-11-25 servers
+(ours and npm's server-everything, nobody's here) the bridge answers cancel at once: the person
+was not asked, and the server's tool writes nothing on its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import httpx2
+import pytest
+
+from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.elicitation import Answered, begin, reply
+from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.results import ToolResult
+from mcp_bridge.runtime import MCPRuntime
+from tests.support import procs
+
+
+@pytest.fixture(scope="module", params=["modern", "legacy"])
+def era_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, procs.ServiceProcess]]:
+    with procs.era_mcp(request.param) as server:
+        yield request.param, server
+
+
+@pytest.fixture
+async def runtime(era_server: tuple[str, procs.ServiceProcess]) -> AsyncIterator[MCPRuntime]:
+    made = MCPRuntime({"items": MCPServerConfig(name="items", url=era_server[1].url)}, connect_timeout=5.0)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+def writes(server: procs.ServiceProcess) -> list[str]:
+    texts: list[str] = httpx2.get(procs.base_url(server.url) + "/writes", timeout=5.0).json()["texts"]
+    return texts
+
+
+async def call_and_answer(
+    runtime: MCPRuntime, tool: str, arguments: dict[str, Any], replies: Sequence[str]
+) -> tuple[ToolResult, list[Answered]]:
+    """Call; ask each question the server sends with the state machine, one reply per turn; send the
+    answers back with the server's request_state. Every question must be answered by ``replies``."""
+    answered: list[Answered] = []
+    state: dict[str, Any] = {}
+    for _ in range(3):
+        try:
+            return await runtime.invoke("items", tool, arguments, **state), answered
+        except InputRequiredError as asked:
+            responses: dict[str, dict[str, Any]] = {}
+            for key, request in asked.requests.items():
+                step = begin("items", request)
+                for text in replies:
+                    if isinstance(step, Answered):
+                        break
+                    step = reply(step.pending, text)  # the next turn: read back from the tracker
+                assert isinstance(step, Answered), f"{tool}: not answered by {replies}"
+                answered.append(step)
+                responses[key] = {
+                    "action": step.action,
+                    **({"content": step.content} if step.content else {}),
+                }
+            state = {"input_responses": responses, "request_state": asked.request_state}
+    raise AssertionError("the server kept asking")
+
+
+VISIT_REPLIES = ("2026-12-03", "3", "yes", "bring the contract")
+
+
+async def test_a_form_answered_over_turns_completes_the_call(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime
+) -> None:
+    era, server = era_server
+    before = writes(server)
+    result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, VISIT_REPLIES)
+    if era == "modern":
+        assert answered == [
+            Answered(
+                "accept", {"day": "2026-12-03", "attendees": 3, "parking": True, "note": "bring the contract"}
+            )
+        ]
+        assert result.ok, result
+        assert writes(server)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True bring the contract"]
+    else:
+        # 2025-11-25: the question came mid-call; the bridge answered cancel without asking.
+        assert answered == []
+        assert result.ok is False and result.error == "no visit booked: the person chose cancel"
+        assert writes(server) == before
+
+
+@pytest.mark.parametrize(
+    ("replies", "action"), [(("decline",), "decline"), (("2026-12-03", "cancel"), "cancel")]
+)
+async def test_a_declined_or_cancelled_form_writes_nothing(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime, replies: tuple[str, ...], action: str
+) -> None:
+    era, server = era_server
+    before = writes(server)
+    result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, replies)
+    expected = action if era == "modern" else "cancel"
+    assert answered == ([Answered(action)] if era == "modern" else [])
+    assert result.ok is False and result.error == f"no visit booked: the person chose {expected}"
+    assert writes(server) == before
+
+
+@pytest.mark.parametrize(
+    ("replies", "action"), [(("yes",), "accept"), (("no",), "decline"), (("hm?", "cancel"), "cancel")]
+)
+async def test_a_url_needs_the_persons_consent(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime, replies: tuple[str, ...], action: str
+) -> None:
+    era, server = era_server
+    before = writes(server)
+    result, answered = await call_and_answer(runtime, "connect_account", {}, replies)
+    if era == "modern":
+        assert answered == [Answered(action)]
+        assert result.ok is (action == "accept"), result
+        assert writes(server)[len(before) :] == (["connected"] if action == "accept" else [])
+    else:
+        assert answered == [] and result.error == "not connected: the person chose cancel"
+        assert writes(server) == before
+
+
+@pytest.fixture(scope="module")
+def everything() -> Iterator[str]:
+    with procs.everything_mcp() as server:
+        yield server.url
+
+
+async def test_server_everythings_questions_are_answered_cancel_on_its_2025_11_25_session(
+    everything: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = MCPRuntime(
+        {"everything": MCPServerConfig(name="everything", url=everything)}, connect_timeout=10.0
+    )
+    try:
+        tools = await runtime.tools("everything")
+        # It offers its elicitation tools only to a client that declares elicitation: the bridge does.
+        assert {"trigger-elicitation-request", "trigger-url-elicitation"} <= set(tools)
+        form = await runtime.invoke("everything", "trigger-elicitation-request", {})
+        assert "cancel" in form.data["text"].lower()
+        url = await runtime.invoke(
+            "everything", "trigger-url-elicitation", {"url": "https://example.com/connect"}
+        )
+        assert "User cancelled the URL elicitation" in url.data["text"]
+    finally:
+        await runtime.aclose()
+    assert "asked the person a question during a call (form elicitation)" in caplog.text
+    assert "answered cancel" in caplog.text
