@@ -232,6 +232,8 @@ class Executor:
 
     async def aclose(self) -> None:
         await self.tools.aclose()
+        if self.approvals is not None:
+            await self.approvals.store.aclose()
 
     # -- entry points: one per Rasa action ----------------------------------------------------
 

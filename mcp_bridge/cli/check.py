@@ -36,7 +36,7 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.contract import PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
+from mcp_bridge.contract import APPROVAL_ACTION, APPROVAL_INTENT, PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
@@ -114,6 +114,13 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
     missing = [f"action {name}" for name in PLUGIN_ACTIONS if name not in actions]
     missing += [f"slot {PENDING_SLOT}"] if PENDING_SLOT not in slots else []
     missing += [f"intent {name}" for name in PLUGIN_INTENTS if name not in intents]
+    approving = [
+        s.path.name for s in skills.values() if any(c.requires_approval_from for c in s.constraints.values())
+    ]
+    if approving:
+        needed = [f"action {APPROVAL_ACTION}"] if APPROVAL_ACTION not in actions else []
+        needed += [f"intent {APPROVAL_INTENT}"] if APPROVAL_INTENT not in intents else []
+        missing += [f"{need} (for requires_approval_from in {', '.join(approving)})" for need in needed]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
 

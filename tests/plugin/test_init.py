@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mcp_bridge import approvals
 from mcp_bridge.cli.init import fragment_text
 from tests.support.bots import (
     DATA_BLOCK,
@@ -28,7 +29,16 @@ from tests.support.bots import (
 )
 from tests.support.procs import RASA, child_env
 
-FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
+ALL_OF_FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
+# What a bot without a second approver gets: the fragment without the approval pieces.
+FRAGMENT = {
+    **ALL_OF_FRAGMENT,
+    "responses": {
+        name: value
+        for name, value in ALL_OF_FRAGMENT["responses"].items()
+        if name not in approvals.RESPONSES.names()
+    },
+}
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
