@@ -655,3 +655,57 @@ def chat_page(
         log_path=log_path,
         detached=detached,
     )
+
+
+APPROVAL_PAGE = REPO_ROOT / "scripts" / "approval_page.py"
+
+
+def approval_page(
+    *,
+    rasa_url: str,
+    rasa_token: str,
+    page_key: str,
+    approvers: Path,
+    database: str,
+    audit_log: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    sweep_seconds: float | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) scripts/approval_page.py: second approvers decide held calls there, and the
+    requester's conversation is told through the Rasa server at `rasa_url` (its API token
+    `rasa_token`). `extra_env`: the approvers' password hashes the approvers file names. `.url` ends in /."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    args = [
+        sys.executable,
+        "-m",
+        "scripts.approval_page",
+        "--rasa-url",
+        rasa_url,
+        "--approvers",
+        str(approvers),
+    ]
+    args += ["--host", HOST, "--port", str(port)]
+    if sweep_seconds is not None:
+        args += ["--sweep-seconds", str(sweep_seconds)]
+    env = {
+        "PYTHONPATH": str(REPO_ROOT),
+        "RASA_AUTH_TOKEN": rasa_token,
+        "APPROVAL_PAGE_KEY": page_key,
+        "APPROVALS_DATABASE": database,
+        "AUDIT_LOG": str(audit_log) if audit_log else None,
+        **(extra_env or {}),
+    }
+    return ServiceProcess(
+        "approval-page",
+        args,
+        env=child_env(env),
+        ready_url=f"{base}/health",
+        url=f"{base}/",
+        log_path=log_path,
+        detached=detached,
+        cwd=REPO_ROOT,
+    )
