@@ -77,6 +77,10 @@ class ConfirmTool(ExecutorAction):
     action_name = CONFIRMATION_LOOP
 
     async def decide(self, turn: Turn) -> Decision:
+        if turn.new_message and turn.intent == APPROVAL_INTENT:
+            # A second approver's decision (Rasa's API), not the person's answer: handed back, so the
+            # rule runs action_approval_decided; the question is asked again afterwards.
+            return Decision("handed_back")
         return await executor().answer(turn)
 
 

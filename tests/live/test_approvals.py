@@ -302,3 +302,49 @@ def test_the_approval_page_in_a_browser_quotes_the_call_as_text_and_approves_it(
             browser.close()
     stack.wait_said("browser-1", "utter_note_saved")
     assert notes_for(stack.db, DANA).count(note) == 1
+
+
+def _approve(stack: Stack, conversation: str) -> None:
+    assert stack.page is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    [request] = [r for r in sam.pending() if r["conversation"] == conversation]
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True})[0] == 200
+
+
+def test_a_decision_that_arrives_while_a_question_is_pending_is_told_and_the_question_asked_again(
+    stack: Stack,
+) -> None:
+    refund = f"Dana asked for a refund of invoice 9001 ({secrets.token_hex(4)})."
+    held(stack, "busy-question", refund)
+    renewal = f"Called about the Q3 renewal ({secrets.token_hex(4)})."
+    stack.say("busy-question", f"log a call with {DANA}: {renewal}")
+    assert stack.said("busy-question")[-1] == "utter_confirm_note"
+    _approve(stack, "busy-question")
+    said = stack.wait_said("busy-question", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(refund) == 1
+    # The question is not refused or dropped: asked again after the news, and its yes writes it.
+    assert said[-2:] == ["utter_confirm_again", "utter_confirm_note"], said
+    assert "utter_confirmation_invalid" not in said
+    stack.say("busy-question", "yes")
+    assert stack.said("busy-question")[-1] == "utter_note_saved"
+    assert notes_for(stack.db, DANA).count(renewal) == 1
+
+
+def test_a_decision_that_arrives_while_the_form_asks_for_the_note_is_not_taken_as_the_note(
+    stack: Stack,
+) -> None:
+    refund = f"Dana asked for a refund of invoice 9002 ({secrets.token_hex(4)})."
+    held(stack, "busy-form", refund)
+    stack.say("busy-form", f"log a call with {DANA}")
+    assert stack.said("busy-form")[-1] == "utter_ask_note_text"
+    _approve(stack, "busy-form")
+    said = stack.wait_said("busy-form", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(refund) == 1
+    assert said[-1] == "utter_ask_note_text", said  # the form asks again; nothing was taken as the note
+    follow_up = f"Booked a follow-up call ({secrets.token_hex(4)})."
+    stack.say("busy-form", follow_up)
+    assert stack.said("busy-form")[-1] == "utter_confirm_note"
+    stack.say("busy-form", "no")
+    assert follow_up not in notes_for(stack.db, DANA)
+    assert not [n for n in notes_for(stack.db, DANA) if "EXTERNAL" in n]

@@ -217,6 +217,16 @@ def test_init_gives_a_second_approver_its_pieces_and_check_wants_them(bot: Path)
     assert rules[0]["steps"] == [{"intent": "approval_decided"}, {"action": "action_approval_decided"}]
     code, output = check(bot)
     assert code == 0, output
+    # A from_text mapping for every intent would take the decision's message as its text.
+    edit(bot / "domain.yml", "        intent: save_reminder\n", "")
+    code, output = check(bot)
+    assert code == 1 and "slots.reminder_text.mappings[0]: a from_text mapping would take" in output
+    edit(
+        bot / "domain.yml",
+        "      - type: from_text\n",
+        "      - type: from_text\n        not_intent: approval_decided\n",
+    )
+    assert check(bot)[0] == 0
     edit(bot / "domain.yml", "  - action_approval_decided\n", "")
     code, output = check(bot)
     needs = "needs action action_approval_decided (for requires_approval_from in save_reminder.yml)"
