@@ -5,7 +5,12 @@ waiting for their role, approve or refuse them; the requester's conversation is 
         python scripts/approval_page.py --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
         [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
 
-Who may approve comes from the approvers file (``approvers.yml``: each user's roles and a scrypt
+Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's OpenID provider
+(authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
+its redirect URI ``<--public-url>/callback``): the ID token is verified (signature from the provider's
+JWKS, issuer, audience, expiry, nonce) and its ``roles`` claim gives the roles; the example's
+provider is oidc-provider (examples/crm_bot/auth/server.mjs). Without it, who may approve comes from
+the approvers file (``approvers.yml``: each user's roles and a scrypt
 hash of their password, the hash from an environment variable, never in the repository;
 ``python scripts/approval_page.py hash`` makes one). A login sets an HttpOnly, SameSite=Strict
 cookie holding the user and an expiry, signed (HMAC-SHA256) with APPROVAL_PAGE_KEY; every API call
@@ -32,6 +37,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import json
 import logging
 import os
 import re
@@ -42,9 +48,10 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
+import jwt
 from aiohttp import web
 
 from mcp_bridge.approval_store import open_store
@@ -64,6 +71,7 @@ FILES = {
     "/approvals.css": (WEB / "approvals.css", "text/css"),
 }
 COOKIE = "approver_session"
+LOGIN_COOKIE = "approver_login"
 SESSION_SECONDS = 8 * 3600
 RETRY_TELL_SECONDS = 30.0
 _USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
@@ -134,29 +142,115 @@ def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
 
 
 class Sessions:
-    """The signed session cookie: ``<user>.<expiry>.<hmac>``."""
+    """Signed, expiring values in cookies: ``<base64url JSON>.<hmac>``, keyed per ``purpose``."""
 
-    def __init__(self, key: str, seconds: int) -> None:
-        self._key = hmac.new(key.encode("utf-8"), b"approval page: sessions", hashlib.sha256).digest()
+    def __init__(self, key: str, seconds: int, purpose: bytes = b"sessions") -> None:
+        self._key = hmac.new(key.encode("utf-8"), b"approval page: " + purpose, hashlib.sha256).digest()
         self.seconds = seconds
 
     def _mac(self, body: str) -> str:
-        return hmac.new(self._key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.new(self._key, body.encode("ascii"), hashlib.sha256).hexdigest()
 
-    def issue(self, user: str, now: float | None = None) -> str:
-        body = f"{user}.{int((now or time.time()) + self.seconds)}"
+    def issue(self, value: Mapping[str, Any], now: float | None = None) -> str:
+        payload = {"v": dict(value), "e": int((now or time.time()) + self.seconds)}
+        body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
         return f"{body}.{self._mac(body)}"
 
-    def user(self, cookie: str, now: float | None = None) -> str | None:
-        parts = cookie.rsplit(".", 2)
-        if len(parts) != 3:
+    def read(self, cookie: str, now: float | None = None) -> dict[str, Any] | None:
+        body, _, mac = cookie.partition(".")
+        if not body or len(cookie) > 4096 or not hmac.compare_digest(mac, self._mac(body)):
             return None
-        user, expiry, mac = parts
-        if not hmac.compare_digest(mac, self._mac(f"{user}.{expiry}")):
+        try:
+            payload = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
+        except ValueError:
             return None
-        if not expiry.isdigit() or int(expiry) < (now or time.time()):
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("e"), int)
+            or payload["e"] < (now or time.time())
+        ):
             return None
-        return user
+        value = payload.get("v")
+        return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class OIDCLogin:
+    """Approvers log in at an OpenID provider (authorization code + PKCE); roles from the ID token's
+    ``roles`` claim. ``redirect_uri`` is this page's ``/callback`` as the provider knows it."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+
+    async def metadata(self, client: aiohttp.ClientSession) -> dict[str, Any]:
+        url = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+        async with client.get(url, timeout=aiohttp.ClientTimeout(10)) as answer:
+            answer.raise_for_status()
+            found: dict[str, Any] = await answer.json()
+        if found.get("issuer") != self.issuer.rstrip("/") and found.get("issuer") != self.issuer:
+            raise ValueError("the provider names another issuer")
+        return found
+
+    async def start(self, client: aiohttp.ClientSession) -> tuple[str, dict[str, str]]:
+        """Where to send the browser, and what the callback must find again (state, nonce, verifier)."""
+        found = await self.metadata(client)
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+        pending = {
+            "state": secrets.token_urlsafe(24),
+            "nonce": secrets.token_urlsafe(24),
+            "verifier": verifier,
+        }
+        query = {
+            "client_id": self.client_id,
+            "response_type": "code",
+            "scope": "openid roles",
+            "redirect_uri": self.redirect_uri,
+            "state": pending["state"],
+            "nonce": pending["nonce"],
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        return f"{found['authorization_endpoint']}?{urlencode(query)}", pending
+
+    async def finish(self, client: aiohttp.ClientSession, code: str, pending: Mapping[str, str]) -> Approver:
+        """The code exchanged for tokens, the ID token verified (signature, issuer, audience, expiry,
+        nonce): who logged in, and their roles."""
+        found = await self.metadata(client)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self.redirect_uri,
+            "code_verifier": pending["verifier"],
+        }
+        auth = aiohttp.BasicAuth(self.client_id, self.client_secret)
+        async with client.post(
+            found["token_endpoint"], data=form, auth=auth, timeout=aiohttp.ClientTimeout(10)
+        ) as answer:
+            tokens = await answer.json()
+            if answer.status != 200 or not isinstance(tokens.get("id_token"), str):
+                raise ValueError(f"the provider refused the code: {tokens.get('error')}")
+        keys = jwt.PyJWKClient(found["jwks_uri"])
+        key = await asyncio.to_thread(keys.get_signing_key_from_jwt, tokens["id_token"])
+        claims = jwt.decode(
+            tokens["id_token"],
+            key.key,
+            algorithms=["RS256", "ES256", "PS256"],
+            audience=self.client_id,
+            issuer=found["issuer"],
+            options={"require": ["exp", "iat", "sub", "aud", "iss"]},
+        )
+        if not hmac.compare_digest(str(claims.get("nonce", "")), pending["nonce"]):
+            raise ValueError("the ID token is not for this login (nonce)")
+        roles = claims.get("roles") or []
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise ValueError("the ID token's roles are not a list of names")
+        user = str(claims["sub"])
+        if not _USER.fullmatch(user):
+            raise ValueError("the ID token names a user this page does not accept")
+        return Approver(user, frozenset(roles))
 
 
 class RasaNotifier:
@@ -218,9 +312,13 @@ def make_app(
     notifier: RasaNotifier,
     key: str,
     *,
+    oidc: OIDCLogin | None = None,
     session_seconds: int = SESSION_SECONDS,
     sweep_seconds: float = 2.0,
 ) -> web.Application:
+    """The page's server. Approvers log in with a password checked against ``accounts`` (their
+    roles read from there at every request), or, with ``oidc``, at the OpenID provider (their
+    roles from its ID token, kept in the session)."""
     if len(key) < MIN_KEY_CHARS:
         raise SystemExit(
             f"approval page: APPROVAL_PAGE_KEY must be at least {MIN_KEY_CHARS} random characters"
@@ -230,14 +328,36 @@ def make_app(
         raise SystemExit(f"approval page: missing {', '.join(missing)}")
     headers = security_headers()
     sessions = Sessions(key, session_seconds)
+    logins = Sessions(key, 600, b"logins in progress")
+    client_session: list[aiohttp.ClientSession] = []
     sweep_now = asyncio.Event()
     # A password check costs the same for an unknown user, so timing does not tell who exists.
     decoy = hash_password(secrets.token_urlsafe(16))
 
     def approver(request: web.Request) -> Approver | None:
-        user = sessions.user(request.cookies.get(COOKIE, ""))
-        account = accounts.get(user) if user else None
-        return Approver(user, account.roles) if user and account else None
+        session = sessions.read(request.cookies.get(COOKIE, "")) or {}
+        user, roles = session.get("user"), session.get("roles")
+        if not isinstance(user, str):
+            return None
+        if oidc is not None:
+            return Approver(user, frozenset(roles)) if isinstance(roles, list) else None
+        account = accounts.get(user)
+        return Approver(user, account.roles) if account else None
+
+    def start_session(response: web.StreamResponse, request: web.Request, who: Approver) -> None:
+        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        value: dict[str, Any] = {"user": who.user}
+        if oidc is not None:
+            value["roles"] = sorted(who.roles)
+        response.set_cookie(
+            COOKIE,
+            sessions.issue(value),
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=secure,
+            max_age=session_seconds,
+        )
 
     def deny(status: int, error: str) -> web.Response:
         return web.json_response({"error": error}, status=status, headers=headers)
@@ -261,6 +381,8 @@ def make_app(
         return handler
 
     async def login(request: web.Request) -> web.StreamResponse:
+        if oidc is not None:
+            return deny(404, "log in at the identity provider: /login/oidc")
         if not same_origin(request):
             return deny(403, "only the approval page may log in")
         given = await body(request)
@@ -274,16 +396,38 @@ def make_app(
             await asyncio.sleep(0.5)
             return deny(401, "wrong user name or password")
         response = web.json_response({"user": user, "roles": sorted(account.roles)}, headers=headers)
-        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        start_session(response, request, Approver(user, account.roles))
+        return response
+
+    async def oidc_start(request: web.Request) -> web.StreamResponse:
+        if oidc is None:
+            return deny(404, "this page logs in with a password")
+        target, pending = await oidc.start(client_session[0])
+        response = web.HTTPFound(target, headers=headers)
+        # Lax: the browser comes back from the provider by a top-level navigation.
         response.set_cookie(
-            COOKIE,
-            sessions.issue(user),
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=secure,
-            max_age=session_seconds,
+            LOGIN_COOKIE, logins.issue(pending), path="/callback", httponly=True, samesite="Lax"
         )
+        return response
+
+    async def oidc_callback(request: web.Request) -> web.StreamResponse:
+        if oidc is None:
+            return deny(404, "this page logs in with a password")
+        pending = logins.read(request.cookies.get(LOGIN_COOKIE, ""))
+        code, state = request.query.get("code"), request.query.get("state")
+        if pending is None or not code or not isinstance(state, str):
+            return deny(400, "no login in progress here: start again at /")
+        if not hmac.compare_digest(state, str(pending.get("state"))):
+            return deny(400, "this answer is not for the login this browser started")
+        try:
+            who = await oidc.finish(client_session[0], code, pending)
+        except (ValueError, KeyError, jwt.PyJWTError, aiohttp.ClientError) as exc:
+            log.warning("approval page: a login at the provider failed: %s", exc)
+            return deny(401, "the login could not be verified")
+        response = web.HTTPFound("/", headers=headers)
+        response.del_cookie(LOGIN_COOKIE, path="/callback")
+        start_session(response, request, who)
+        log.info("approval page: %s logged in (roles: %s)", who.user, ", ".join(sorted(who.roles)) or "none")
         return response
 
     async def logout(request: web.Request) -> web.StreamResponse:
@@ -296,7 +440,8 @@ def make_app(
     async def me(request: web.Request) -> web.StreamResponse:
         who = approver(request)
         if who is None:
-            return deny(401, "not logged in")
+            login = "oidc" if oidc is not None else "password"
+            return web.json_response({"error": "not logged in", "login": login}, status=401, headers=headers)
         return web.json_response({"user": who.user, "roles": sorted(who.roles)}, headers=headers)
 
     async def pending(request: web.Request) -> web.StreamResponse:
@@ -333,18 +478,20 @@ def make_app(
         return web.Response(text="ok", headers=headers)
 
     async def sweep(app: web.Application) -> AsyncIterator[None]:
+        client_session.append(aiohttp.ClientSession())
+
         async def loop() -> None:
-            async with aiohttp.ClientSession() as client:
-                while True:
-                    try:
-                        await approvals.expire_due()
-                        for request in await approvals.store.untold(time.time(), RETRY_TELL_SECONDS):
-                            await notifier.tell(client, request)
-                    except Exception:  # a database hiccup must not end the sweep
-                        log.exception("approval page: the sweep failed; trying again")
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(sweep_now.wait(), sweep_seconds)
-                    sweep_now.clear()
+            client = client_session[0]
+            while True:
+                try:
+                    await approvals.expire_due()
+                    for request in await approvals.store.untold(time.time(), RETRY_TELL_SECONDS):
+                        await notifier.tell(client, request)
+                except Exception:  # a database hiccup must not end the sweep
+                    log.exception("approval page: the sweep failed; trying again")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sweep_now.wait(), sweep_seconds)
+                sweep_now.clear()
 
         task = asyncio.create_task(loop())
         yield
@@ -352,6 +499,7 @@ def make_app(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await approvals.store.aclose()
+        await client_session[0].close()
 
     app = web.Application(client_max_size=16 * 1024)
     app.router.add_get("/", page)
@@ -359,6 +507,8 @@ def make_app(
         app.router.add_get(route, static(path, content_type))
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
+    app.router.add_get("/login/oidc", oidc_start)
+    app.router.add_get("/callback", oidc_callback)
     app.router.add_get("/api/me", me)
     app.router.add_get("/api/pending", pending)
     app.router.add_post("/api/decide", decide)
@@ -377,7 +527,15 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rasa-url", required=True, help="Rasa's HTTP API (started with --enable-api)")
-    parser.add_argument("--approvers", type=Path, required=True, help="the approvers file")
+    parser.add_argument("--approvers", type=Path, help="the approvers file (password logins)")
+    parser.add_argument(
+        "--oidc-issuer",
+        help="log approvers in at this OpenID provider instead (OIDC_CLIENT_ID, OIDC_CLIENT_SECRET; roles "
+        "from the ID token's `roles` claim)",
+    )
+    parser.add_argument(
+        "--public-url", help="this page's URL as browsers reach it (default http://HOST:PORT)"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--session-seconds", type=int, default=SESSION_SECONDS)
@@ -388,7 +546,16 @@ def main() -> int:
     token = env.get("RASA_AUTH_TOKEN", "")
     if not token:
         raise SystemExit("approval page: RASA_AUTH_TOKEN (Rasa's --auth-token) is not set")
-    accounts = load_approvers(args.approvers, env)
+    public = (args.public_url or f"http://{args.host}:{args.port}").rstrip("/")
+    oidc = None
+    if args.oidc_issuer:
+        client_id, client_secret = env.get("OIDC_CLIENT_ID", ""), env.get("OIDC_CLIENT_SECRET", "")
+        if not client_id or not client_secret:
+            raise SystemExit("approval page: --oidc-issuer needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+        oidc = OIDCLogin(args.oidc_issuer, client_id, client_secret, f"{public}/callback")
+    elif args.approvers is None:
+        raise SystemExit("approval page: give --approvers (password logins) or --oidc-issuer")
+    accounts = load_approvers(args.approvers, env) if oidc is None else {}
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
     approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
     app = make_app(
@@ -396,6 +563,7 @@ def main() -> int:
         accounts,
         RasaNotifier(args.rasa_url, token),
         env.get("APPROVAL_PAGE_KEY", ""),
+        oidc=oidc,
         session_seconds=args.session_seconds,
         sweep_seconds=args.sweep_seconds,
     )

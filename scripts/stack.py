@@ -6,9 +6,11 @@
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080, the approval
 page 8081 (override with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT,
 APPROVAL_PAGE_PORT). The approval page's approvers are examples/crm_bot/approvers.yml's: each one's
-password is APPROVER_<NAME>_PASSWORD or one generated once into var/approver_<name>_password (the
-page gets only its scrypt hash), its session key APPROVAL_PAGE_KEY (var/approval_page_key); held calls
-wait in var/approvals.sqlite3 (APPROVALS_DATABASE). The chat page talks to
+password is APPROVER_<NAME>_PASSWORD or one generated once into var/approver_<name>_password; they log
+in at the authorization server (OpenID Connect, which gets only the scrypt hashes and the roles; the
+page is its client, APPROVAL_PAGE_CLIENT_SECRET or var/approval_page_client_secret), or with
+MCP_AUTH=token on the page itself (it gets the hashes). The page's session key is APPROVAL_PAGE_KEY
+(var/approval_page_key); held calls wait in var/approvals.sqlite3 (APPROVALS_DATABASE). The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
 reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
@@ -26,6 +28,7 @@ var/log/ (STACK_VAR moves var/ elsewhere).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -89,6 +92,17 @@ def up(state: Path, with_rasa: bool) -> int:
         service.start()
         return service
 
+    approval_port = port("APPROVAL_PAGE_PORT", 8081)
+    approver_login = (
+        procs.ApproverLogin(
+            "approval-page",
+            secret("APPROVAL_PAGE_CLIENT_SECRET", "approval_page_client_secret"),
+            f"http://{procs.HOST}:{approval_port}/callback",
+            approver_accounts(),
+        )
+        if oauth
+        else None
+    )
     try:
         procs.seed_db(db)
         rest = start(
@@ -101,7 +115,10 @@ def up(state: Path, with_rasa: bool) -> int:
             auth = start(
                 _detached(
                     procs.authorization_server(
-                        f"http://{procs.HOST}:{mcp_port}/mcp", client, port=port("AUTH_PORT", 8300)
+                        f"http://{procs.HOST}:{mcp_port}/mcp",
+                        client,
+                        port=port("AUTH_PORT", 8300),
+                        login=approver_login,
                     ),
                     logs / "authorization-server.log",
                 ),
@@ -185,7 +202,8 @@ def up(state: Path, with_rasa: bool) -> int:
                 database=approvals_db,
                 audit_log=VAR / "audit.jsonl",
                 extra_env=approver_hashes(),
-                port=port("APPROVAL_PAGE_PORT", 8081),
+                port=approval_port,
+                oidc=(services["authorization_server"].url, approver_login) if approver_login else None,
                 log_path=logs / "approval-page.log",
                 detached=True,
             ),
@@ -228,16 +246,25 @@ APPROVERS = REPO / "examples" / "crm_bot" / "approvers.yml"
 def approver_hashes() -> dict[str, str]:
     """APPROVER_<NAME>_PASSWORD_HASH for each approver of the example's file, from a password in the
     environment or generated once into var/ (the page sees only the hash)."""
+    return {
+        f"APPROVER_{name.upper()}_PASSWORD_HASH": account["password_hash"]
+        for name, account in approver_accounts().items()
+    }
+
+
+@functools.cache
+def approver_accounts() -> dict[str, dict[str, Any]]:
+    """The example's approvers (their roles from approvers.yml) with a scrypt hash of each one's
+    password: APPROVER_<NAME>_PASSWORD, or one generated once into var/approver_<name>_password."""
     import yaml
 
     from scripts.approval_page import hash_password
 
-    names = yaml.safe_load(APPROVERS.read_text())["approvers"]
-    hashes = {}
-    for name in names:
+    accounts = {}
+    for name, entry in yaml.safe_load(APPROVERS.read_text())["approvers"].items():
         password = secret(f"APPROVER_{name.upper()}_PASSWORD", f"approver_{name}_password")
-        hashes[f"APPROVER_{name.upper()}_PASSWORD_HASH"] = hash_password(password)
-    return hashes
+        accounts[name] = {"roles": list(entry["roles"]), "password_hash": hash_password(password)}
+    return accounts
 
 
 def _detached(service: procs.ServiceProcess, log_path: Path) -> procs.ServiceProcess:

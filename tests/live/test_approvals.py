@@ -348,3 +348,107 @@ def test_a_decision_that_arrives_while_the_form_asks_for_the_note_is_not_taken_a
     stack.say("busy-form", "no")
     assert follow_up not in notes_for(stack.db, DANA)
     assert not [n for n in notes_for(stack.db, DANA) if "EXTERNAL" in n]
+
+
+@pytest.fixture(scope="module")
+def oidc_page(stack: Stack) -> Iterator[str]:
+    """A second approval page on the same store and Rasa, whose approvers log in at the example's
+    OpenID provider (oidc-provider, examples/crm_bot/auth/server.mjs): sam (supervisor), carol (clerk)."""
+    assert stack.rasa is not None
+    port = procs.free_port()
+    login = procs.ApproverLogin(
+        "approval-page",
+        secrets.token_urlsafe(24),
+        f"http://{procs.HOST}:{port}/callback",
+        {
+            "sam": {"roles": ["supervisor"], "password_hash": hash_password(PASSWORDS["sam"])},
+            "carol": {"roles": ["clerk"], "password_hash": hash_password(PASSWORDS["operator"])},
+        },
+    )
+    issuer = stack.start_logged(
+        procs.authorization_server(
+            f"http://{procs.HOST}:9/mcp", procs.OAuthClient("unused", secrets.token_urlsafe(24)), login=login
+        )
+    )
+    page = stack.start_logged(
+        procs.approval_page(
+            rasa_url=stack.rasa.url,
+            rasa_token=stack.access.api_token,
+            page_key=secrets.token_urlsafe(32),
+            approvers=stack.workdir / "approvers.yml",
+            database=str(stack.approvals_db),
+            audit_log=stack.audit,
+            sweep_seconds=0.5,
+            port=port,
+            oidc=(issuer.url, login),
+        )
+    )
+    yield page.url
+
+
+def test_approvers_log_in_at_the_openid_provider_and_their_roles_come_from_its_id_token(
+    stack: Stack, oidc_page: str
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.live.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    note = f"Refund of 12 EUR for Dana ({secrets.token_hex(4)})."
+    held(stack, "oidc-1", note)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            # A clerk logs in: the provider's roles say clerk, so nothing is theirs to decide.
+            clerk = browser.new_page()
+            clerk.goto(oidc_page)
+            clerk.click("#sso-link")
+            clerk.fill("#user", "carol")
+            clerk.fill("#password", PASSWORDS["operator"])
+            clerk.click("button[type=submit]")
+            expect(clerk.locator("#who")).to_have_text("carol (clerk)")
+            expect(clerk.locator("#empty")).to_be_visible()
+            request_id = _pending_id(stack, "oidc-1")
+            decide = (
+                "async (id) => (await fetch('api/decide', {method: 'POST', credentials: 'same-origin', "
+                "headers: {'Content-Type': 'application/json'}, "
+                "body: JSON.stringify({id, approve: true})})).status"
+            )
+            status = clerk.evaluate(decide, request_id)
+            assert status == 403
+
+            page = browser.new_context().new_page()
+            page.goto(oidc_page)
+            page.click("#sso-link")
+            page.fill("#user", "sam")
+            page.fill("#password", "not the password")
+            page.click("button[type=submit]")
+            expect(page.locator("#error")).to_have_text("Wrong user name or password.")
+            page.fill("#user", "sam")
+            page.fill("#password", PASSWORDS["sam"])
+            page.click("button[type=submit]")
+            expect(page.locator("#who")).to_have_text("sam (supervisor)")
+            item = page.locator(".request").filter(has_text=note)
+            expect(item).to_have_count(1)
+            item.get_by_role("button", name="Approve").click()
+            expect(page.locator("#notice")).to_contain_text("Approved")
+        finally:
+            browser.close()
+    stack.wait_said("oidc-1", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
+    decided = [
+        e for e in stack.audit_entries() if e.get("approval") == request_id and e["decision"] == "approved"
+    ]
+    assert decided[0]["decided_by"] == "sam"
+
+
+def _pending_id(stack: Stack, conversation: str) -> str:
+    """The id of the conversation's pending request, as the store has it."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(stack.approvals_db)) as conn:
+        [(found,)] = conn.execute(
+            "SELECT id FROM approval_requests WHERE conversation_id = ? AND status = 'pending'",
+            (conversation,),
+        ).fetchall()
+    return str(found)

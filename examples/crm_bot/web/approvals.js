@@ -24,8 +24,14 @@
     return { status: answer.status, data };
   }
 
-  function showLogin() {
+  function showLogin(how) {
     clearInterval(refresh);
+    if (how === "oidc") {
+      $("login").hidden = true;
+      $("sso").hidden = false;
+      $("queue").hidden = true;
+      return;
+    }
     $("login").hidden = false;
     $("queue").hidden = true;
     $("who").hidden = true;
@@ -34,6 +40,7 @@
 
   function showQueue(me) {
     $("login").hidden = true;
+    $("sso").hidden = true;
     $("queue").hidden = false;
     $("who").textContent = `${me.user} (${me.roles.join(", ")})`;
     $("who").hidden = false;
@@ -105,8 +112,9 @@
   $("logout").addEventListener("click", async () => {
     await api("logout", {});
     notice("");
-    showLogin();
+    const { data } = await api("api/me");
+    showLogin(data.login);
   });
 
-  api("api/me").then(({ status, data }) => (status === 200 ? showQueue(data) : showLogin()));
+  api("api/me").then(({ status, data }) => (status === 200 ? showQueue(data) : showLogin(data.login)));
 })();
