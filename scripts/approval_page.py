@@ -271,7 +271,7 @@ class RasaNotifier:
                 if answer.status == 200:
                     return True
                 log.warning("approval %s: Rasa answered %s to trigger_intent", request.id, answer.status)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning(
                 "approval %s: Rasa not reached (%s); told again later", request.id, type(exc).__name__
             )
@@ -489,7 +489,7 @@ def make_app(
                         await notifier.tell(client, request)
                 except Exception:  # a database hiccup must not end the sweep
                     log.exception("approval page: the sweep failed; trying again")
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(sweep_now.wait(), sweep_seconds)
                 sweep_now.clear()
 
