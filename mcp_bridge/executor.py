@@ -399,7 +399,10 @@ class Executor:
             return Decision("rejected", [Say(self.responses.confirmation_invalid)])
         skill, _, resolved = bound
         run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
-        await self.approvals.finish(request, run.outcome)
+        try:
+            await self.approvals.finish(request, run.outcome)
+        except Exception:  # the store failed after the call: the person hears what the call did
+            log.exception("approval %s: ran (%s), but could not be marked done", request.id, run.outcome)
         return Decision(run.outcome, list(run.say))
 
     async def _changed(

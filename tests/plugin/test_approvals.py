@@ -307,3 +307,16 @@ def test_an_approval_needs_the_requesters_confirmation(tmp_path: Path) -> None:
     (directory / "log_interaction.yml").write_text(text)
     with pytest.raises(ConfigError, match=r"requires_approval_from: needs requires_confirmation enabled"):
         load_skills(directory, local_tools=local_tools(Notebook()), mcp_servers={}, responses=None)
+
+
+async def test_a_store_that_fails_after_the_call_does_not_hide_that_it_ran(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+
+    async def broken(request_id: str, result: str) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    bench.store.finish = broken  # type: ignore[method-assign]
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
+    assert bench.book.notes_for(DANA) == [NOTE]
