@@ -9,6 +9,9 @@ from __future__ import annotations
 
 __all__ = [
     "AFFIRM_INTENT",
+    "APPROVAL_ACTION",
+    "APPROVAL_ENTITY",
+    "APPROVAL_INTENT",
     "BUTTON_PAYLOADS",
     "CONFIRMATION_LOOP",
     "DENY_ACTION",
@@ -36,3 +39,10 @@ CONFIRMATION_LOOP = "action_confirm_tool"
 # The action that drops a pending question without running anything (for a bot's own "stop" rule).
 DENY_ACTION = "action_deny_tool"
 PLUGIN_ACTIONS = (CONFIRMATION_LOOP, DENY_ACTION)
+
+# A second approver's decision reaches the requester's conversation as this intent, sent with Rasa's
+# HTTP API (`POST /conversations/<id>/trigger_intent`) with the request's id as this entity; a rule
+# runs the action, which runs an approved call once or says the refusal (mcp_bridge/approvals.py).
+APPROVAL_INTENT = "approval_decided"
+APPROVAL_ENTITY = "approval_id"
+APPROVAL_ACTION = "action_approval_decided"

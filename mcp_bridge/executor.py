@@ -33,6 +33,9 @@ The rules, in order of importance:
    aloud.
 5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
    and nothing runs.
+6. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
+   person with the role, never the requester, and runs (once, with the question's key) only when
+   the conversation is told it was approved in time (:mod:`mcp_bridge.approvals`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from mcp_bridge import templating
+from mcp_bridge import approvals, templating
+from mcp_bridge.approvals import Approvals
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import needs_confirmation
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
@@ -54,7 +58,7 @@ from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, R
 from mcp_bridge.results import ToolResult
 from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
 from mcp_bridge.server_questions import ServerQuestions
-from mcp_bridge.skills import RequiresConfirmation, Skill, Step, resolve_arguments
+from mcp_bridge.skills import RequiresApproval, RequiresConfirmation, Skill, Step, resolve_arguments
 from mcp_bridge.sources import Tool
 from mcp_bridge.tools import ToolBox
 
@@ -109,6 +113,7 @@ Outcome = Literal[
     "unavailable",
     "not_configured",
     "missing_argument",
+    "awaiting_approval",  # confirmed, and held for a second approver (rule 6); nothing called yet
 ]
 
 
@@ -206,6 +211,7 @@ class Executor:
         clock: Callable[[], float] = time.time,
         seal: Seal | None = None,
         reader: ConfirmationReader | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.skills = dict(skills)
         self.tools = tools
@@ -222,6 +228,8 @@ class Executor:
         self._seal = seal or Seal.ephemeral()
         # Questions an MCP server asks during a call (mcp_bridge.server_questions).
         self.questions = ServerQuestions(self._seal)
+        # Rule 6's store and rules; None: a call that needs a second approver is refused, unrun.
+        self.approvals = approvals
         # Rule 2's question, for an MCP tool the skill gives no constraint.
         self._unconstrained = RequiresConfirmation(
             enabled=True,
@@ -231,6 +239,8 @@ class Executor:
 
     async def aclose(self) -> None:
         await self.tools.aclose()
+        if self.approvals is not None:
+            await self.approvals.store.aclose()
 
     # -- entry points: one per Rasa action ----------------------------------------------------
 
@@ -362,6 +372,9 @@ class Executor:
         if current != pending.arguments:
             return self._reject(turn, pending, "arguments changed after the question", skill)
         self._record(turn, pending, "confirmed", None)
+        second = approvals.required(skill, pending.tool, pending.arguments)
+        if second is not None:
+            return await self._hold(skill, second, pending, turn)
         run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
         return self._decision(skill, run, slots={PENDING_SLOT: None})
 
@@ -373,6 +386,49 @@ class Executor:
         written, the audit says so, and the same call is asked again (it keeps its key)."""
         self._record(turn, pending, "expired", None)
         return await self._ask_again(skill, pending, turn, [Say(self.responses.confirmation_expired)])
+
+    async def _hold(
+        self, skill: Skill, rule: RequiresApproval, pending: PendingConfirmation, turn: Turn
+    ) -> Decision:
+        """Rule 6: the confirmed call is held for a second approver, and the requester told so."""
+        variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
+        held = None
+        if self.approvals is not None:
+            held = await self.approvals.hold(rule, pending, turn.conversation_id, turn.slots)
+        if self.approvals is None or held is None:
+            said = Say(approvals.RESPONSES.unavailable, variables)
+            return Decision("rejected", [said], _ended(skill))
+        variables |= {"approval_role": rule.role, "approval_expires_after": rule.expires_after}
+        return Decision("awaiting_approval", [Say(approvals.RESPONSES.waiting, variables)], _ended(skill))
+
+    async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
+        """Rule 6, in the requester's conversation, told a decision: an approved call runs once,
+        exactly as sealed, with the question's key; a refusal or an expiry is said once; anything else
+        (unknown, another conversation's, already run or told) says and changes nothing. The
+        conversation may have moved on since, so no slot is set."""
+        taken = await self.approvals.take(approval_id, turn.conversation_id) if self.approvals else None
+        request = taken.request if taken is not None else None
+        if taken is None or request is None or taken.kind == "nothing":
+            return Decision("nothing_pending")
+        variables = templating.variables(request.slots, request.arguments, tool=request.tool)
+        if taken.kind != "run":
+            said = approvals.RESPONSES.refused if taken.kind == "refused" else approvals.RESPONSES.expired
+            return Decision("cancelled", [Say(said, variables)])
+        assert self.approvals is not None
+        pending = request.pending_confirmation()
+        then = replace(turn, slots=request.slots)  # the conversation as the requester confirmed it
+        bound = await self._verified(pending, then) if pending is not None else None
+        if pending is None or bound is None:
+            log.warning("approval %s: the held call does not match a known call; nothing was run", request.id)
+            await self.approvals.finish(request, "rejected: does not match a known call")
+            return Decision("rejected", [Say(self.responses.confirmation_invalid)])
+        skill, _, resolved = bound
+        run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
+        try:
+            await self.approvals.finish(request, run.outcome)
+        except Exception:  # the store failed after the call: the person hears what the call did
+            log.exception("approval %s: ran (%s), but could not be marked done", request.id, run.outcome)
+        return Decision(run.outcome, list(run.say))
 
     async def _changed(
         self, skill: Skill, old: PendingConfirmation, turn: Turn, slot: str, value: str

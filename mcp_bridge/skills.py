@@ -11,6 +11,11 @@ tool_constraints:
         enabled: true
         utter_for_confirmation: utter_confirm_note
         utter_on_user_denial: utter_note_cancelled
+      # Optional: after the requester's yes, a person with this role approves (mcp_bridge/approvals.py).
+      requires_approval_from:
+        role: supervisor
+        when: {argument: text, contains_any: [refund, write-off]}   # absent: every call
+        expires_after: 30m                                          # s, m, h or d; at most 7d
 steps:
   - execute_tool: find_contact_by_email
     arguments: {email: {slot: contact_email}}
@@ -55,8 +60,50 @@ class RequiresConfirmation(_Strict):
     utter_on_user_denial: str | None = None
 
 
+# A duration like "90s", "30m", "2h" or "1d"; an approval waits at most a week.
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_APPROVAL_SECONDS = 7 * 86400
+
+
+class ApprovalCondition(_Strict):
+    """When a second approval is needed: the call's ``argument`` contains one of ``contains_any``
+    (case-insensitive substrings; no patterns, so nothing a skill author writes can run slowly)."""
+
+    argument: str
+    contains_any: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        min_length=1, max_length=100
+    )
+
+
+class RequiresApproval(_Strict):
+    """After the requester's yes, the call waits for a person with ``role`` (never the requester),
+    for at most ``expires_after``; without ``when``, every call of the tool waits."""
+
+    role: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    when: ApprovalCondition | None = None
+    expires_after: str = "30m"
+
+    @field_validator("expires_after")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise ValueError("a duration like '90s', '30m', '2h' or '1d'")
+        if int(match[1]) * _SECONDS[match[2]] > MAX_APPROVAL_SECONDS:
+            raise ValueError("at most 7 days ('7d')")
+        return value
+
+    @property
+    def seconds(self) -> int:
+        match = _DURATION.fullmatch(self.expires_after)
+        assert match is not None  # checked when read
+        return int(match[1]) * _SECONDS[match[2]]
+
+
 class ToolConstraint(_Strict):
     requires_confirmation: RequiresConfirmation | None = None
+    requires_approval_from: RequiresApproval | None = None
 
 
 class SlotArgument(_Strict):
@@ -277,6 +324,24 @@ def _check(
                 if getattr(rule, key) is None:
                     raise fail(f"{where}.requires_confirmation", f"{key!r} is required when enabled")
                 check_response(f"{where}.requires_confirmation.{key}", getattr(rule, key))
+        approval = constraint.requires_approval_from
+        if approval is not None:
+            there = f"{where}.requires_approval_from"
+            if rule is None or not rule.enabled:
+                raise fail(
+                    there,
+                    "needs requires_confirmation enabled on the same tool: the requester confirms the "
+                    "exact call before a second person approves it",
+                )
+            arguments = {
+                name for step in parsed.steps if step.execute_tool == tool for name in step.arguments
+            }
+            if approval.when is not None and approval.when.argument not in arguments:
+                known = ", ".join(sorted(arguments)) or "none"
+                raise fail(
+                    f"{there}.when.argument",
+                    f"{approval.when.argument!r} is not an argument of a step calling {tool!r} ({known})",
+                )
         constraints[tool] = constraint
 
     for index, step in enumerate(parsed.steps):

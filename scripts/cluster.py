@@ -66,6 +66,7 @@ SECRETS = {
     "postgres_password": ("", "postgres_password"),
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
+    "approvals_db_password": ("", "approvals_db_password"),
     "redis_password": ("", "redis_password"),
 }
 
@@ -110,6 +111,8 @@ class Cluster:
         # The action servers' interpreter (an action-server venv's); a (re)start uses the current one.
         self.action_python = sys.executable
         self.crm_database_url = ""
+        # Where calls held for a second approver wait: one database every action server shares.
+        self.approvals_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
         self._action_endpoints = self._rasa_endpoints_path = Path()
         self._lock = threading.Lock()
@@ -283,6 +286,7 @@ lock_store:
                 extra_env={
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
+                    "APPROVALS_DATABASE": self.approvals_database_url,
                     **(services.oauth_env(self.client, self.auth_url) if self.oauth else {}),
                 },
                 log_path=log_path,
@@ -326,6 +330,9 @@ lock_store:
                 "crm", "crm", self.secrets["crm_db_password"]
             )
             self.postgres.create_database("rasa", "rasa", self.secrets["rasa_db_password"])
+            self.approvals_database_url = self.postgres.create_database(
+                "approvals", "approvals", self.secrets["approvals_db_password"]
+            )
             self._start("redis")
             services.seed_db(database_url=self.crm_database_url)
             self._start("crm-rest")

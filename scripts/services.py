@@ -10,6 +10,7 @@ the tests (through tests/support/procs.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The example bot (its Rasa project, its actions and its CRM): its services run in this folder, as
@@ -373,6 +375,17 @@ class OAuthClient:
     scope: str = "crm.notes"
 
 
+@dataclass(frozen=True)
+class ApproverLogin:
+    """The approval page as a client of the authorization server, and the approvers who log in
+    there: ``{user: {"roles": [...], "password_hash": "scrypt$..."}}``."""
+
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+    approvers: Mapping[str, Mapping[str, Any]]
+
+
 def authorization_server(
     resource: str,
     client: OAuthClient,
@@ -380,12 +393,14 @@ def authorization_server(
     port: int | None = None,
     token_ttl: int = 600,
     jwks_file: Path | None = None,
+    login: ApproverLogin | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) oidc-provider (examples/crm_bot/auth/server.mjs) that issues `client`
     JWT access tokens for `resource` (the CRM MCP URL, their audience) lasting `token_ttl` s;
     `.url` is its issuer. `jwks_file`: a private JWKS to sign with (else a key made at start).
+    `login`: approvers log in there too, for the approval page (its client and their hashes).
     Needs `npm ci` in examples/crm_bot/auth (`make setup`)."""
     if not (AUTH_SERVER / "node_modules" / "oidc-provider").is_dir():
         raise RuntimeError(f"{AUTH_SERVER}/node_modules is missing: run `make setup` (npm ci there)")
@@ -403,6 +418,13 @@ def authorization_server(
     )
     if jwks_file is not None:
         env["AUTH_JWKS_FILE"] = str(jwks_file)
+    if login is not None:
+        env.update(
+            AUTH_LOGIN_CLIENT_ID=login.client_id,
+            AUTH_LOGIN_CLIENT_SECRET=login.client_secret,
+            AUTH_LOGIN_REDIRECT_URI=login.redirect_uri,
+            AUTH_APPROVERS=json.dumps(login.approvers),
+        )
     return ServiceProcess(
         "authorization-server",
         ["node", "server.mjs"],
@@ -654,4 +676,67 @@ def chat_page(
         url=f"{base}/",
         log_path=log_path,
         detached=detached,
+    )
+
+
+APPROVAL_PAGE = REPO_ROOT / "scripts" / "approval_page.py"
+
+
+def approval_page(
+    *,
+    rasa_url: str,
+    rasa_token: str,
+    page_key: str,
+    approvers: Path,
+    database: str,
+    audit_log: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    sweep_seconds: float | None = None,
+    oidc: tuple[str, ApproverLogin] | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) scripts/approval_page.py: second approvers decide held calls there, and the
+    requester's conversation is told through the Rasa server at `rasa_url` (its API token
+    `rasa_token`). `extra_env`: the approvers' password hashes the approvers file names. `oidc`: log
+    approvers in at this issuer instead, as this client (`port` must be the one its redirect URI
+    names). `.url` ends in /."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    args = [
+        sys.executable,
+        "-m",
+        "scripts.approval_page",
+        "--rasa-url",
+        rasa_url,
+        "--approvers",
+        str(approvers),
+    ]
+    args += ["--host", HOST, "--port", str(port)]
+    if sweep_seconds is not None:
+        args += ["--sweep-seconds", str(sweep_seconds)]
+    oidc_env = {}
+    if oidc is not None:
+        issuer, login = oidc
+        args += ["--oidc-issuer", issuer, "--public-url", base]
+        oidc_env = {"OIDC_CLIENT_ID": login.client_id, "OIDC_CLIENT_SECRET": login.client_secret}
+    env = {
+        "PYTHONPATH": str(REPO_ROOT),
+        "RASA_AUTH_TOKEN": rasa_token,
+        "APPROVAL_PAGE_KEY": page_key,
+        "APPROVALS_DATABASE": database,
+        "AUDIT_LOG": str(audit_log) if audit_log else None,
+        **oidc_env,
+        **(extra_env or {}),
+    }
+    return ServiceProcess(
+        "approval-page",
+        args,
+        env=child_env(env),
+        ready_url=f"{base}/health",
+        url=f"{base}/",
+        log_path=log_path,
+        detached=detached,
+        cwd=REPO_ROOT,
     )

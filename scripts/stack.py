@@ -3,8 +3,14 @@
     python scripts/stack.py up [--without-rasa] [--state var/run/stack.json]
     python scripts/stack.py down [--state var/run/stack.json]
 
-Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080 (override
-with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT). The chat page talks to
+Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080, the approval
+page 8081 (override with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT,
+APPROVAL_PAGE_PORT). The approval page's approvers are examples/crm_bot/approvers.yml's: each one's
+password is APPROVER_<NAME>_PASSWORD or one generated once into var/approver_<name>_password; they log
+in at the authorization server (OpenID Connect, which gets only the scrypt hashes and the roles; the
+page is its client, APPROVAL_PAGE_CLIENT_SECRET or var/approval_page_client_secret), or with
+MCP_AUTH=token on the page itself (it gets the hashes). The page's session key is APPROVAL_PAGE_KEY
+(var/approval_page_key); held calls wait in var/approvals.sqlite3 (APPROVALS_DATABASE). The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
 reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
@@ -22,6 +28,7 @@ var/log/ (STACK_VAR moves var/ elsewhere).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -85,6 +92,17 @@ def up(state: Path, with_rasa: bool) -> int:
         service.start()
         return service
 
+    approval_port = port("APPROVAL_PAGE_PORT", 8081)
+    approver_login = (
+        procs.ApproverLogin(
+            "approval-page",
+            secret("APPROVAL_PAGE_CLIENT_SECRET", "approval_page_client_secret"),
+            f"http://{procs.HOST}:{approval_port}/callback",
+            approver_accounts(),
+        )
+        if oauth
+        else None
+    )
     try:
         procs.seed_db(db)
         rest = start(
@@ -97,7 +115,10 @@ def up(state: Path, with_rasa: bool) -> int:
             auth = start(
                 _detached(
                     procs.authorization_server(
-                        f"http://{procs.HOST}:{mcp_port}/mcp", client, port=port("AUTH_PORT", 8300)
+                        f"http://{procs.HOST}:{mcp_port}/mcp",
+                        client,
+                        port=port("AUTH_PORT", 8300),
+                        login=approver_login,
                     ),
                     logs / "authorization-server.log",
                 ),
@@ -126,6 +147,7 @@ def up(state: Path, with_rasa: bool) -> int:
             mcp_oauth=oauth,
         )
         skills = Path(os.environ.get("SKILLS_DIR", REPO / "examples" / "crm_bot" / "skills"))
+        approvals_db = os.environ.get("APPROVALS_DATABASE", str(VAR / "approvals.sqlite3"))
         actions = start(
             procs.action_server(
                 endpoints=endpoints,
@@ -140,6 +162,7 @@ def up(state: Path, with_rasa: bool) -> int:
                 extra_env={
                     "ACTION_SERVER_TOKEN": action_token,
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
+                    "APPROVALS_DATABASE": approvals_db,
                     **bridge_env,
                 },
             ),
@@ -170,6 +193,22 @@ def up(state: Path, with_rasa: bool) -> int:
             ),
             "chat page",
         )
+        services["approval_page"] = start(
+            procs.approval_page(
+                rasa_url=f"http://{procs.HOST}:{rasa_port}",
+                rasa_token=access.api_token,
+                page_key=secret("APPROVAL_PAGE_KEY", "approval_page_key"),
+                approvers=APPROVERS,
+                database=approvals_db,
+                audit_log=VAR / "audit.jsonl",
+                extra_env=approver_hashes(),
+                port=approval_port,
+                oidc=(services["authorization_server"].url, approver_login) if approver_login else None,
+                log_path=logs / "approval-page.log",
+                detached=True,
+            ),
+            "approval page",
+        )
     except Exception as exc:
         for service in reversed(started):
             service.stop()
@@ -188,6 +227,10 @@ def up(state: Path, with_rasa: bool) -> int:
     for name, service in services.items():
         print(f"  {name:<14} {service.url}")
     print(f"\nopen the chat page: {services['chat_page'].url}")
+    print(
+        f"approval page: {services['approval_page'].url} (log in as sam or alice; passwords in "
+        f"{VAR}/approver_<name>_password)"
+    )
     if with_rasa:
         print(
             "the REST channel needs Authorization: Bearer <rest_token>, Rasa's HTTP API ?token=<rasa_token>; "
@@ -195,6 +238,33 @@ def up(state: Path, with_rasa: bool) -> int:
         )
     print(f"logs in {logs}; stop with `make down`")
     return 0
+
+
+APPROVERS = REPO / "examples" / "crm_bot" / "approvers.yml"
+
+
+def approver_hashes() -> dict[str, str]:
+    """APPROVER_<NAME>_PASSWORD_HASH for each approver of the example's file, from a password in the
+    environment or generated once into var/ (the page sees only the hash)."""
+    return {
+        f"APPROVER_{name.upper()}_PASSWORD_HASH": account["password_hash"]
+        for name, account in approver_accounts().items()
+    }
+
+
+@functools.cache
+def approver_accounts() -> dict[str, dict[str, Any]]:
+    """The example's approvers (their roles from approvers.yml) with a scrypt hash of each one's
+    password: APPROVER_<NAME>_PASSWORD, or one generated once into var/approver_<name>_password."""
+    import yaml
+
+    from scripts.approval_page import hash_password
+
+    accounts = {}
+    for name, entry in yaml.safe_load(APPROVERS.read_text())["approvers"].items():
+        password = secret(f"APPROVER_{name.upper()}_PASSWORD", f"approver_{name}_password")
+        accounts[name] = {"roles": list(entry["roles"]), "password_hash": hash_password(password)}
+    return accounts
 
 
 def _detached(service: procs.ServiceProcess, log_path: Path) -> procs.ServiceProcess:

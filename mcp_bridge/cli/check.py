@@ -38,7 +38,14 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PLUGIN_ACTIONS, PLUGIN_INTENTS
+from mcp_bridge.contract import (
+    APPROVAL_ACTION,
+    APPROVAL_INTENT,
+    ELICITATION_SLOT,
+    PENDING_SLOT,
+    PLUGIN_ACTIONS,
+    PLUGIN_INTENTS,
+)
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
 from mcp_bridge.runtime import ServerDescription
@@ -117,8 +124,40 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
     missing = [f"action {name}" for name in PLUGIN_ACTIONS if name not in actions]
     missing += [f"slot {slot}" for slot in (PENDING_SLOT, ELICITATION_SLOT) if slot not in slots]
     missing += [f"intent {name}" for name in PLUGIN_INTENTS if name not in intents]
+    approving = [
+        s.path.name for s in skills.values() if any(c.requires_approval_from for c in s.constraints.values())
+    ]
+    if approving:
+        _check_text_mappings(domain)
+        needed = [f"action {APPROVAL_ACTION}"] if APPROVAL_ACTION not in actions else []
+        needed += [f"intent {APPROVAL_INTENT}"] if APPROVAL_INTENT not in intents else []
+        missing += [f"{need} (for requires_approval_from in {', '.join(approving)})" for need in needed]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
+
+
+def _check_text_mappings(domain: str) -> None:
+    """A second approver's decision arrives as a message of its own (text ``EXTERNAL: approval_decided``),
+    maybe while a form asks for text: every ``from_text`` slot mapping must leave it alone."""
+    for file, document in domain_documents(domain):
+        slots = document.get("slots")
+        for slot, spec in slots.items() if isinstance(slots, dict) else []:
+            mappings = spec.get("mappings") if isinstance(spec, dict) else None
+            for index, mapping in enumerate(mappings if isinstance(mappings, list) else []):
+                if not isinstance(mapping, dict) or mapping.get("type") != "from_text":
+                    continue
+                excluded, only = (_listed(mapping.get(key)) for key in ("not_intent", "intent"))
+                if APPROVAL_INTENT not in excluded and (not only or APPROVAL_INTENT in only):
+                    raise ConfigError(
+                        f"{file}: slots.{slot}.mappings[{index}]: a from_text mapping would take a second "
+                        f"approver's decision (intent {APPROVAL_INTENT}) as the slot's text; add "
+                        f"`not_intent: [{APPROVAL_INTENT}]`"
+                    )
+
+
+def _listed(value: Any) -> set[str]:
+    """A mapping's ``intent`` / ``not_intent``: one name or a list of names."""
+    return {value} if isinstance(value, str) else _names(value)
 
 
 def _names(value: Any) -> set[str]:

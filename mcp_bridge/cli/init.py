@@ -6,7 +6,9 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
   slot, ``action_confirm_tool``/``action_deny_tool``, the executor's responses) and every skill
   file's ``action:``: into ``domain.yml``, or as ``domain/mcp_bridge.yml`` when the bot keeps its
   domain in a directory;
-* the confirmation loop's rule (``data/mcp_bridge.yml``), unless the bot has that rule already;
+* the confirmation loop's rule and the second approver's (``data/mcp_bridge.yml``), unless the bot
+  has the loop's rule already; then only the second approver's, if missing
+  (``data/mcp_bridge_approvals.yml``);
 * examples for ``affirm``/``deny`` (``data/mcp_bridge_nlu.yml``), only for an intent without any;
 * ``mcp_servers:`` (and an ``action_endpoint:`` if there is none) in ``endpoints.yml``;
 * a sample skill, ``skills/save_reminder.yml.example``, when ``skills/`` holds no skill yet (the
@@ -36,6 +38,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from mcp_bridge.approvals import RESPONSES
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.cli.yaml_splice import (
     Splice,
@@ -47,6 +50,8 @@ from mcp_bridge.cli.yaml_splice import (
     top_level,
 )
 from mcp_bridge.contract import (
+    APPROVAL_ACTION,
+    APPROVAL_INTENT,
     BUTTON_PAYLOADS,
     CONFIRMATION_LOOP,
     PENDING_SLOT,
@@ -59,6 +64,7 @@ from mcp_bridge.skills import ACTION_NAME
 DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
 NLU_FILE = Path("data") / "mcp_bridge_nlu.yml"
+APPROVAL_RULE_FILE = Path("data") / "mcp_bridge_approvals.yml"
 SAMPLE_SKILL = Path("skills") / "save_reminder.yml.example"
 _SECTIONS = ("intents", "slots", "actions", "responses")
 _LIST_SECTIONS = ("intents", "actions")
@@ -230,8 +236,9 @@ def plan(bot: Path, domain: Path | None = None) -> Plan:
         raise ConfigError(f"{bot}: no such folder")
     result = Plan(bot)
     problems: list[str] = []
-    _plan_domain(bot, domain_location(bot, domain), result, problems)
-    _plan_data(bot, result, problems)
+    approving = approving_skills(bot / "skills")
+    _plan_domain(bot, domain_location(bot, domain), result, problems, approving)
+    _plan_data(bot, result, problems, approving)
     _plan_endpoints(bot, result, problems)
     skills = bot / "skills"
     has_skills = bool([*skills.glob("*.yml"), *skills.glob("*.yaml")])
@@ -255,7 +262,31 @@ def _read_domain(location: Path) -> list[_DomainFile]:
     return documents
 
 
-def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str]) -> None:
+def approving_skills(skills_dir: Path) -> bool:
+    """Some skill file of ``skills_dir`` has ``requires_approval_from`` (a second approver): the bot
+    then needs the approval pieces of the fragments, and only then gets them."""
+    for path in sorted([*skills_dir.glob("*.yml"), *skills_dir.glob("*.yaml")]):
+        try:
+            document = load(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError, ConfigError):
+            continue
+        entries = document.get("tool_constraints") if isinstance(document, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            for constraint in entry.values() if isinstance(entry, dict) else []:
+                if isinstance(constraint, dict) and constraint.get("requires_approval_from"):
+                    return True
+    return False
+
+
+# The fragments' pieces for a second approver, added only for a bot whose skills use one.
+_APPROVAL_PIECES = {
+    "intents": {APPROVAL_INTENT},
+    "actions": {APPROVAL_ACTION},
+    "responses": RESPONSES.names(),
+}
+
+
+def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str], approving: bool) -> None:
     fragment = Fragment.read("domain.yml", _SECTIONS, entry_name)
     files = _read_domain(location)
     defined: dict[str, set[str]] = {section: set() for section in (*_SECTIONS, "entities", "forms")}
@@ -264,7 +295,14 @@ def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str]) -
             defined[section] |= set(_names(file.values.get(section)))
         problems.extend(_domain_clashes(file, fragment))
 
-    wanted: dict[str, dict[str, str]] = {section: dict(fragment.blocks[section]) for section in _SECTIONS}
+    wanted: dict[str, dict[str, str]] = {
+        section: {
+            name: block
+            for name, block in fragment.blocks[section].items()
+            if approving or name not in _APPROVAL_PIECES.get(section, set())
+        }
+        for section in _SECTIONS
+    }
     for path, action in skill_actions(bot / "skills"):
         wanted["actions"].setdefault(action, f"- {action}  # the skill in skills/{path.name}\n")
     missing = {
@@ -368,10 +406,10 @@ def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:
     return problems
 
 
-def _plan_data(bot: Path, result: Plan, problems: list[str]) -> None:
+def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) -> None:
     data = bot / "data"
     with_examples: set[str] = set()
-    has_rule = False
+    has_rule = has_approval_rule = False
     for path in _yaml_files(data):
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
@@ -384,6 +422,9 @@ def _plan_data(bot: Path, result: Plan, problems: list[str]) -> None:
             if isinstance(item, dict) and item.get("intent") in PLUGIN_INTENTS and item.get("examples"):
                 with_examples.add(str(item["intent"]))
         has_rule = has_rule or any(_is_loop_rule(rule) for rule in document.get("rules") or [])
+        has_approval_rule = has_approval_rule or any(
+            _is_approval_rule(rule) for rule in document.get("rules") or []
+        )
 
     if not has_rule:
         if (bot / RULE_FILE).exists():
@@ -392,8 +433,19 @@ def _plan_data(bot: Path, result: Plan, problems: list[str]) -> None:
                 f"move the file away and run init again"
             )
         else:
-            result.files[bot / RULE_FILE] = fragment_text("rules.yml")
+            text = fragment_text("rules.yml")
+            if not approving:
+                text = text[: text.index(_APPROVAL_RULE_COMMENT)].rstrip("\n") + "\n"
+            result.files[bot / RULE_FILE] = text
             result.added.append(f"{RULE_FILE}: the rule for the confirmation loop")
+            if approving:
+                result.added.append(f"{RULE_FILE}: the rule for a second approver's decision")
+    elif approving and not has_approval_rule and not (bot / APPROVAL_RULE_FILE).exists():
+        # A bot initialised before second approvers: their rule alone, as the fragment has it.
+        text = fragment_text("rules.yml")
+        rule = text[text.index(_APPROVAL_RULE_COMMENT) :]
+        result.files[bot / APPROVAL_RULE_FILE] = f'version: "3.1"\n\nrules:\n{rule}'
+        result.added.append(f"{APPROVAL_RULE_FILE}: the rule for a second approver's decision")
 
     lacking = [intent for intent in PLUGIN_INTENTS if intent not in with_examples]
     if lacking:
@@ -405,6 +457,14 @@ def _plan_data(bot: Path, result: Plan, problems: list[str]) -> None:
         splice.add_list_items("nlu", [nlu.blocks["nlu"][intent] for intent in lacking])
         result.files[bot / NLU_FILE] = splice.result()
         result.added.append(f"{NLU_FILE}: examples for {', '.join(lacking)}")
+
+
+_APPROVAL_RULE_COMMENT = "  # A second approver decided"
+
+
+def _is_approval_rule(rule: Any) -> bool:
+    steps = rule.get("steps") if isinstance(rule, dict) else None
+    return isinstance(steps, list) and steps[:2] == [{"intent": APPROVAL_INTENT}, {"action": APPROVAL_ACTION}]
 
 
 def _is_loop_rule(rule: Any) -> bool:

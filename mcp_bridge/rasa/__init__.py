@@ -6,7 +6,8 @@ import mcp_bridge.rasa  # noqa: F401
 ```
 
 rasa_sdk (``python -m rasa_sdk --actions actions``, which ``rasa run actions`` runs) then serves
-``action_confirm_tool`` (the confirmation loop), ``action_deny_tool`` and one action per skill file
+``action_confirm_tool`` (the confirmation loop), ``action_deny_tool``, ``action_approval_decided`` (a
+second approver's decision, :mod:`mcp_bridge.approvals`) and one action per skill file
 in ``SKILLS_DIR`` (the file's ``action:``). Its start-up checks, the token check on ``/webhook`` and a
 loopback default address come through rasa_sdk's plugin hook (:mod:`mcp_bridge.rasa.server`), which
 this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plugins`` package.
@@ -22,7 +23,14 @@ import os
 
 from mcp_bridge.contract import CONFIRMATION_LOOP
 from mcp_bridge.rasa import server
-from mcp_bridge.rasa.actions import ConfirmTool, DenyTool, ExecutorAction, SkillAction, serve_skills
+from mcp_bridge.rasa.actions import (
+    ApprovalDecided,
+    ConfirmTool,
+    DenyTool,
+    ExecutorAction,
+    SkillAction,
+    serve_skills,
+)
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import build_executor, executor
 
@@ -31,6 +39,7 @@ serve_skills(os.environ.get("SKILLS_DIR", "skills"))
 
 __all__ = [
     "CONFIRMATION_LOOP",
+    "ApprovalDecided",
     "ConfirmTool",
     "DenyTool",
     "ExecutorAction",

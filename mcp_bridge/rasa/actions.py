@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,14 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.contract import CONFIRMATION_LOOP, DENY_ACTION, PENDING_SLOT
+from mcp_bridge.contract import (
+    APPROVAL_ACTION,
+    APPROVAL_ENTITY,
+    APPROVAL_INTENT,
+    CONFIRMATION_LOOP,
+    DENY_ACTION,
+    PENDING_SLOT,
+)
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import Decision, Turn
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
@@ -46,9 +55,13 @@ class ExecutorAction(Action, ABC):
     async def run(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> list[dict[str, Any]]:
-        turn = turn_from_tracker(tracker)
+        return await self.respond(turn_from_tracker(tracker), self.decide, dispatcher)
+
+    async def respond(
+        self, turn: Turn, decide: Callable[[Turn], Awaitable[Decision]], dispatcher: CollectingDispatcher
+    ) -> list[dict[str, Any]]:
         try:
-            decision = await self.decide(turn)
+            decision = await decide(turn)
         except Exception:
             log.exception(
                 "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id
@@ -64,6 +77,10 @@ class ConfirmTool(ExecutorAction):
     action_name = CONFIRMATION_LOOP
 
     async def decide(self, turn: Turn) -> Decision:
+        if turn.new_message and turn.intent == APPROVAL_INTENT:
+            # A second approver's decision (Rasa's API), not the person's answer: handed back, so the
+            # rule runs action_approval_decided; the question is asked again afterwards.
+            return Decision("handed_back")
         return await executor().answer(turn)
 
 
@@ -74,6 +91,38 @@ class DenyTool(ExecutorAction):
 
     async def decide(self, turn: Turn) -> Decision:
         return await executor().deny(turn)
+
+
+class ApprovalDecided(ExecutorAction):
+    """A second approver decided (Rasa's API triggered ``approval_decided`` with the request's id):
+    an approved call runs once, a refusal or an expiry is said (:mod:`mcp_bridge.approvals`)."""
+
+    action_name = APPROVAL_ACTION
+
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[dict[str, Any]]:
+        latest = tracker.latest_message or {}
+        intent = (latest.get("intent") or {}).get("name")
+        found = [
+            e.get("value")
+            for e in latest.get("entities") or []
+            if isinstance(e, dict) and e.get("entity") == APPROVAL_ENTITY
+        ]
+        approval_id = found[0] if intent == APPROVAL_INTENT and len(found) == 1 else None
+        if not isinstance(approval_id, str) or not _APPROVAL_ID.fullmatch(approval_id):
+            return []  # not a decision the approval page sent: nothing to do, nothing said
+
+        async def decide(turn: Turn) -> Decision:
+            return await executor().approval_decided(turn, approval_id)
+
+        return await self.respond(turn_from_tracker(tracker), decide, dispatcher)
+
+    async def decide(self, turn: Turn) -> Decision:
+        return Decision("nothing_pending")  # run() decides, with the request's id
+
+
+_APPROVAL_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class SkillAction(ExecutorAction, ABC):

@@ -4,7 +4,9 @@ ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain 
 AUDIT_LOG (var/audit.jsonl), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
 confirmations; give every replica the same value, or a question asked before a restart cannot be
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
-MESSAGE_MAX_CHARS (5000: a longer message is refused unread).
+MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
+second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
+when a skill has ``requires_approval_from``).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
 Everything is checked here, so the action server refuses to start on a bad file, naming the file,
@@ -20,7 +22,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from mcp_bridge import elicitation, metrics
+from mcp_bridge import approvals, elicitation, metrics
+from mcp_bridge.approval_store import open_store
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.confirmation import declared
@@ -89,6 +92,15 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     )
     seal = confirmation_seal(env)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
+    held = None
+    if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
+        missing = sorted(approvals.RESPONSES.names() - known_responses)
+        if missing:
+            raise ConfigError(
+                f"{domain}: a skill requires a second approver, and these responses are missing: "
+                f"{', '.join(missing)} (`mcp-bridge init` adds them)"
+            )
+        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
     built = Executor(
         skills,
         ToolBox(local, MCPRuntime(servers), audit=audit),  # every call is an entry too
@@ -97,6 +109,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         audit=audit,
         seal=seal,
         reader=reader,
+        approvals=held,
     )
     for skill in skills.values():
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())

@@ -35,7 +35,15 @@ def alive(pid: int) -> bool:
 
 
 def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
-    names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT", "AUTH_PORT")
+    names = (
+        "CRM_PORT",
+        "MCP_PORT",
+        "ACTION_SERVER_PORT",
+        "CHAT_PAGE_PORT",
+        "RASA_PORT",
+        "AUTH_PORT",
+        "APPROVAL_PAGE_PORT",
+    )
     ports = {name: procs.free_port() for name in names}
     started = stack("up", tmp_path, ports)
     state = tmp_path / "run" / "stack.json"
@@ -43,12 +51,20 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
         assert started.returncode == 0, started.stdout + started.stderr
         recorded = json.loads(state.read_text())
         services = {name: info for name, info in recorded.items() if isinstance(info, dict)}
-        assert set(services) == {"crm_rest", "authorization_server", "crm_mcp", "action_server", "chat_page"}
+        assert set(services) == {
+            "crm_rest",
+            "authorization_server",
+            "crm_mcp",
+            "action_server",
+            "chat_page",
+            "approval_page",
+        }
         # The tokens a client of the stack needs, in a file that was never readable by others.
         assert state.stat().st_mode & 0o777 == 0o600
         assert recorded["rest_token"] == (tmp_path / "rest_channel_token").read_text().strip()
         assert recorded["rasa_token"] == (tmp_path / "rasa_auth_token").read_text().strip()
-        for secret in ("rest_channel_token", "rasa_auth_token", "chat_jwt_key", "crm_oauth_client_secret"):
+        secrets = ("rest_channel_token", "rasa_auth_token", "chat_jwt_key", "crm_oauth_client_secret")
+        for secret in (*secrets, "approval_page_key", "approver_sam_password"):
             assert (tmp_path / secret).stat().st_mode & 0o777 == 0o600
             assert (tmp_path / secret).read_text().strip() not in started.stdout + started.stderr
         expected_ports = {
@@ -57,6 +73,7 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
             "authorization_server": "AUTH_PORT",
             "action_server": "ACTION_SERVER_PORT",
             "chat_page": "CHAT_PAGE_PORT",
+            "approval_page": "APPROVAL_PAGE_PORT",
         }
         for name, variable in expected_ports.items():
             assert f"127.0.0.1:{ports[variable]}" in services[name]["url"]
@@ -68,6 +85,9 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
             assert b'id="composer"' in response.read()
         with urllib.request.urlopen(services["chat_page"]["url"] + "config.json") as response:
             assert json.loads(response.read())["socketUrl"] == f"http://127.0.0.1:{ports['RASA_PORT']}"
+        # The approval page is served; its API wants a login.
+        with urllib.request.urlopen(services["approval_page"]["url"]) as response:
+            assert b'id="login"' in response.read()
         # The generated endpoints carry the action server token, so Rasa would be let in: in a header,
         # never in the URL (where it would end up in logs), and in a file only its owner can read.
         generated = tmp_path / "run" / "endpoints.yml"

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from mcp_bridge import approvals
 from tests.support import procs
 from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
 
@@ -143,6 +145,17 @@ def _bad_skill_yaml(bot: Path) -> None:
     edit(bot / "skills" / "save_reminder.yml", "reset_slots: [reminder_text]", "reset_slots: [reminder_text")
 
 
+_APPROVAL = (
+    "        utter_on_user_denial: utter_reminder_cancelled\n"
+    "      requires_approval_from:\n        role: supervisor\n        expires_after: 10m\n"
+)
+
+
+def _second_approver_without_its_pieces(bot: Path) -> None:
+    denial = "        utter_on_user_denial: utter_reminder_cancelled\n"
+    edit(bot / "skills" / "save_reminder.yml", denial, _APPROVAL)
+
+
 MISTAKES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "unknown tool": (
         _unknown_tool,
@@ -185,7 +198,39 @@ MISTAKES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["actions: importing it failed: ModuleNotFoundError: No module named 'reminders_client'"],
     ),
     "skill file that is not YAML": (_bad_skill_yaml, ["skills/save_reminder.yml: not valid YAML"]),
+    "second approver without its pieces in the domain": (
+        _second_approver_without_its_pieces,
+        ["domain.yml: a skill requires a second approver, and these responses are missing: utter_approval_"],
+    ),
 }
+
+
+def test_init_gives_a_second_approver_its_pieces_and_check_wants_them(bot: Path) -> None:
+    """A bot initialised before it used a second approver: init adds the intent, the action, the
+    responses and the rule (in a file of its own); check then passes, and names a missing action."""
+    _second_approver_without_its_pieces(bot)
+    assert mcp_bridge("init", cwd=bot).returncode == 0
+    domain = yaml.safe_load((bot / "domain.yml").read_text())
+    assert "approval_decided" in domain["intents"] and "action_approval_decided" in domain["actions"]
+    assert approvals.RESPONSES.names() <= set(domain["responses"])
+    rules = yaml.safe_load((bot / "data" / "mcp_bridge_approvals.yml").read_text())["rules"]
+    assert rules[0]["steps"] == [{"intent": "approval_decided"}, {"action": "action_approval_decided"}]
+    code, output = check(bot)
+    assert code == 0, output
+    # A from_text mapping for every intent would take the decision's message as its text.
+    edit(bot / "domain.yml", "        intent: save_reminder\n", "")
+    code, output = check(bot)
+    assert code == 1 and "slots.reminder_text.mappings[0]: a from_text mapping would take" in output
+    edit(
+        bot / "domain.yml",
+        "      - type: from_text\n",
+        "      - type: from_text\n        not_intent: approval_decided\n",
+    )
+    assert check(bot)[0] == 0
+    edit(bot / "domain.yml", "  - action_approval_decided\n", "")
+    code, output = check(bot)
+    needs = "needs action action_approval_decided (for requires_approval_from in save_reminder.yml)"
+    assert code == 1 and needs in output
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))

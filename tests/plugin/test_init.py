@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mcp_bridge import approvals
 from mcp_bridge.cli.init import fragment_text
 from tests.support.bots import (
     DATA_BLOCK,
@@ -28,7 +29,16 @@ from tests.support.bots import (
 )
 from tests.support.procs import RASA, child_env
 
-FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
+ALL_OF_FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
+# What a bot without a second approver gets: the fragment without the approval pieces.
+FRAGMENT = {
+    **ALL_OF_FRAGMENT,
+    "responses": {
+        name: value
+        for name, value in ALL_OF_FRAGMENT["responses"].items()
+        if name not in approvals.RESPONSES.names()
+    },
+}
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -384,3 +394,26 @@ def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) 
     assert unused == expected_unused_responses()
     assert len(unused) == 20  # what the guide's step 8 says
     assert other == [], other
+
+
+def test_a_bot_whose_skill_has_a_second_approver_gets_its_pieces_at_the_first_init(bot: Path) -> None:
+    skills = bot / "skills"
+    skills.mkdir(exist_ok=True)
+    skill = fragment_text("skill.yml").replace(
+        "        utter_on_user_denial: utter_reminder_cancelled\n",
+        "        utter_on_user_denial: utter_reminder_cancelled\n"
+        "      requires_approval_from: {role: supervisor, expires_after: 1h}\n",
+    )
+    assert "requires_approval_from" in skill
+    (skills / "save_reminder.yml").write_text(skill)
+    result = init(bot)
+    assert result.returncode == 0, result.stderr
+    domain = yaml.safe_load((bot / "domain.yml").read_text())
+    assert "approval_decided" in domain["intents"] and "action_approval_decided" in domain["actions"]
+    assert approvals.RESPONSES.names() <= set(domain["responses"])
+    rules = yaml.safe_load((bot / "data" / "mcp_bridge.yml").read_text())["rules"]
+    assert [step for rule in rules for step in rule["steps"] if "intent" in step] == [
+        {"intent": "approval_decided"}
+    ]
+    assert not (bot / "data" / "mcp_bridge_approvals.yml").exists()
+    assert "nothing to change" in init(bot).stdout

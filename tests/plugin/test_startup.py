@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mcp_bridge import approvals
 from mcp_bridge.cli.init import fragment_text
 from mcp_bridge.contract import (
+    APPROVAL_ACTION,
+    APPROVAL_INTENT,
     BUTTON_PAYLOADS,
     ELICITATION_SLOT,
     PENDING_SLOT,
@@ -70,8 +73,10 @@ def test_the_skill_directory_is_read_once_and_the_actions_served_are_the_skills_
 
 def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     domain = yaml.safe_load(fragment_text("domain.yml"))
-    assert tuple(domain["intents"]) == PLUGIN_INTENTS
-    assert tuple(domain["actions"]) == PLUGIN_ACTIONS
+    assert tuple(domain["intents"]) == (*PLUGIN_INTENTS, APPROVAL_INTENT)
+    assert tuple(domain["actions"]) == (*PLUGIN_ACTIONS, APPROVAL_ACTION)
+    # A second approver's responses, which the executor says (added only for a skill that uses one).
+    assert approvals.RESPONSES.names() <= set(domain["responses"])
     assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT]
     question = domain["responses"]["utter_confirm_tool_call"][0]
     assert {button["payload"] for button in question["buttons"]} == BUTTON_PAYLOADS

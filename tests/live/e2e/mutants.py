@@ -23,9 +23,13 @@ def confirmation_switched_off(target: Path, source: str) -> Path:
     path = skills / "log_interaction.yml"
     text = path.read_text()
     mutated = text.replace("        enabled: true\n", "        enabled: false\n", 1)
-    constraint = yaml.safe_load(mutated)["tool_constraints"][0]["add_timeline_note"]
+    document = yaml.safe_load(mutated)
+    constraint = document["tool_constraints"][0]["add_timeline_note"]
     if mutated == text or constraint["requires_confirmation"]["enabled"] is not False:
         raise RuntimeError(f"{path}: could not switch the confirmation off; has the skill file changed?")
+    if constraint.pop("requires_approval_from", None) is not None:
+        # A second approver needs the confirmation (the skill would be refused): off with it.
+        mutated = yaml.safe_dump(document, sort_keys=False)
     path.write_text(mutated)
     return skills
 

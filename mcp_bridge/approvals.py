@@ -1,0 +1,347 @@
+"""A second approver: calls a skill holds, after the requester's yes, until a person with a role decides.
+
+A constraint ``requires_approval_from: {role: supervisor, when: ..., expires_after: 30m}`` next to
+``requires_confirmation`` (:mod:`mcp_bridge.skills`) makes the requester's yes insufficient. The
+rules, in order of importance:
+
+1. A confirmed call that needs an approval (:func:`required`) never runs in the turn that confirms
+   it: it is recorded as an :class:`ApprovalRequest` (the exact call, the question's idempotency key,
+   who asked, the conversation, the sealed question, the expiry) in a store every replica shares
+   (:mod:`mcp_bridge.approval_store`), and the requester is told it waits. A requester the channel
+   does not name cannot ask for an approval: nothing is held, nothing runs.
+2. Only a person with the request's role decides it, and never its requester (:func:`same_person`:
+   the names compared without their channel prefix). Such an attempt is refused and audited.
+3. A request is decided once: the store's update is conditional on it still pending and unexpired,
+   so two approvers (on two replicas) at the same moment get one decision. A request not decided
+   within its expiry is refused (``expired``) and nothing of it ever runs.
+4. An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
+   with one conditional update, in the request's own conversation only, and calls the tool with the
+   question's idempotency key. A refused or expired request is told to its requester once.
+
+Every step is an audit entry (``decision``: ``approval_requested``, ``approved``, ``approval_refused``,
+``approval_expired``, ``approval_not_allowed``), with who decided (``decided_by``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.sealing import PendingConfirmation
+from mcp_bridge.skills import RequiresApproval, Skill
+
+__all__ = [
+    "RESPONSES",
+    "ApprovalRequest",
+    "ApprovalResponses",
+    "ApprovalStore",
+    "Approvals",
+    "Approver",
+    "Decided",
+    "Taken",
+    "required",
+    "same_person",
+]
+
+
+@dataclass(frozen=True)
+class ApprovalResponses:
+    """Responses said about approvals; a domain with a skill that requires one defines them
+    (`mcp-bridge init` adds them). Variables: the call's (``arg_...``, slots), and for ``waiting``
+    ``approval_role`` and ``approval_expires_after``."""
+
+    # The requester confirmed; the call waits for a person with the role.
+    waiting: str = "utter_awaiting_approval"
+    # Refused by the approver; nothing was written.
+    refused: str = "utter_approval_refused"
+    # Not decided (or not run) in time; nothing was written.
+    expired: str = "utter_approval_expired"
+    # An approval cannot be asked for here (the channel names nobody, or no store); nothing written.
+    unavailable: str = "utter_approval_unavailable"
+
+    def names(self) -> set[str]:
+        return {self.waiting, self.refused, self.expired, self.unavailable}
+
+
+RESPONSES = ApprovalResponses()
+
+Status = Literal["pending", "approved", "refused", "expired", "running", "done"]
+# Slots kept with a request, for the responses said when it runs (a note's contact name, say).
+MAX_SLOT_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """One held call, as the store keeps it."""
+
+    id: str
+    conversation_id: str
+    # Who confirmed the call, as the channel named them ("socketio:alice", "rest:alice").
+    requester: str
+    role: str
+    skill: str
+    tool: str
+    arguments: dict[str, Any]
+    # The idempotency key the call carries when it runs: the question's.
+    key: str
+    # The sealed question the requester confirmed (PendingConfirmation.to_slot()).
+    question: dict[str, Any]
+    # The conversation's slots when it was confirmed (for the responses said when it runs).
+    slots: dict[str, Any]
+    created_at: float
+    expires_at: float
+    status: Status = "pending"
+    decided_by: str | None = None
+    decided_at: float | None = None
+    # The requester's conversation has been told the outcome.
+    told: bool = False
+    result: str | None = None
+
+    @property
+    def requester_name(self) -> str:
+        return person(self.requester)
+
+    def pending_confirmation(self) -> PendingConfirmation | None:
+        return PendingConfirmation.from_slot(self.question)
+
+
+class ApprovalStore(Protocol):
+    """Where requests live, shared by every replica; every change is one conditional update."""
+
+    async def add(self, request: ApprovalRequest) -> None: ...
+
+    async def get(self, request_id: str) -> ApprovalRequest | None: ...
+
+    async def pending(self, roles: Collection[str], now: float) -> list[ApprovalRequest]:
+        """Undecided, unexpired requests for any of ``roles``, oldest first."""
+        ...
+
+    async def decide(self, request_id: str, status: Status, by: str, now: float) -> bool:
+        """pending -> ``status`` (approved/refused), if still pending, unexpired at ``now`` and
+        ``by`` is not the requester's name; True when this call made the change."""
+        ...
+
+    async def expire_due(self, now: float) -> list[ApprovalRequest]:
+        """pending -> expired for every request whose expiry has passed; the requests it changed."""
+        ...
+
+    async def untold(self, now: float, retry_after: float) -> list[ApprovalRequest]:
+        """Decided requests whose conversation has not been told, and not tried in ``retry_after``
+        seconds (marked tried now)."""
+        ...
+
+    async def take(self, request_id: str, conversation_id: str, now: float) -> ApprovalRequest | None:
+        """For the action in ``conversation_id``, one of, as one conditional update each: approved and
+        unexpired -> running; approved and expired -> expired and told; refused or expired -> told.
+        The request as this call left it, or None when there is nothing (left) to do."""
+        ...
+
+    async def finish(self, request_id: str, result: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Approver:
+    """A person logged in to the approval page: their name and roles (from the deployment)."""
+
+    user: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+
+DecidedKind = Literal["approved", "refused", "own_request", "not_allowed", "already_decided", "unknown"]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What an approver's decision came to; only ``approved`` and ``refused`` changed anything."""
+
+    kind: DecidedKind
+    request: ApprovalRequest | None = None
+
+
+TakenKind = Literal["run", "refused", "expired", "nothing"]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What the requester's conversation does with a decided request: run it, tell a refusal or an
+    expiry, or nothing (unknown, another conversation's, or already run or told)."""
+
+    kind: TakenKind
+    request: ApprovalRequest | None = None
+
+
+def person(user: str) -> str:
+    """The person a channel name names: ``rest:alice`` and ``socketio:alice`` are both ``alice``."""
+    return user.split(":", 1)[1] if ":" in user else user
+
+
+def same_person(requester: str, approver: str) -> bool:
+    """Conservatively the same person: equal names once the channel prefix is taken off, ignoring case."""
+    return person(requester).casefold() == person(approver).casefold()
+
+
+def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresApproval | None:
+    """The approval a confirmed call of ``tool`` with ``arguments`` needs (rule 1), or None."""
+    constraint = skill.constraints.get(tool)
+    rule = constraint.requires_approval_from if constraint is not None else None
+    if rule is None:
+        return None
+    if rule.when is None:
+        return rule
+    value = arguments.get(rule.when.argument)
+    # A value that is not text (or missing) is shown as JSON would show it: a rule on it still applies.
+    text = value if isinstance(value, str) else str(value)
+    folded = text.casefold()
+    return rule if any(word.casefold() in folded for word in rule.when.contains_any) else None
+
+
+class Approvals:
+    """The rules above, over a store and the audit trail."""
+
+    def __init__(
+        self, store: ApprovalStore, audit: AuditLog | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self._audit = audit or AuditLog(None)
+        self._clock = clock
+
+    async def hold(
+        self,
+        rule: RequiresApproval,
+        pending: PendingConfirmation,
+        conversation_id: str,
+        slots: Mapping[str, Any],
+    ) -> ApprovalRequest | None:
+        """Rule 1: record the confirmed call ``pending`` as a request; None when the requester is
+        not named (nothing is held; the caller says so and nothing runs)."""
+        if pending.user is None:
+            self._record(conversation_id, pending, "approval_not_allowed", "the requester is not named")
+            return None
+        now = self._clock()
+        request = ApprovalRequest(
+            id=uuid.uuid4().hex,
+            conversation_id=conversation_id,
+            requester=pending.user,
+            role=rule.role,
+            skill=pending.skill,
+            tool=pending.tool,
+            arguments=dict(pending.arguments),
+            key=pending.key,
+            question=pending.to_slot(),
+            slots=_kept(slots),
+            created_at=now,
+            expires_at=now + rule.seconds,
+        )
+        await self.store.add(request)
+        self._record(
+            conversation_id, pending, "approval_requested", None, approval=request.id, role=rule.role
+        )
+        return request
+
+    async def pending(self, approver: Approver) -> list[ApprovalRequest]:
+        """What ``approver`` may decide: their roles' pending requests, not their own."""
+        requests = await self.store.pending(approver.roles, self._clock())
+        return [r for r in requests if not same_person(r.requester, approver.user)]
+
+    async def decide(self, request_id: str, approver: Approver, approve: bool) -> Decided:
+        """Rules 2 and 3: the approver's decision, once."""
+        request = await self.store.get(request_id)
+        if request is None:
+            return Decided("unknown")
+        if request.role not in approver.roles:
+            self._note(request, "approval_not_allowed", f"lacks the role {request.role}", approver)
+            return Decided("not_allowed", request)
+        if same_person(request.requester, approver.user):
+            self._note(
+                request, "approval_not_allowed", "the requester cannot approve their own request", approver
+            )
+            return Decided("own_request", request)
+        now = self._clock()
+        status: Status = "approved" if approve else "refused"
+        if not await self.store.decide(request.id, status, person(approver.user), now):
+            current = await self.store.get(request.id)
+            return Decided("already_decided", current)
+        decided = replace(request, status=status, decided_by=approver.user, decided_at=now)
+        self._note(decided, "approved" if approve else "approval_refused", None, approver)
+        return Decided("approved" if approve else "refused", decided)
+
+    async def expire_due(self) -> list[ApprovalRequest]:
+        """Rule 3: refuse every request whose expiry has passed undecided."""
+        expired = await self.store.expire_due(self._clock())
+        for request in expired:
+            self._note(request, "approval_expired", "not decided in time", None)
+        return expired
+
+    async def take(self, request_id: str, conversation_id: str) -> Taken:
+        """Rule 4: what the requester's conversation is to do with a decided request, once."""
+        request = await self.store.take(request_id, conversation_id, self._clock())
+        if request is None:
+            return Taken("nothing")
+        if request.status == "running":
+            return Taken("run", request)
+        if request.status == "expired" and request.decided_by is not None:
+            # Approved, but not run before it expired: it never runs now.
+            self._note(request, "approval_expired", "approved but not run before it expired", None)
+        if request.status in ("refused", "expired"):
+            return Taken(request.status, request)
+        return Taken("nothing", request)
+
+    async def finish(self, request: ApprovalRequest, result: str) -> None:
+        await self.store.finish(request.id, result)
+
+    def _note(self, request: ApprovalRequest, decision: str, result: str | None, by: Approver | None) -> None:
+        pending = request.pending_confirmation()
+        self._audit.record(
+            conversation=request.conversation_id,
+            user=request.requester,
+            skill=request.skill,
+            tool=request.tool,
+            source=pending.source if pending else None,
+            confirmation=pending.id if pending else None,
+            digest=pending.digest if pending else None,
+            approval=request.id,
+            role=request.role,
+            decision=decision,
+            result=result,
+            decided_by=by.user if by else None,
+        )
+
+    def _record(
+        self,
+        conversation_id: str,
+        pending: PendingConfirmation,
+        decision: str,
+        result: str | None,
+        **extra: Any,
+    ) -> None:
+        self._audit.record(
+            conversation=conversation_id,
+            user=pending.user,
+            skill=pending.skill,
+            tool=pending.tool,
+            source=pending.source,
+            confirmation=pending.id,
+            digest=pending.digest,
+            decision=decision,
+            result=result,
+            **extra,
+        )
+
+
+def _kept(slots: Mapping[str, Any]) -> dict[str, Any]:
+    """The slots a request keeps: plain values only, short ones only."""
+    kept: dict[str, Any] = {}
+    for name, value in slots.items():
+        if name == PENDING_SLOT or not isinstance(value, str | int | float | bool):
+            continue
+        if isinstance(value, str) and len(value) > MAX_SLOT_CHARS:
+            continue
+        kept[name] = value
+    return kept

@@ -1,0 +1,576 @@
+"""Serve the approval page (web/approvals.html) on 127.0.0.1: second approvers log in, see the calls
+waiting for their role, approve or refuse them; the requester's conversation is told through Rasa.
+
+    APPROVAL_PAGE_KEY=... APPROVALS_DATABASE=... RASA_AUTH_TOKEN=... \\
+        python scripts/approval_page.py --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
+        [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
+
+Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's OpenID provider
+(authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
+its redirect URI ``<--public-url>/callback``): the ID token is verified (signature from the provider's
+JWKS, issuer, audience, expiry, nonce) and its ``roles`` claim gives the roles; the example's
+provider is oidc-provider (examples/crm_bot/auth/server.mjs). Without it, who may approve comes from
+the approvers file (``approvers.yml``: each user's roles and a scrypt
+hash of their password, the hash from an environment variable, never in the repository;
+``python scripts/approval_page.py hash`` makes one). A login sets an HttpOnly, SameSite=Strict
+cookie holding the user and an expiry, signed (HMAC-SHA256) with APPROVAL_PAGE_KEY; every API call
+checks it, and every POST must come from this page (Origin / Sec-Fetch-Site). The rules (only the
+role decides, never the requester, once, before the expiry) are mcp_bridge.approvals', enforced
+there and in the store's SQL, not here; this server only says who is asking.
+
+The page never writes to the system of record. A decision triggers the intent ``approval_decided``
+on the requester's conversation through Rasa's HTTP API (``POST /conversations/<id>/trigger_intent``
+with the API token), whichever Rasa replica answers (they share the tracker and lock stores); the
+plugin's action there runs an approved call once, or says the refusal. A sweep (every
+``--sweep-seconds``) refuses requests whose expiry passed undecided and tells every decided request
+not yet told (again after 30 s, until the conversation's action has told it).
+
+Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
+`/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}), `/health`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import jwt
+from aiohttp import web
+
+from mcp_bridge.approval_store import open_store
+from mcp_bridge.approvals import ApprovalRequest, Approvals, Approver
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
+from mcp_bridge.envsubst import UnsetVariableError, expand
+from mcp_bridge.yamlfile import YAMLFileError, load_yaml
+from scripts.chat_page import MIN_KEY_CHARS, same_origin
+
+log = logging.getLogger("approval_page")
+
+WEB = Path(__file__).resolve().parents[1] / "examples" / "crm_bot" / "web"
+PAGE = WEB / "approvals.html"
+FILES = {
+    "/approvals.js": (WEB / "approvals.js", "text/javascript"),
+    "/approvals.css": (WEB / "approvals.css", "text/css"),
+}
+COOKIE = "approver_session"
+LOGIN_COOKIE = "approver_login"
+SESSION_SECONDS = 8 * 3600
+RETRY_TELL_SECONDS = 30.0
+_USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+_ID = re.compile(r"[0-9a-f]{32}")
+# scrypt's cost: n=2**15, r=8, p=1 (about 32 MB and 50 ms a check).
+_SCRYPT = {"n": 2**15, "r": 8, "p": 1, "maxmem": 64 * 1024 * 1024}
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """``scrypt$<salt>$<hash>`` (base64) of ``password``, as the approvers file keeps it."""
+    salt = salt or secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, dklen=32, **_SCRYPT)
+    return f"scrypt${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    try:
+        kind, salt, digest = stored.split("$")
+        expected = base64.b64decode(digest, validate=True)
+        if kind != "scrypt":
+            return False
+        got = hashlib.scrypt(
+            password.encode("utf-8"), salt=base64.b64decode(salt, validate=True), dklen=32, **_SCRYPT
+        )
+    except ValueError:
+        return False
+    return hmac.compare_digest(got, expected)
+
+
+@dataclass(frozen=True)
+class Account:
+    roles: frozenset[str]
+    password_hash: str
+
+
+def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
+    """The approvers file: ``approvers: {user: {roles: [...], password_hash: "${VAR}"}}``; SystemExit
+    naming the file, the place and the reason on anything wrong."""
+
+    def fail(where: str, reason: str) -> SystemExit:
+        return SystemExit(f"{path}: {where}: {reason}")
+
+    try:
+        document = load_yaml(path)
+    except YAMLFileError as exc:
+        raise SystemExit(f"{path}: cannot read the approvers file: {exc.reason}") from None
+    entries = document.get("approvers") if isinstance(document, dict) else None
+    if not isinstance(entries, dict) or not entries:
+        raise fail("approvers", "a mapping of user names to their roles and password hash")
+    accounts: dict[str, Account] = {}
+    for user, entry in entries.items():
+        where = f"approvers.{user}"
+        if not isinstance(user, str) or not _USER.fullmatch(user):
+            raise fail(where, "a user name is 1-64 letters, digits and . _ @ -")
+        if not isinstance(entry, dict) or set(entry) != {"roles", "password_hash"}:
+            raise fail(where, "needs exactly 'roles' and 'password_hash'")
+        roles = entry["roles"]
+        if not isinstance(roles, list) or not roles or not all(isinstance(r, str) and r for r in roles):
+            raise fail(f"{where}.roles", "a list of role names")
+        try:
+            stored = expand(str(entry["password_hash"]), env)
+        except UnsetVariableError as exc:
+            raise fail(f"{where}.password_hash", f"environment variable {exc.name} is not set") from None
+        if not stored.startswith("scrypt$"):
+            raise fail(f"{where}.password_hash", "not a scrypt hash (make one with `approval_page.py hash`)")
+        accounts[user] = Account(frozenset(roles), stored)
+    return accounts
+
+
+class Sessions:
+    """Signed, expiring values in cookies: ``<base64url JSON>.<hmac>``, keyed per ``purpose``."""
+
+    def __init__(self, key: str, seconds: int, purpose: bytes = b"sessions") -> None:
+        self._key = hmac.new(key.encode("utf-8"), b"approval page: " + purpose, hashlib.sha256).digest()
+        self.seconds = seconds
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._key, body.encode("ascii"), hashlib.sha256).hexdigest()
+
+    def issue(self, value: Mapping[str, Any], now: float | None = None) -> str:
+        payload = {"v": dict(value), "e": int((now or time.time()) + self.seconds)}
+        body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+        return f"{body}.{self._mac(body)}"
+
+    def read(self, cookie: str, now: float | None = None) -> dict[str, Any] | None:
+        body, _, mac = cookie.partition(".")
+        if not body or len(cookie) > 4096 or not hmac.compare_digest(mac, self._mac(body)):
+            return None
+        try:
+            payload = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
+        except ValueError:
+            return None
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("e"), int)
+            or payload["e"] < (now or time.time())
+        ):
+            return None
+        value = payload.get("v")
+        return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class OIDCLogin:
+    """Approvers log in at an OpenID provider (authorization code + PKCE); roles from the ID token's
+    ``roles`` claim. ``redirect_uri`` is this page's ``/callback`` as the provider knows it."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+
+    async def metadata(self, client: aiohttp.ClientSession) -> dict[str, Any]:
+        url = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+        async with client.get(url, timeout=aiohttp.ClientTimeout(10)) as answer:
+            answer.raise_for_status()
+            found: dict[str, Any] = await answer.json()
+        if found.get("issuer") != self.issuer.rstrip("/") and found.get("issuer") != self.issuer:
+            raise ValueError("the provider names another issuer")
+        return found
+
+    async def start(self, client: aiohttp.ClientSession) -> tuple[str, dict[str, str]]:
+        """Where to send the browser, and what the callback must find again (state, nonce, verifier)."""
+        found = await self.metadata(client)
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+        pending = {
+            "state": secrets.token_urlsafe(24),
+            "nonce": secrets.token_urlsafe(24),
+            "verifier": verifier,
+        }
+        query = {
+            "client_id": self.client_id,
+            "response_type": "code",
+            "scope": "openid roles",
+            "redirect_uri": self.redirect_uri,
+            "state": pending["state"],
+            "nonce": pending["nonce"],
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        return f"{found['authorization_endpoint']}?{urlencode(query)}", pending
+
+    async def finish(self, client: aiohttp.ClientSession, code: str, pending: Mapping[str, str]) -> Approver:
+        """The code exchanged for tokens, the ID token verified (signature, issuer, audience, expiry,
+        nonce): who logged in, and their roles."""
+        found = await self.metadata(client)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self.redirect_uri,
+            "code_verifier": pending["verifier"],
+        }
+        auth = aiohttp.BasicAuth(self.client_id, self.client_secret)
+        async with client.post(
+            found["token_endpoint"], data=form, auth=auth, timeout=aiohttp.ClientTimeout(10)
+        ) as answer:
+            tokens = await answer.json()
+            if answer.status != 200 or not isinstance(tokens.get("id_token"), str):
+                raise ValueError(f"the provider refused the code: {tokens.get('error')}")
+        keys = jwt.PyJWKClient(found["jwks_uri"])
+        key = await asyncio.to_thread(keys.get_signing_key_from_jwt, tokens["id_token"])
+        claims = jwt.decode(
+            tokens["id_token"],
+            key.key,
+            algorithms=["RS256", "ES256", "PS256"],
+            audience=self.client_id,
+            issuer=found["issuer"],
+            options={"require": ["exp", "iat", "sub", "aud", "iss"]},
+        )
+        if not hmac.compare_digest(str(claims.get("nonce", "")), pending["nonce"]):
+            raise ValueError("the ID token is not for this login (nonce)")
+        roles = claims.get("roles") or []
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise ValueError("the ID token's roles are not a list of names")
+        user = str(claims["sub"])
+        if not _USER.fullmatch(user):
+            raise ValueError("the ID token names a user this page does not accept")
+        return Approver(user, frozenset(roles))
+
+
+class RasaNotifier:
+    """Tells a conversation of a decision: ``trigger_intent`` on Rasa's HTTP API."""
+
+    def __init__(self, rasa_url: str, token: str) -> None:
+        self.rasa_url = rasa_url.rstrip("/")
+        self._token = token
+
+    async def tell(self, session: aiohttp.ClientSession, request: ApprovalRequest) -> bool:
+        url = f"{self.rasa_url}/conversations/{quote(request.conversation_id, safe='')}/trigger_intent"
+        body = {"name": APPROVAL_INTENT, "entities": {APPROVAL_ENTITY: request.id}}
+        params = {"token": self._token, "output_channel": "latest"}
+        try:
+            async with session.post(
+                url, json=body, params=params, timeout=aiohttp.ClientTimeout(30)
+            ) as answer:
+                if answer.status == 200:
+                    return True
+                log.warning("approval %s: Rasa answered %s to trigger_intent", request.id, answer.status)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.warning(
+                "approval %s: Rasa not reached (%s); told again later", request.id, type(exc).__name__
+            )
+        return False
+
+
+def security_headers() -> dict[str, str]:
+    policy = (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return {
+        "Content-Security-Policy": policy,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+def _public(request: ApprovalRequest) -> dict[str, Any]:
+    """What the page shows of a request: the exact call, who asked, until when."""
+    return {
+        "id": request.id,
+        "tool": request.tool,
+        "skill": request.skill,
+        "arguments": request.arguments,
+        "requester": request.requester,
+        "conversation": request.conversation_id,
+        "role": request.role,
+        "created_at": request.created_at,
+        "expires_at": request.expires_at,
+    }
+
+
+def make_app(
+    approvals: Approvals,
+    accounts: Mapping[str, Account],
+    notifier: RasaNotifier,
+    key: str,
+    *,
+    oidc: OIDCLogin | None = None,
+    session_seconds: int = SESSION_SECONDS,
+    sweep_seconds: float = 2.0,
+) -> web.Application:
+    """The page's server. Approvers log in with a password checked against ``accounts`` (their
+    roles read from there at every request), or, with ``oidc``, at the OpenID provider (their
+    roles from its ID token, kept in the session)."""
+    if len(key) < MIN_KEY_CHARS:
+        raise SystemExit(
+            f"approval page: APPROVAL_PAGE_KEY must be at least {MIN_KEY_CHARS} random characters"
+        )
+    missing = [str(p) for p, _ in [*FILES.values(), (PAGE, "")] if not p.is_file()]
+    if missing:
+        raise SystemExit(f"approval page: missing {', '.join(missing)}")
+    headers = security_headers()
+    sessions = Sessions(key, session_seconds)
+    logins = Sessions(key, 600, b"logins in progress")
+    client_session: list[aiohttp.ClientSession] = []
+    sweep_now = asyncio.Event()
+    # A password check costs the same for an unknown user, so timing does not tell who exists.
+    decoy = hash_password(secrets.token_urlsafe(16))
+
+    def approver(request: web.Request) -> Approver | None:
+        session = sessions.read(request.cookies.get(COOKIE, "")) or {}
+        user, roles = session.get("user"), session.get("roles")
+        if not isinstance(user, str):
+            return None
+        if oidc is not None:
+            return Approver(user, frozenset(roles)) if isinstance(roles, list) else None
+        account = accounts.get(user)
+        return Approver(user, account.roles) if account else None
+
+    def start_session(response: web.StreamResponse, request: web.Request, who: Approver) -> None:
+        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
+        value: dict[str, Any] = {"user": who.user}
+        if oidc is not None:
+            value["roles"] = sorted(who.roles)
+        response.set_cookie(
+            COOKIE,
+            sessions.issue(value),
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=secure,
+            max_age=session_seconds,
+        )
+
+    def deny(status: int, error: str) -> web.Response:
+        return web.json_response({"error": error}, status=status, headers=headers)
+
+    async def body(request: web.Request) -> dict[str, Any] | None:
+        try:
+            value = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=PAGE.read_bytes(), content_type="text/html", headers=headers)
+
+    def static(path: Path, content_type: str) -> Any:
+        data = path.read_bytes()
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return web.Response(body=data, content_type=content_type, headers=headers)
+
+        return handler
+
+    async def login(request: web.Request) -> web.StreamResponse:
+        if oidc is not None:
+            return deny(404, "log in at the identity provider: /login/oidc")
+        if not same_origin(request):
+            return deny(403, "only the approval page may log in")
+        given = await body(request)
+        user, password = (given or {}).get("user"), (given or {}).get("password")
+        if not isinstance(user, str) or not isinstance(password, str) or len(password) > 1024:
+            return deny(400, "user and password, please")
+        account = accounts.get(user)
+        ok = await asyncio.to_thread(check_password, password, account.password_hash if account else decoy)
+        if not ok or account is None:
+            log.warning("approval page: a failed login")
+            await asyncio.sleep(0.5)
+            return deny(401, "wrong user name or password")
+        response = web.json_response({"user": user, "roles": sorted(account.roles)}, headers=headers)
+        start_session(response, request, Approver(user, account.roles))
+        return response
+
+    async def oidc_start(request: web.Request) -> web.StreamResponse:
+        if oidc is None:
+            return deny(404, "this page logs in with a password")
+        target, pending = await oidc.start(client_session[0])
+        response = web.HTTPFound(target, headers=headers)
+        # Lax: the browser comes back from the provider by a top-level navigation.
+        response.set_cookie(
+            LOGIN_COOKIE, logins.issue(pending), path="/callback", httponly=True, samesite="Lax"
+        )
+        return response
+
+    async def oidc_callback(request: web.Request) -> web.StreamResponse:
+        if oidc is None:
+            return deny(404, "this page logs in with a password")
+        pending = logins.read(request.cookies.get(LOGIN_COOKIE, ""))
+        code, state = request.query.get("code"), request.query.get("state")
+        if pending is None or not code or not isinstance(state, str):
+            return deny(400, "no login in progress here: start again at /")
+        if not hmac.compare_digest(state, str(pending.get("state"))):
+            return deny(400, "this answer is not for the login this browser started")
+        try:
+            who = await oidc.finish(client_session[0], code, pending)
+        except (ValueError, KeyError, jwt.PyJWTError, aiohttp.ClientError) as exc:
+            log.warning("approval page: a login at the provider failed: %s", exc)
+            return deny(401, "the login could not be verified")
+        response = web.HTTPFound("/", headers=headers)
+        response.del_cookie(LOGIN_COOKIE, path="/callback")
+        start_session(response, request, who)
+        log.info("approval page: %s logged in (roles: %s)", who.user, ", ".join(sorted(who.roles)) or "none")
+        return response
+
+    async def logout(request: web.Request) -> web.StreamResponse:
+        if not same_origin(request):
+            return deny(403, "only the approval page may log out")
+        response = web.json_response({"ok": True}, headers=headers)
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+    async def me(request: web.Request) -> web.StreamResponse:
+        who = approver(request)
+        if who is None:
+            login = "oidc" if oidc is not None else "password"
+            return web.json_response({"error": "not logged in", "login": login}, status=401, headers=headers)
+        return web.json_response({"user": who.user, "roles": sorted(who.roles)}, headers=headers)
+
+    async def pending(request: web.Request) -> web.StreamResponse:
+        who = approver(request)
+        if who is None:
+            return deny(401, "not logged in")
+        waiting = await approvals.pending(who)
+        return web.json_response({"pending": [_public(r) for r in waiting]}, headers=headers)
+
+    async def decide(request: web.Request) -> web.StreamResponse:
+        if not same_origin(request):
+            return deny(403, "only the approval page may decide")
+        who = approver(request)
+        if who is None:
+            return deny(401, "not logged in")
+        given = await body(request) or {}
+        request_id, approve = given.get("id"), given.get("approve")
+        if not isinstance(request_id, str) or not _ID.fullmatch(request_id) or not isinstance(approve, bool):
+            return deny(400, "an id and approve: true or false")
+        decided = await approvals.decide(request_id, who, approve)
+        if decided.kind in ("approved", "refused"):
+            sweep_now.set()  # tell the conversation now
+            return web.json_response({"decided": decided.kind}, headers=headers)
+        reasons = {
+            "own_request": (403, "you asked for this call yourself: another person must approve it"),
+            "not_allowed": (403, "this request needs a role you do not have"),
+            "already_decided": (409, "this request was already decided, or has expired"),
+            "unknown": (404, "no such request"),
+        }
+        status, reason = reasons[decided.kind]
+        return deny(status, reason)
+
+    async def health(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok", headers=headers)
+
+    async def sweep(app: web.Application) -> AsyncIterator[None]:
+        client_session.append(aiohttp.ClientSession())
+
+        async def loop() -> None:
+            client = client_session[0]
+            while True:
+                try:
+                    await approvals.expire_due()
+                    for request in await approvals.store.untold(time.time(), RETRY_TELL_SECONDS):
+                        await notifier.tell(client, request)
+                except Exception:  # a database hiccup must not end the sweep
+                    log.exception("approval page: the sweep failed; trying again")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sweep_now.wait(), sweep_seconds)
+                sweep_now.clear()
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await approvals.store.aclose()
+        await client_session[0].close()
+
+    app = web.Application(client_max_size=16 * 1024)
+    app.router.add_get("/", page)
+    for route, (path, content_type) in FILES.items():
+        app.router.add_get(route, static(path, content_type))
+    app.router.add_post("/login", login)
+    app.router.add_post("/logout", logout)
+    app.router.add_get("/login/oidc", oidc_start)
+    app.router.add_get("/callback", oidc_callback)
+    app.router.add_get("/api/me", me)
+    app.router.add_get("/api/pending", pending)
+    app.router.add_post("/api/decide", decide)
+    app.router.add_get("/health", health)
+    app.cleanup_ctx.append(sweep)
+    return app
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["hash"]:
+        import getpass
+
+        print(hash_password(getpass.getpass("password: ")))
+        return 0
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rasa-url", required=True, help="Rasa's HTTP API (started with --enable-api)")
+    parser.add_argument("--approvers", type=Path, help="the approvers file (password logins)")
+    parser.add_argument(
+        "--oidc-issuer",
+        help="log approvers in at this OpenID provider instead (OIDC_CLIENT_ID, OIDC_CLIENT_SECRET; roles "
+        "from the ID token's `roles` claim)",
+    )
+    parser.add_argument(
+        "--public-url", help="this page's URL as browsers reach it (default http://HOST:PORT)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--session-seconds", type=int, default=SESSION_SECONDS)
+    parser.add_argument("--sweep-seconds", type=float, default=2.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    env = os.environ
+    token = env.get("RASA_AUTH_TOKEN", "")
+    if not token:
+        raise SystemExit("approval page: RASA_AUTH_TOKEN (Rasa's --auth-token) is not set")
+    public = (args.public_url or f"http://{args.host}:{args.port}").rstrip("/")
+    oidc = None
+    if args.oidc_issuer:
+        client_id, client_secret = env.get("OIDC_CLIENT_ID", ""), env.get("OIDC_CLIENT_SECRET", "")
+        if not client_id or not client_secret:
+            raise SystemExit("approval page: --oidc-issuer needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+        oidc = OIDCLogin(args.oidc_issuer, client_id, client_secret, f"{public}/callback")
+    elif args.approvers is None:
+        raise SystemExit("approval page: give --approvers (password logins) or --oidc-issuer")
+    accounts = load_approvers(args.approvers, env) if oidc is None else {}
+    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
+    approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
+    app = make_app(
+        approvals,
+        accounts,
+        RasaNotifier(args.rasa_url, token),
+        env.get("APPROVAL_PAGE_KEY", ""),
+        oidc=oidc,
+        session_seconds=args.session_seconds,
+        sweep_seconds=args.sweep_seconds,
+    )
+    print(f"approval page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The approval page's server (scripts/approval_page.py) in-process, over real HTTP on a loopback port,
+with a real SQLite approval store: who is let in, what a forged or stale cookie gets, the approvers
+file's errors. The round trip through Rasa and the browser are tests/live/test_approvals.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from mcp_bridge.approval_store import SQLiteApprovalStore
+from mcp_bridge.approvals import ApprovalRequest, Approvals
+from scripts.approval_page import (
+    COOKIE,
+    Account,
+    RasaNotifier,
+    Sessions,
+    check_password,
+    hash_password,
+    load_approvers,
+    make_app,
+)
+
+KEY = "k" * 16 + "an approval page key for tests"
+SAM = "sam-password-for-tests"
+
+
+def test_a_password_checks_only_against_its_own_hash() -> None:
+    stored = hash_password(SAM)
+    assert check_password(SAM, stored)
+    assert not check_password(SAM + "x", stored)
+    assert not check_password(SAM, "scrypt$not base64$x")
+    assert not check_password(SAM, stored.replace("scrypt", "md5", 1))
+
+
+def test_a_session_cookie_cannot_be_forged_or_kept_past_its_expiry() -> None:
+    sessions = Sessions(KEY, 60)
+    cookie = sessions.issue({"user": "sam"}, now=1000)
+    assert sessions.read(cookie, now=1030) == {"user": "sam"}
+    assert sessions.read(cookie, now=1061) is None  # expired
+    body, mac = cookie.split(".")
+    forged = Sessions("another key, just as long as the first one", 60).issue({"user": "sam"}, now=1000)
+    assert sessions.read(forged, now=1030) is None
+    assert sessions.read(f"{body}x.{mac}", now=1030) is None
+    # Another purpose's value (a login in progress) is no session.
+    assert Sessions(KEY, 60, b"logins in progress").read(cookie, now=1030) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "place", "reason"),
+    [
+        ("approvers: {}\n", "approvers", "a mapping of user names"),
+        ('approvers:\n  "sam x": {roles: [s], password_hash: "h"}\n', "approvers.sam x", "a user name is"),
+        ("approvers:\n  sam: {roles: [], password_hash: h}\n", "approvers.sam.roles", "a list of role names"),
+        ("approvers:\n  sam: {roles: [s]}\n", "approvers.sam", "needs exactly 'roles' and 'password_hash'"),
+        (
+            'approvers:\n  sam: {roles: [s], password_hash: "${UNSET_HASH}"}\n',
+            "approvers.sam.password_hash",
+            "UNSET_HASH is not set",
+        ),
+        (
+            "approvers:\n  sam: {roles: [s], password_hash: plain}\n",
+            "approvers.sam.password_hash",
+            "not a scrypt",
+        ),
+    ],
+)
+def test_the_approvers_file_is_refused_with_file_place_and_reason(
+    tmp_path: Path, text: str, place: str, reason: str
+) -> None:
+    path = tmp_path / "approvers.yml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as caught:
+        load_approvers(path, {})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {place}: ") and reason in message
+
+
+@pytest.fixture
+async def page(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Any, Approvals]]:
+    store = SQLiteApprovalStore(tmp_path / "approvals.sqlite3")
+    approvals = Approvals(store)
+    accounts = {
+        "sam": Account(frozenset({"supervisor"}), hash_password(SAM)),
+        "operator": Account(frozenset({"supervisor"}), hash_password(SAM)),
+    }
+    # Rasa is never reached here (port 9): the page tells it again later, and says so in its log.
+    app = make_app(approvals, accounts, RasaNotifier("http://127.0.0.1:9", "t"), KEY, sweep_seconds=60)
+    async with TestClient(TestServer(app)) as client:
+        yield client, approvals
+
+
+async def _held(approvals: Approvals) -> ApprovalRequest:
+    now = time.time()
+    request = ApprovalRequest(
+        id="a" * 32,
+        conversation_id="c1",
+        requester="rest:operator",
+        role="supervisor",
+        skill="log_interaction",
+        tool="add_timeline_note",
+        arguments={"contact_id": 1, "text": "<b>refund</b>"},
+        key="k1",
+        question={},
+        slots={},
+        created_at=now,
+        expires_at=now + 600,
+    )
+    await approvals.store.add(request)
+    return request
+
+
+async def test_only_a_logged_in_approver_from_this_page_sees_and_decides(
+    page: tuple[Any, Approvals],
+) -> None:
+    client, approvals = page
+    request = await _held(approvals)
+    origin = {"Origin": str(client.make_url("")).rstrip("/")}
+    assert (await client.get("/api/pending")).status == 401
+    decide = {"id": request.id, "approve": True}
+    assert (await client.post("/api/decide", json=decide, headers=origin)).status == 401
+    wrong = await client.post("/login", json={"user": "sam", "password": "nope"}, headers=origin)
+    assert wrong.status == 401 and COOKIE not in wrong.cookies
+    unknown = await client.post("/login", json={"user": "nobody", "password": SAM}, headers=origin)
+    assert unknown.status == 401
+    # Another site's page cannot log in or decide in the approver's name.
+    elsewhere = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+    assert (
+        await client.post("/login", json={"user": "sam", "password": SAM}, headers=elsewhere)
+    ).status == 403
+    assert (
+        await client.post("/login", json={"user": "operator", "password": SAM}, headers=origin)
+    ).status == 200
+    assert (await client.get("/api/pending")).status == 200
+    assert (await (await client.get("/api/pending")).json())["pending"] == []  # their own request
+    own = await client.post("/api/decide", json=decide, headers=origin)
+    assert own.status == 403
+    assert (await client.post("/login", json={"user": "sam", "password": SAM}, headers=origin)).status == 200
+    [shown] = (await (await client.get("/api/pending")).json())["pending"]
+    assert shown["arguments"] == {"contact_id": 1, "text": "<b>refund</b>"} and "key" not in shown
+    assert (await client.post("/api/decide", json=decide, headers=elsewhere)).status == 403
+    assert (
+        await client.post("/api/decide", json={"id": "../x", "approve": True}, headers=origin)
+    ).status == 400
+    assert (
+        await client.post("/api/decide", json={"id": request.id, "approve": "yes"}, headers=origin)
+    ).status == 400
+    assert (await client.post("/api/decide", json=decide, headers=origin)).status == 200
+    assert (await client.post("/api/decide", json=decide, headers=origin)).status == 409
+    decided = await approvals.store.get(request.id)
+    assert decided is not None and decided.status == "approved" and decided.decided_by == "sam"

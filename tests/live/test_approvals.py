@@ -1,0 +1,454 @@
+"""A second approver, end to end: the real Rasa server (REST channel, HTTP API with its token), the
+real action server with the example bot, the CRM's MCP server and REST API over SQLite, and the
+approval page (scripts/approval_page.py) on one approval store.
+
+The requester ("rest:operator", as the REST channel names whoever holds its token) logs a note
+about a refund and says yes: nothing is written, the request waits. The requester, logged in to the
+page as "operator" with the supervisor role, neither sees it nor can approve it. "sam" approves it:
+the page triggers ``approval_decided`` on the conversation through Rasa's API, the plugin's action
+runs the call, the conversation is told, the note is written once (also when the intent is triggered
+again). A request nobody decides within its expiry (15 s here) is refused, the conversation told,
+and nothing written.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import secrets
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.approval_page import hash_password
+from tests.support import procs
+from tests.support.conversation import notes_for, skills_with_source
+from tests.support.stack import LoggedStack
+
+DANA = "dana@example.com"
+EXPIRES_AFTER = 15
+PASSWORDS = {"sam": secrets.token_urlsafe(12), "operator": secrets.token_urlsafe(12)}
+
+
+class Stack(LoggedStack):
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.db = workdir / "crm.sqlite3"
+        self.approvals_db = workdir / "approvals.sqlite3"
+        self.audit = workdir / "audit.jsonl"
+        self.page: procs.ServiceProcess | None = None
+
+    def start(self) -> None:
+        token = secrets.token_urlsafe(24)
+        action_port = procs.free_port()
+        endpoints = procs.write_endpoints(
+            self.workdir / "endpoints.yml", f"http://{procs.HOST}:{action_port}/webhook"
+        )
+        self.start_rasa_in_background(endpoints)
+        procs.seed_db(self.db)
+        crm = self.start_logged(procs.crm_rest(self.db))
+        mcp = self.start_logged(procs.crm_mcp(crm.url, token=token))
+        skills = skills_with_source(self.workdir / "skills", "mcp:crm")
+        note_skill = skills / "log_interaction.yml"
+        text = note_skill.read_text()
+        assert "expires_after: 30m" in text
+        note_skill.write_text(text.replace("expires_after: 30m", f"expires_after: {EXPIRES_AFTER}s"))
+        shared = {"APPROVALS_DATABASE": str(self.approvals_db)}
+        self.start_logged(
+            procs.action_server(
+                endpoints=endpoints,
+                crm_url=crm.url,
+                mcp_url=mcp.url,
+                mcp_token=token,
+                skills_dir=skills,
+                audit_log=self.audit,
+                port=action_port,
+                extra_env=shared,
+            )
+        )
+        approvers = self.workdir / "approvers.yml"
+        approvers.write_text(
+            "approvers:\n"
+            '  sam: {roles: [supervisor], password_hash: "${SAM_HASH}"}\n'
+            '  operator: {roles: [supervisor], password_hash: "${OPERATOR_HASH}"}\n'
+        )
+        rasa_url = self.wait_for_rasa()
+        self.page = self.start_logged(
+            procs.approval_page(
+                rasa_url=rasa_url,
+                rasa_token=self.access.api_token,
+                page_key=secrets.token_urlsafe(32),
+                approvers=approvers,
+                database=str(self.approvals_db),
+                audit_log=self.audit,
+                sweep_seconds=0.5,
+                extra_env={
+                    "SAM_HASH": hash_password(PASSWORDS["sam"]),
+                    "OPERATOR_HASH": hash_password(PASSWORDS["operator"]),
+                },
+            )
+        )
+
+    # -- the conversation, through the REST channel and Rasa's API ---------------------------------
+
+    def say(self, conversation: str, text: str) -> list[str]:
+        assert self.rasa is not None
+        answer = _json(
+            "POST",
+            f"{self.rasa.url}/webhooks/rest/webhook",
+            {"sender": conversation, "message": text},
+            headers=self.access.rest_headers(),
+        )
+        return [str(message.get("text", "")) for message in answer]
+
+    def said(self, conversation: str) -> list[str]:
+        """The responses the bot has said in the conversation, by name, in order."""
+        assert self.rasa is not None
+        tracker = _json(
+            "GET", f"{self.rasa.url}/conversations/{conversation}/tracker?token={self.access.api_token}"
+        )
+        return [
+            str((event.get("metadata") or {}).get("utter_action"))
+            for event in tracker["events"]
+            if event.get("event") == "bot"
+        ]
+
+    def trigger(self, conversation: str, approval_id: str) -> None:
+        assert self.rasa is not None
+        _json(
+            "POST",
+            f"{self.rasa.url}/conversations/{conversation}/trigger_intent?token={self.access.api_token}",
+            {"name": "approval_decided", "entities": {"approval_id": approval_id}},
+        )
+
+    def wait_said(self, conversation: str, response: str, timeout: float = 30.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            said = self.said(conversation)
+            if response in said:
+                return said
+            time.sleep(0.25)
+        raise AssertionError(
+            f"{conversation}: {response} not said within {timeout} s: {self.said(conversation)}"
+        )
+
+    def audit_entries(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+
+
+class Page:
+    """A browser session on the approval page: its cookie jar, and the page's own Origin."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Origin", self.url)
+        try:
+            with self.opener.open(request, timeout=30) as answer:
+                return answer.status, json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def login(self, user: str) -> None:
+        status, body = self.call("POST", "/login", {"user": user, "password": PASSWORDS[user]})
+        assert status == 200, body
+
+    def pending(self) -> list[dict[str, Any]]:
+        status, body = self.call("GET", "/api/pending")
+        assert status == 200, body
+        return list(body["pending"])
+
+
+def _json(method: str, url: str, body: Any = None, *, headers: dict[str, str] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    made = Stack(tmp_path_factory.mktemp("approvals"))
+    try:
+        made.start()
+        yield made
+    finally:
+        made.close()
+
+
+def held(stack: Stack, conversation: str, note: str) -> None:
+    """The requester logs ``note`` for Dana and says yes; the call is held."""
+    stack.say(conversation, f"log a call with {DANA}: {note}")
+    assert stack.said(conversation)[-1] == "utter_confirm_note"
+    stack.say(conversation, "yes")
+    assert stack.said(conversation)[-1] == "utter_awaiting_approval"
+    assert note not in notes_for(stack.db, DANA)
+
+
+def test_a_supervisor_approves_on_the_page_and_the_note_is_written_once(stack: Stack) -> None:
+    note = f"Dana asked for a refund of invoice 4471 ({secrets.token_hex(4)})."
+    held(stack, "approve-1", note)
+    assert stack.page is not None
+
+    requester = Page(stack.page.url)
+    requester.login("operator")
+    assert requester.pending() == []  # their own request is not theirs to decide
+    sam = Page(stack.page.url)
+    assert sam.call("GET", "/api/pending")[0] == 401  # not logged in
+    sam.login("sam")
+    [request] = [r for r in sam.pending() if r["conversation"] == "approve-1"]
+    assert request["tool"] == "add_timeline_note" and request["arguments"]["text"] == note
+    assert request["requester"] == "rest:operator"
+    status, body = requester.call("POST", "/api/decide", {"id": request["id"], "approve": True})
+    assert status == 403 and "yourself" in body["error"]
+    assert "approval_not_allowed" in [e["decision"] for e in stack.audit_entries()]
+
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True}) == (
+        200,
+        {"decided": "approved"},
+    )
+    said = stack.wait_said("approve-1", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
+    # Told again (a second trigger, a second approver's click): nothing more is written or said.
+    stack.trigger("approve-1", request["id"])
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True})[0] == 409
+    time.sleep(1.0)
+    assert notes_for(stack.db, DANA).count(note) == 1
+    assert stack.said("approve-1").count("utter_note_saved") == said.count("utter_note_saved") == 1
+    decided = [
+        e for e in stack.audit_entries() if e.get("approval") == request["id"] and e["decision"] == "approved"
+    ]
+    assert decided[0]["decided_by"] == "sam"
+
+
+def test_a_refused_request_writes_nothing(stack: Stack) -> None:
+    note = f"Issue a credit note of 40 EUR to Dana ({secrets.token_hex(4)})."
+    held(stack, "refuse-1", note)
+    assert stack.page is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    [request] = [r for r in sam.pending() if r["conversation"] == "refuse-1"]
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": False}) == (
+        200,
+        {"decided": "refused"},
+    )
+    stack.wait_said("refuse-1", "utter_approval_refused")
+    stack.trigger("refuse-1", request["id"])
+    time.sleep(1.0)
+    assert note not in notes_for(stack.db, DANA)
+    assert stack.said("refuse-1").count("utter_approval_refused") == 1
+
+
+def test_an_expired_request_is_refused_and_writes_nothing(stack: Stack) -> None:
+    note = f"Agreed a write-off for Dana ({secrets.token_hex(4)})."
+    held(stack, "expire-1", note)
+    assert stack.page is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    [request] = [r for r in sam.pending() if r["conversation"] == "expire-1"]
+    stack.wait_said("expire-1", "utter_approval_expired", timeout=EXPIRES_AFTER + 20)
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True})[0] == 409
+    stack.trigger("expire-1", request["id"])
+    time.sleep(1.0)
+    assert note not in notes_for(stack.db, DANA)
+    assert [r for r in sam.pending() if r["id"] == request["id"]] == []
+
+
+def test_the_approval_page_in_a_browser_quotes_the_call_as_text_and_approves_it(stack: Stack) -> None:
+    """Chromium (headless, Debian's, through Playwright): a wrong password is refused, the call is
+    quoted exactly (markup in the note is text, not HTML), Approve decides it, and it is written once."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.live.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    note = f"Refund agreed <b>40 EUR</b> <script>alert(1)</script> ({secrets.token_hex(4)})"
+    held(stack, "browser-1", note)
+    assert stack.page is not None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(stack.page.url)
+            page.fill("#user", "sam")
+            page.fill("#password", "not the password")
+            page.click("#login button[type=submit]")
+            expect(page.locator("#notice")).to_contain_text("wrong user name or password")
+            page.fill("#password", PASSWORDS["sam"])
+            page.click("#login button[type=submit]")
+            expect(page.locator("#who")).to_have_text("sam (supervisor)")
+            item = page.locator(".request").filter(has_text=note)
+            expect(item).to_have_count(1)
+            expect(item.locator(".call")).to_contain_text(note)
+            expect(item.locator(".meta")).to_contain_text("Asked by rest:operator")
+            expect(page.locator(".request b")).to_have_count(0)  # no element was made from the note
+            expect(page.locator(".request script")).to_have_count(0)
+            item.get_by_role("button", name="Approve").click()
+            expect(page.locator("#notice")).to_contain_text("Approved")
+            expect(page.locator(".request").filter(has_text=note)).to_have_count(0)
+        finally:
+            browser.close()
+    stack.wait_said("browser-1", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
+
+
+def _approve(stack: Stack, conversation: str) -> None:
+    assert stack.page is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    [request] = [r for r in sam.pending() if r["conversation"] == conversation]
+    assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True})[0] == 200
+
+
+def test_a_decision_that_arrives_while_a_question_is_pending_is_told_and_the_question_asked_again(
+    stack: Stack,
+) -> None:
+    refund = f"Dana asked for a refund of invoice 9001 ({secrets.token_hex(4)})."
+    held(stack, "busy-question", refund)
+    renewal = f"Called about the Q3 renewal ({secrets.token_hex(4)})."
+    stack.say("busy-question", f"log a call with {DANA}: {renewal}")
+    assert stack.said("busy-question")[-1] == "utter_confirm_note"
+    _approve(stack, "busy-question")
+    said = stack.wait_said("busy-question", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(refund) == 1
+    # The question is not refused or dropped: asked again after the news, and its yes writes it.
+    assert said[-2:] == ["utter_confirm_again", "utter_confirm_note"], said
+    assert "utter_confirmation_invalid" not in said
+    stack.say("busy-question", "yes")
+    assert stack.said("busy-question")[-1] == "utter_note_saved"
+    assert notes_for(stack.db, DANA).count(renewal) == 1
+
+
+def test_a_decision_that_arrives_while_the_form_asks_for_the_note_is_not_taken_as_the_note(
+    stack: Stack,
+) -> None:
+    refund = f"Dana asked for a refund of invoice 9002 ({secrets.token_hex(4)})."
+    held(stack, "busy-form", refund)
+    stack.say("busy-form", f"log a call with {DANA}")
+    assert stack.said("busy-form")[-1] == "utter_ask_note_text"
+    _approve(stack, "busy-form")
+    said = stack.wait_said("busy-form", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(refund) == 1
+    assert said[-1] == "utter_ask_note_text", said  # the form asks again; nothing was taken as the note
+    follow_up = f"Booked a follow-up call ({secrets.token_hex(4)})."
+    stack.say("busy-form", follow_up)
+    assert stack.said("busy-form")[-1] == "utter_confirm_note"
+    stack.say("busy-form", "no")
+    assert follow_up not in notes_for(stack.db, DANA)
+    assert not [n for n in notes_for(stack.db, DANA) if "EXTERNAL" in n]
+
+
+@pytest.fixture(scope="module")
+def oidc_page(stack: Stack) -> Iterator[str]:
+    """A second approval page on the same store and Rasa, whose approvers log in at the example's
+    OpenID provider (oidc-provider, examples/crm_bot/auth/server.mjs): sam (supervisor), carol (clerk)."""
+    assert stack.rasa is not None
+    port = procs.free_port()
+    login = procs.ApproverLogin(
+        "approval-page",
+        secrets.token_urlsafe(24),
+        f"http://{procs.HOST}:{port}/callback",
+        {
+            "sam": {"roles": ["supervisor"], "password_hash": hash_password(PASSWORDS["sam"])},
+            "carol": {"roles": ["clerk"], "password_hash": hash_password(PASSWORDS["operator"])},
+        },
+    )
+    issuer = stack.start_logged(
+        procs.authorization_server(
+            f"http://{procs.HOST}:9/mcp", procs.OAuthClient("unused", secrets.token_urlsafe(24)), login=login
+        )
+    )
+    page = stack.start_logged(
+        procs.approval_page(
+            rasa_url=stack.rasa.url,
+            rasa_token=stack.access.api_token,
+            page_key=secrets.token_urlsafe(32),
+            approvers=stack.workdir / "approvers.yml",
+            database=str(stack.approvals_db),
+            audit_log=stack.audit,
+            sweep_seconds=0.5,
+            port=port,
+            oidc=(issuer.url, login),
+        )
+    )
+    yield page.url
+
+
+def test_approvers_log_in_at_the_openid_provider_and_their_roles_come_from_its_id_token(
+    stack: Stack, oidc_page: str
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.live.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    note = f"Refund of 12 EUR for Dana ({secrets.token_hex(4)})."
+    held(stack, "oidc-1", note)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            # A clerk logs in: the provider's roles say clerk, so nothing is theirs to decide.
+            clerk = browser.new_page()
+            clerk.goto(oidc_page)
+            clerk.click("#sso-link")
+            clerk.fill("#user", "carol")
+            clerk.fill("#password", PASSWORDS["operator"])
+            clerk.click("button[type=submit]")
+            expect(clerk.locator("#who")).to_have_text("carol (clerk)")
+            expect(clerk.locator("#empty")).to_be_visible()
+            request_id = _pending_id(stack, "oidc-1")
+            decide = (
+                "async (id) => (await fetch('api/decide', {method: 'POST', credentials: 'same-origin', "
+                "headers: {'Content-Type': 'application/json'}, "
+                "body: JSON.stringify({id, approve: true})})).status"
+            )
+            status = clerk.evaluate(decide, request_id)
+            assert status == 403
+
+            page = browser.new_context().new_page()
+            page.goto(oidc_page)
+            page.click("#sso-link")
+            page.fill("#user", "sam")
+            page.fill("#password", "not the password")
+            page.click("button[type=submit]")
+            expect(page.locator("#error")).to_have_text("Wrong user name or password.")
+            page.fill("#user", "sam")
+            page.fill("#password", PASSWORDS["sam"])
+            page.click("button[type=submit]")
+            expect(page.locator("#who")).to_have_text("sam (supervisor)")
+            item = page.locator(".request").filter(has_text=note)
+            expect(item).to_have_count(1)
+            item.get_by_role("button", name="Approve").click()
+            expect(page.locator("#notice")).to_contain_text("Approved")
+        finally:
+            browser.close()
+    stack.wait_said("oidc-1", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
+    decided = [
+        e for e in stack.audit_entries() if e.get("approval") == request_id and e["decision"] == "approved"
+    ]
+    assert decided[0]["decided_by"] == "sam"
+
+
+def _pending_id(stack: Stack, conversation: str) -> str:
+    """The id of the conversation's pending request, as the store has it."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(stack.approvals_db)) as conn:
+        [(found,)] = conn.execute(
+            "SELECT id FROM approval_requests WHERE conversation_id = ? AND status = 'pending'",
+            (conversation,),
+        ).fetchall()
+    return str(found)

@@ -1,0 +1,164 @@
+"""The approval store (mcp_bridge/approval_store.py), the same tests on both engines: a SQLite file and a
+real PostgreSQL (Debian's server on a free port, data in a temporary folder, stopped afterwards).
+
+What matters is that the database decides: two stores (two replicas' worth of connections) deciding,
+expiring or taking one request at the same moment change it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_bridge.approval_store import PostgresApprovalStore, SQLiteApprovalStore, open_store
+from mcp_bridge.approvals import ApprovalRequest, ApprovalStore
+from scripts.engines import Postgres
+
+NOW = 1_000_000.0
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Postgres]:
+    folder = Path(tempfile.mkdtemp(prefix="approvals-pg-"))
+    folder.chmod(0o755)
+    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
+    service = server.service()
+    try:
+        service.start()
+        yield server
+    finally:
+        service.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def where(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh database of this test's own: a SQLite path or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "approvals.sqlite3")
+    else:
+        server: Postgres = request.getfixturevalue("postgres")
+        yield server.create_database(f"appr_{uuid.uuid4().hex[:12]}", "approvals_test", "approvals-pw")
+
+
+@pytest.fixture
+async def stores(where: str) -> AsyncIterator[tuple[ApprovalStore, ApprovalStore]]:
+    """Two stores on one database, as two replicas have."""
+    one, two = open_store(where), open_store(where)
+    yield one, two
+    await one.aclose()
+    await two.aclose()
+
+
+def request(**changes: object) -> ApprovalRequest:
+    fields: dict[str, object] = {
+        "id": uuid.uuid4().hex,
+        "conversation_id": "c1",
+        "requester": "rest:alice",
+        "role": "supervisor",
+        "skill": "log_interaction",
+        "tool": "add_timeline_note",
+        "arguments": {"contact_id": 1, "text": "Refund: 40 €, «ok»"},
+        "key": "k1",
+        "question": {"id": "k1", "arguments": {"contact_id": 1}},
+        "slots": {"contact_name": "Dana"},
+        "created_at": NOW,
+        "expires_at": NOW + 60,
+    }
+    fields.update(changes)
+    return ApprovalRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_open_store_picks_the_engine(tmp_path: Path) -> None:
+    assert isinstance(open_store(str(tmp_path / "a.sqlite3")), SQLiteApprovalStore)
+    assert isinstance(open_store("postgresql://u:p@127.0.0.1:1/db"), PostgresApprovalStore)
+
+
+async def test_a_request_round_trips(stores: tuple[ApprovalStore, ApprovalStore]) -> None:
+    one, two = stores
+    made = request()
+    await one.add(made)
+    assert await two.get(made.id) == made
+    assert await two.get("nope") is None
+    assert [r.id for r in await two.pending({"supervisor", "clerk"}, NOW)] == [made.id]
+    assert await two.pending({"clerk"}, NOW) == []
+    assert await two.pending(set(), NOW) == []
+    assert await two.pending({"supervisor"}, NOW + 60) == []  # expired: not shown
+
+
+async def test_decided_once_across_replicas(stores: tuple[ApprovalStore, ApprovalStore]) -> None:
+    one, two = stores
+    made = request()
+    await one.add(made)
+    results = await asyncio.gather(
+        *(
+            store.decide(made.id, status, f"rest:approver{i}", NOW)
+            for i, (store, status) in enumerate([(one, "approved"), (two, "refused")] * 4)
+        )
+    )
+    assert results.count(True) == 1
+    decided = await one.get(made.id)
+    assert decided is not None and decided.status in ("approved", "refused") and decided.decided_at == NOW
+
+
+async def test_the_requester_and_the_late_cannot_decide(stores: tuple[ApprovalStore, ApprovalStore]) -> None:
+    one, _ = stores
+    made = request()
+    await one.add(made)
+    assert not await one.decide(made.id, "approved", "socketio:Alice", NOW)  # the requester, by name
+    assert not await one.decide(made.id, "approved", "sam", NOW + 60)  # at the expiry: too late
+    with pytest.raises(ValueError):
+        await one.decide(made.id, "done", "sam", NOW)
+    assert await one.decide(made.id, "approved", "sam", NOW + 59)
+
+
+async def test_expired_once_and_told(stores: tuple[ApprovalStore, ApprovalStore]) -> None:
+    one, two = stores
+    late, fresh = request(), request(expires_at=NOW + 600)
+    await one.add(late)
+    await one.add(fresh)
+    first, second = await asyncio.gather(one.expire_due(NOW + 60), two.expire_due(NOW + 60))
+    assert [r.id for r in first + second] == [late.id]
+    # The page's notifier finds it untold, and tries again only after retry_after.
+    assert [r.id for r in await one.untold(NOW + 61, 30)] == [late.id]
+    assert await one.untold(NOW + 62, 30) == []
+    assert [r.id for r in await one.untold(NOW + 92, 30)] == [late.id]
+    # Told once, in its own conversation only.
+    assert await two.take(late.id, "c2", NOW + 61) is None
+    told = await two.take(late.id, "c1", NOW + 61)
+    assert told is not None and told.status == "expired" and told.told
+    assert await one.take(late.id, "c1", NOW + 61) is None
+    assert await one.untold(NOW + 200, 30) == []
+
+
+async def test_an_approved_request_is_taken_to_run_once(stores: tuple[ApprovalStore, ApprovalStore]) -> None:
+    one, two = stores
+    made = request()
+    await one.add(made)
+    assert await one.take(made.id, "c1", NOW) is None  # pending: nothing to do yet
+    assert await one.decide(made.id, "approved", "sam", NOW)
+    taken = await asyncio.gather(*(s.take(made.id, "c1", NOW + 1) for s in (one, two) * 4))
+    running = [t for t in taken if t is not None]
+    assert len(running) == 1 and running[0].status == "running"
+    await two.finish(made.id, "done")
+    finished = await one.get(made.id)
+    assert finished is not None and finished.status == "done" and finished.result == "done"
+
+
+async def test_approved_but_taken_after_the_expiry_never_runs(
+    stores: tuple[ApprovalStore, ApprovalStore],
+) -> None:
+    one, _ = stores
+    made = request()
+    await one.add(made)
+    assert await one.decide(made.id, "approved", "sam", NOW)
+    taken = await one.take(made.id, "c1", NOW + 60)
+    assert taken is not None and taken.status == "expired"
+    assert await one.take(made.id, "c1", NOW + 1) is None

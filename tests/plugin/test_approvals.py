@@ -1,0 +1,322 @@
+"""A second approver (mcp_bridge/approvals.py): the rules, through the executor, on fixture tools and a
+real SQLite store. What is written is read from the notebook; what was decided from the store and
+the audit trail."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from mcp_bridge.approval_store import SQLiteApprovalStore
+from mcp_bridge.approvals import Approvals, Approver
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.executor import Executor
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.skills import load_skills
+from mcp_bridge.tools import ToolBox
+from tests.support.conversation import Conversation, responses
+from tests.support.fixture_tools import SKILLS, Notebook, local_tools
+
+DANA = "dana@example.com"
+SUPERVISOR = Approver("sam", frozenset({"supervisor"}))
+
+_CONFIRM = "        utter_on_user_denial: utter_note_cancelled\n"
+
+
+def skill_text(approval: str) -> str:
+    """The fixture's log skill with ``approval`` (the lines under ``requires_approval_from:``)."""
+    text = SKILLS["log_interaction"].format(source="local")
+    assert _CONFIRM in text
+    return text.replace(_CONFIRM, _CONFIRM + "      requires_approval_from:\n" + approval)
+
+
+APPROVAL = "        role: supervisor\n        expires_after: 30m\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Bench:
+    """An executor with approvals over a SQLite store, the notebook it writes to, a clock."""
+
+    def __init__(self, tmp_path: Path, approval: str = APPROVAL) -> None:
+        self.book = Notebook()
+        self.clock = Clock()
+        self.audit = AuditLog(tmp_path / "audit.jsonl")
+        directory = tmp_path / "skills"
+        directory.mkdir(exist_ok=True)
+        (directory / "log_interaction.yml").write_text(skill_text(approval))
+        tools = local_tools(self.book)
+        skills = load_skills(directory, local_tools=tools, mcp_servers={}, responses=None)
+        self.store = SQLiteApprovalStore(tmp_path / "approvals.sqlite3")
+        self.approvals = Approvals(self.store, self.audit, clock=self.clock)
+        self.executor = Executor(
+            skills,
+            ToolBox(tools, MCPRuntime({})),
+            audit=self.audit,
+            clock=self.clock,
+            approvals=self.approvals,
+        )
+
+    def conversation(self, user: str | None = "rest:alice", cid: str = "c1") -> Conversation:
+        return Conversation(self.executor, cid, user=user, contact_email=DANA, note_text=NOTE)
+
+    async def confirmed(self, conversation: Conversation | None = None) -> str:
+        """The requester asks and says yes; the id of the request it left."""
+        conversation = conversation or self.conversation()
+        asked = await conversation.start()
+        assert asked.outcome == "pending"
+        held = await conversation.yes()
+        assert held.outcome == "awaiting_approval", held
+        assert responses(held) == ["utter_awaiting_approval"]
+        [entry] = [e for e in self.audit.entries() if e["decision"] == "approval_requested"]
+        return str(entry["approval"])
+
+    def decisions(self) -> list[str]:
+        return [e["decision"] for e in self.audit.entries()]
+
+
+NOTE = "Dana asked for a refund of invoice 4471."
+
+
+@pytest.fixture
+async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
+    made = Bench(tmp_path)
+    yield made
+    await made.executor.aclose()
+
+
+async def test_a_confirmed_call_waits_for_the_approver_and_writes_nothing(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    assert bench.book.notes == []
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "pending"
+    # The exact call, the question's key, who asked, where, until when.
+    assert request.tool == "add_timeline_note"
+    assert request.arguments == {"contact_id": 1, "text": NOTE}
+    confirmed = [e for e in bench.audit.entries() if e["decision"] == "confirmed"][0]
+    assert request.key == confirmed["confirmation"]
+    assert request.requester == "rest:alice" and request.conversation_id == "c1"
+    assert request.expires_at == bench.clock.now + 30 * 60
+    assert [r.id for r in await bench.approvals.pending(SUPERVISOR)] == [request_id]
+
+
+async def test_approved_runs_exactly_once_even_when_told_twice(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    decided = await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    assert decided.kind == "approved"
+    later = bench.conversation()
+    told = await bench.executor.approval_decided(later.turn(None), request_id)
+    assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
+    again = await bench.executor.approval_decided(later.turn(None), request_id)
+    assert again.outcome == "nothing_pending" and again.say == []
+    assert bench.book.notes_for(DANA) == [NOTE]
+    request = await bench.store.get(request_id)
+    assert request is not None
+    # Called with the question's idempotency key, once.
+    assert [key for tool, key in bench.book.calls if tool == "add_timeline_note"] == [request.key]
+    assert request.status == "done" and request.decided_by == "sam"
+    approved = [e for e in bench.audit.entries() if e["decision"] == "approved"]
+    assert approved[0]["decided_by"] == "sam"
+
+
+async def test_two_triggers_at_once_write_once(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    turn = bench.conversation().turn(None)
+    both = await asyncio.gather(*(bench.executor.approval_decided(turn, request_id) for _ in range(4)))
+    assert sorted(d.outcome for d in both) == [
+        "done",
+        "nothing_pending",
+        "nothing_pending",
+        "nothing_pending",
+    ]
+    assert bench.book.notes_for(DANA) == [NOTE]
+
+
+async def test_the_requester_cannot_approve_their_own_request(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    alice = Approver("alice", frozenset({"supervisor"}))  # "rest:alice" asked
+    assert [r.id for r in await bench.approvals.pending(alice)] == []
+    decided = await bench.approvals.decide(request_id, alice, approve=True)
+    assert decided.kind == "own_request"
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "pending"
+    assert "approval_not_allowed" in bench.decisions()
+    # Not even by the store's own update, whatever a caller skips.
+    assert not await bench.store.decide(request_id, "approved", "socketio:ALICE", bench.clock.now)
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "nothing_pending" and bench.book.notes == []
+
+
+async def test_only_the_role_decides(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    clerk = Approver("carol", frozenset({"clerk"}))
+    assert (await bench.approvals.decide(request_id, clerk, approve=True)).kind == "not_allowed"
+    assert await bench.approvals.pending(clerk) == []
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "pending"
+
+
+async def test_a_refused_request_writes_nothing_and_is_told_once(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    assert (await bench.approvals.decide(request_id, SUPERVISOR, approve=False)).kind == "refused"
+    turn = bench.conversation().turn(None)
+    told = await bench.executor.approval_decided(turn, request_id)
+    assert told.outcome == "cancelled" and responses(told) == ["utter_approval_refused"]
+    again = await bench.executor.approval_decided(turn, request_id)
+    assert again.say == []
+    assert bench.book.notes == [] and not [c for c in bench.book.calls if c[0] == "add_timeline_note"]
+    assert "approval_refused" in bench.decisions()
+
+
+async def test_decided_once(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    other = Approver("olga", frozenset({"supervisor"}))
+    first, second = await asyncio.gather(
+        bench.approvals.decide(request_id, SUPERVISOR, approve=False),
+        bench.approvals.decide(request_id, other, approve=True),
+    )
+    assert sorted([first.kind, second.kind]) in (
+        ["already_decided", "refused"],
+        ["already_decided", "approved"],
+    )
+    again = await bench.approvals.decide(request_id, other, approve=True)
+    assert again.kind == "already_decided"
+    assert [e["decision"] for e in bench.audit.entries()].count("approved") + bench.decisions().count(
+        "approval_refused"
+    ) == 1
+
+
+async def test_an_expired_request_is_refused_and_writes_nothing(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    bench.clock.now += 30 * 60 + 1
+    assert (await bench.approvals.decide(request_id, SUPERVISOR, approve=True)).kind == "already_decided"
+    expired = await bench.approvals.expire_due()
+    assert [r.id for r in expired] == [request_id]
+    assert await bench.approvals.expire_due() == []  # once
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert responses(told) == ["utter_approval_expired"]
+    assert bench.book.notes == []
+    assert "approval_expired" in bench.decisions()
+
+
+async def test_approved_but_told_after_the_expiry_writes_nothing(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    bench.clock.now += 30 * 60 + 1
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert responses(told) == ["utter_approval_expired"]
+    assert bench.book.notes == []
+
+
+async def test_another_conversation_cannot_run_it(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    elsewhere = bench.conversation(cid="c2")
+    told = await bench.executor.approval_decided(elsewhere.turn(None), request_id)
+    assert told.outcome == "nothing_pending" and bench.book.notes == []
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "approved"
+
+
+async def test_a_requester_the_channel_does_not_name_cannot_ask_for_approval(bench: Bench) -> None:
+    conversation = bench.conversation(user=None)
+    await conversation.start()
+    held = await conversation.yes()
+    assert held.outcome == "rejected" and responses(held) == ["utter_approval_unavailable"]
+    assert bench.book.notes == [] and await bench.approvals.pending(SUPERVISOR) == []
+
+
+async def test_a_tampered_request_runs_nothing(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    # Someone with database access changes the note: the question's seal no longer holds.
+    with closing(sqlite3.connect(bench.store.path)) as conn, conn:
+        conn.execute(
+            "UPDATE approval_requests SET question = json_set(question, '$.arguments.text', 'other')"
+        )
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "rejected" and bench.book.notes == []
+
+
+async def test_when_the_condition_does_not_hold_the_yes_writes(tmp_path: Path) -> None:
+    bench = Bench(
+        tmp_path, APPROVAL + "        when: {argument: text, contains_any: [Credit note, WRITE-OFF]}\n"
+    )
+    plain = bench.conversation()
+    await plain.start()
+    assert (await plain.yes()).outcome == "done"  # "refund" is not a listed word
+    assert bench.book.notes_for(DANA) == [NOTE]
+    risky = bench.conversation(cid="c3")
+    risky.slots["note_text"] = "Agreed a write-off of 40 EUR."
+    await risky.start()
+    assert (await risky.yes()).outcome == "awaiting_approval"
+    assert bench.book.notes_for(DANA) == [NOTE]
+    await bench.executor.aclose()
+
+
+async def test_an_executor_without_approvals_refuses_the_call(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    bench.executor.approvals = None
+    conversation = bench.conversation()
+    await conversation.start()
+    held = await conversation.yes()
+    assert held.outcome == "rejected" and bench.book.notes == []
+
+
+@pytest.mark.parametrize(
+    ("approval", "place", "reason"),
+    [
+        ("        role: supervisor\n        expires_after: 30 minutes\n", "expires_after", "a duration like"),
+        ("        role: supervisor\n        expires_after: 8d\n", "expires_after", "at most 7 days"),
+        ("        role: super visor\n", "role", "pattern"),
+        (
+            "        role: supervisor\n        when: {argument: body, contains_any: [refund]}\n",
+            "requires_approval_from.when.argument",
+            "'body' is not an argument",
+        ),
+        ("        role: supervisor\n        when: {argument: text, contains_any: []}\n", "contains_any", ""),
+    ],
+)
+def test_bad_approval_options_name_the_place(tmp_path: Path, approval: str, place: str, reason: str) -> None:
+    directory = tmp_path / "skills"
+    directory.mkdir()
+    (directory / "log_interaction.yml").write_text(skill_text(approval))
+    with pytest.raises(ConfigError) as caught:
+        load_skills(directory, local_tools=local_tools(Notebook()), mcp_servers={}, responses=None)
+    message = str(caught.value)
+    assert "log_interaction.yml" in message and place in message and reason in message
+
+
+def test_an_approval_needs_the_requesters_confirmation(tmp_path: Path) -> None:
+    directory = tmp_path / "skills"
+    directory.mkdir()
+    text = skill_text(APPROVAL).replace("        enabled: true\n", "        enabled: false\n")
+    (directory / "log_interaction.yml").write_text(text)
+    with pytest.raises(ConfigError, match=r"requires_approval_from: needs requires_confirmation enabled"):
+        load_skills(directory, local_tools=local_tools(Notebook()), mcp_servers={}, responses=None)
+
+
+async def test_a_store_that_fails_after_the_call_does_not_hide_that_it_ran(bench: Bench) -> None:
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+
+    async def broken(request_id: str, result: str) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    bench.store.finish = broken  # type: ignore[method-assign]
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
+    assert bench.book.notes_for(DANA) == [NOTE]
