@@ -261,9 +261,11 @@ def resolve(decisions: Sequence[_Decision], count: int) -> tuple[bool, ...]:
 
 
 def read_targets(
-    word: str, previous_was_target: bool, names: Callable[[str], frozenset[int]]
+    word: str, previous_was_target: bool, names: Callable[[str], frozenset[int]], count: int
 ) -> Symbol | None:
-    """The calls a single word names (a number, an ordinal, a tool's noun), or None."""
+    """The calls a single word names (a number, an ordinal, "last", a tool's noun), or None."""
+    if word == "last":
+        return Symbol("target", frozenset({count}))
     if word.isdigit():
         return (
             Symbol("target", frozenset({int(word)})) if len(word) <= 4 else Symbol("target", frozenset({0}))

@@ -511,13 +511,17 @@ class ConfirmationReader:
         found = self._label([t for t in _tokens(text)], {})
         if any(label == "ironic" for label, _ in found):
             return Unclear("yes-words that sound ironic")
-        doubt = self._irony(found) or _tone(text)
+        doubt = _tone(text)
         if doubt:
             return Unclear(doubt)
+        # "the task" names the one call whose tool ends in "task"; "the notes" every note. A singular
+        # that fits several calls ("the note" of two notes) names none, so the answer is unclear.
         by_name: dict[str, frozenset[int]] = {}
         for place, name in enumerate(names, start=1):
-            for form in (name, f"{name}s"):
-                by_name[form] = by_name.get(form, frozenset()) | {place}
+            by_name[f"{name}s"] = by_name.get(f"{name}s", frozenset()) | {place}
+        for name in set(names):
+            if names.count(name) == 1:
+                by_name[name] = frozenset({names.index(name) + 1})
         symbols: list[choices.Symbol] = []
         i = 0
         while i < len(tokens):
@@ -525,7 +529,7 @@ class ConfirmationReader:
             previous = symbols[-1] if symbols else None
             after_target = previous is not None and previous.kind == "target"
             if after_target and word in self._range_words and i + 1 < len(tokens):
-                upto = choices.read_targets(tokens[i + 1], False, lambda _: frozenset())
+                upto = choices.read_targets(tokens[i + 1], False, lambda _: frozenset(), count)
                 if previous is not None and upto is not None and len(previous.targets) == 1:
                     low, high = min(previous.targets), min(upto.targets)
                     if not 1 <= low <= high <= count:
@@ -533,7 +537,7 @@ class ConfirmationReader:
                     symbols[-1] = choices.Symbol("target", frozenset(range(low, high + 1)))
                     i += 2
                     continue
-            target = choices.read_targets(word, after_target, lambda w: by_name.get(w, frozenset()))
+            target = choices.read_targets(word, after_target, lambda w: by_name.get(w, frozenset()), count)
             if target is not None:
                 symbols.append(target)
                 i += 1
@@ -547,7 +551,7 @@ class ConfirmationReader:
                 continue
             if label == "sep" and previous is not None and previous.kind == "target":
                 nxt = (
-                    choices.read_targets(tokens[i], False, lambda w: by_name.get(w, frozenset()))
+                    choices.read_targets(tokens[i], False, lambda w: by_name.get(w, frozenset()), count)
                     if i < len(tokens)
                     else None
                 )
@@ -560,6 +564,9 @@ class ConfirmationReader:
                 and previous.kind in ("all", "both")
             ):
                 label = "except"  # "all but 2"
+            said = [symbol.kind for symbol in symbols if symbol.kind not in ("sep", "and")]
+            if label == "yes" and said and said[-1] == "yes":
+                return Unclear("a yes said twice, which sounds ironic")  # "sure, sure, both"
             symbols.append(choices.Symbol(label))
         try:
             decisions = choices.symbols_to_decisions(symbols, count)
@@ -573,7 +580,7 @@ class ConfirmationReader:
         if match is None:
             return None
         which = _choice_tokens(match.group("which"))
-        target = choices.read_targets(which[-1], False, lambda _: frozenset()) if which else None
+        target = choices.read_targets(which[-1], False, lambda _: frozenset(), count) if which else None
         if target is None or len(target.targets) != 1:
             return Unclear("an edit that does not say which call")
         (place,) = target.targets
