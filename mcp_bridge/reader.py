@@ -497,11 +497,16 @@ class ConfirmationReader:
         whole = self.read(stripped, nlu, {})
         if isinstance(whole, Yes | No):
             return Choices((isinstance(whole, Yes),) * count)
-        if isinstance(whole, Other | TooLong):
+        if isinstance(whole, TooLong):
             return whole
         if isinstance(whole, Edit | Redirect):
             return Unclear(f"an {whole.kind} that does not say which call")
-        return self._choices(stripped, count, names) or whole
+        # "all", "only 2": no yes- or no-word, so the NLU's other intent ("goodbye") would hand them
+        # back; the per-call reading comes first. A message it cannot read stays handed back.
+        per_call = self._choices(stripped, count, names)
+        if isinstance(per_call, Choices) or not isinstance(whole, Other):
+            return per_call or whole
+        return whole
 
     def _choices(self, text: str, count: int, names: Sequence[str]) -> Choices | Unclear | None:
         """The per-call reading of ``text``; None when it holds no per-call answer at all."""

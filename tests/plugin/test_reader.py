@@ -238,6 +238,7 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
 
 # -- answers to a question about several calls ------------------------------------------------
 
+ANOTHER_INTENT = NluOpinion("goodbye", 0.99, {"goodbye": 0.99})
 SEVERAL = [
     (block, entry["answer"], entry["approved"])
     for block in ANSWERS["several_calls"]
@@ -271,6 +272,7 @@ def test_several_calls_unsafe_writes_are_zero_and_recall_is_high(capsys: pytest.
             ("no NLU", None),
             ("NLU says affirm", OVERCONFIDENT),
             ("NLU says deny", NluOpinion("deny", 0.99, {"deny": 0.99})),
+            ("NLU says goodbye", ANOTHER_INTENT),
         ):
             got = _read_calls(block, text, opinion)
             allowed = approved if approved != "unclear" else ["n"] * len(block["calls"])
@@ -278,7 +280,10 @@ def test_several_calls_unsafe_writes_are_zero_and_recall_is_high(capsys: pytest.
                 unsafe.append((text, name))
         if approved != "unclear":
             decided += 1
-            if _read_calls(block, text, OVERCONFIDENT) != approved:
+            # The NLU's intent does not matter to an answer that names calls ("all" is "goodbye" to
+            # DIET); a plain yes still needs its affirm.
+            opinions = [OVERCONFIDENT] if text == "yes" else [None, OVERCONFIDENT, ANOTHER_INTENT]
+            if any(_read_calls(block, text, opinion) != approved for opinion in opinions):
                 missed.append(text)
     with capsys.disabled():
         print(
