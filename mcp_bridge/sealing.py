@@ -12,7 +12,8 @@ A question may ask about several calls at once (a numbered list). Each call is s
 :class:`PendingConfirmation`, with its own signature and idempotency key; the calls of one question
 share a ``batch`` id and know their ``place`` in it and how many there are (``count``), all signed,
 so a call cannot be dropped from a question, moved in it, or carried into another. The slot then holds
-``{"calls": [...]}``; a question about one call keeps the slot as it always was.
+``{"calls": [...]}`` (a list of one, when one call of several lines of a run is asked about); a
+question about one call keeps the slot as it always was.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def question_from_slot(value: Any) -> Question | None:
     """Parse the slot; anything malformed (a call of it included) is no question at all."""
     if isinstance(value, dict) and "calls" in value:
         raw_calls = value["calls"]
-        if not isinstance(raw_calls, list) or len(value) != 1 or len(raw_calls) < 2:
+        if not isinstance(raw_calls, list) or len(value) != 1 or not raw_calls:
             return None
         calls = tuple(PendingConfirmation.from_slot(raw) for raw in raw_calls)
         parsed = tuple(call for call in calls if call is not None)
@@ -180,8 +181,8 @@ class Seal:
         all the calls of one batch, each in its place, asked of one person in one turn."""
         if not calls or not all(self.verify(call, conversation_id) for call in calls):
             return False
-        if len(calls) == 1:
-            return not calls[0].in_batch
+        if len(calls) == 1 and not calls[0].in_batch:
+            return True
         first = calls[0]
         return all(
             call.batch == first.batch

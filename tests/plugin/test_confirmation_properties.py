@@ -555,9 +555,7 @@ class SeveralCallsMachine(RuleBasedStateMachine):
     )
     def request(self, emails: list[str], text: str) -> None:
         self.chat.slots.update(contact_emails=emails, contact_email=emails[0], note_text=text)
-        slot = self.chat.slots.get(PENDING_SLOT)
-        # A list cut down to one call is no question at all (nothing to drop aloud).
-        had_question = slot is not None and not (self.tampered == "drop" and len(slot["calls"]) < 2)
+        had_question = self.chat.slots.get(PENDING_SLOT) is not None
         decision = self.run(self.chat.start("several"))
         self.asked = [AskedCall(SEVERAL_CONTACTS[e], text, "") for e in emails]
         self.tampered = None

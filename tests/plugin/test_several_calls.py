@@ -323,7 +323,7 @@ async def test_a_tampered_question_writes_nothing(world: World, tamper: str) -> 
     chat.slots[PENDING_SLOT] = {"calls": calls}
     decision = await chat.say("all", None)
     assert world.notes == []
-    assert decision.outcome in ("rejected", "handed_back")
+    assert decision.outcome == "rejected" and responses(decision) == ["utter_confirmation_invalid"]
 
 
 async def test_dropping_the_list_denies_every_call(world: World) -> None:
@@ -341,3 +341,55 @@ async def test_an_interruption_asks_the_list_again(world: World) -> None:
     assert responses(resumed) == ["utter_confirm_again", "utter_confirm_calls"]
     await chat.say("no to 1, yes to the rest", None)
     assert [n[:2] for n in world.notes] == [(2, NOTE)]
+
+
+ONE_OF_TWO = """\
+skill: tasks
+tools:
+  find_contact: local
+  create_task: local
+tool_constraints:
+  - create_task:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm_task
+        utter_on_user_denial: utter_task_cancelled
+        describe: "Task for {contact_name}, due {arg_due}"
+steps:
+  - execute_tool: find_contact
+    for_each: {slot: contact_emails, as: contact_email}
+    arguments: {email: {slot: contact_email}}
+    fills: {contact_id: contact_id, contact_name: name, wants_task: wants_task}
+  - execute_tool: create_task
+    when: {slot: wants_task}
+    arguments: {contact_id: {slot: contact_id}, due: {slot: due}}
+    on_success: utter_task_created
+"""
+
+
+async def test_one_call_of_several_lines_is_a_list_of_one(tmp_path: Path) -> None:
+    """Two contacts, a task for one only: asked as a list of one, since the contact it is for (its
+    context) is not the conversation's; confirmed, it writes once, for that contact."""
+    tasks: list[tuple[int, str, str | None]] = []
+
+    async def find_contact(email: str) -> dict[str, Any]:
+        contact_id, name = CONTACTS[email]
+        return {"ok": True, "contact_id": contact_id, "name": name, "wants_task": contact_id == 2}
+
+    async def create_task(contact_id: int, due: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        tasks.append((contact_id, due, idempotency_key))
+        return {"ok": True}
+
+    (tmp_path / "tasks.yml").write_text(ONE_OF_TWO)
+    local = {"find_contact": find_contact, "create_task": create_task}
+    skills = load_skills(tmp_path, local_tools=local, mcp_servers=set(), responses=None)
+    chat = Conversation(Executor(skills, ToolBox(local, None)), "one-of-two", due="2026-12-04")
+    chat.slots["contact_emails"] = ["dana@example.com", "priya@example.com"]
+    decision = await chat.start("tasks")
+    assert responses(decision) == ["utter_confirm_calls"]
+    assert decision.say[0].variables["calls"] == "1. Task for Priya Raman, due 2026-12-04"
+    (call,) = calls_of(chat)
+    assert (call["tool"], call["arguments"]["contact_id"], call["count"]) == ("create_task", 2, 1)
+    decision = await chat.say("yes", "affirm", 0.99)
+    assert responses(decision) == ["utter_task_created"]
+    assert tasks == [(2, "2026-12-04", call["key"])]
