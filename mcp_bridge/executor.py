@@ -38,7 +38,8 @@ The rules, in order of importance:
    such an answer each approved call runs as rule 3 says, whatever happens to the others; each
    refused call runs not at all; every decision is audited per call. "change 2 to: ..." edits one
    call and asks about the list again. The skill ends with that answer (steps after the list do not
-   run). A question about one call is asked and answered exactly as rules 1 to 5 say.
+   run). A run that did not split into lines and reaches one call asks about it exactly as rules 1
+   to 5 say; one call of a split run is a list of one (its context is not the conversation's).
 """
 
 from __future__ import annotations
