@@ -133,7 +133,8 @@ pytest-sdk36: setup train services
 quick: $(VENV)/.installed lint typecheck
 	@$(VENV)/bin/pytest -q tests/plugin/test_reader.py tests/plugin/test_skills.py tests/plugin/test_bridge_config.py \
 		tests/plugin/test_init.py tests/plugin/test_rasa_adapter.py tests/plugin/test_confirmation_properties.py \
-		tests/plugin/test_startup.py tests/plugin/test_executor.py tests/plugin/test_approvals.py
+		tests/plugin/test_startup.py tests/plugin/test_executor.py tests/plugin/test_approvals.py \
+		tests/plugin/test_several_calls.py
 
 validate: setup
 	@echo "==> rasa data validate"

@@ -33,7 +33,16 @@ The rules, in order of importance:
    aloud.
 5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
    and nothing runs.
-6. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
+6. A run that reaches several constrained calls (steps in a row, or one step over a list) asks about
+   them in one question, a numbered list. Each call is sealed on its own, with its own idempotency
+   key, and gets its own decision: the person answers each ("yes to 1, no to 2", "only the first",
+   "all", "none", the buttons), and an answer that does not decide every call is asked again. On
+   such an answer each approved call runs as rule 3 says, whatever happens to the others; each
+   refused call runs not at all; every decision is audited per call. "change 2 to: ..." edits one
+   call and asks about the list again. The skill ends with that answer (steps after the list do not
+   run). A run that did not split into lines and reaches one call asks about it exactly as rules 1
+   to 5 say; one call of a split run is a list of one (its context is not the conversation's).
+7. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
    person with the role, never the requester, and runs (once, with the question's key) only when
    the conversation is told it was approved in time (:mod:`mcp_bridge.approvals`).
 """
@@ -50,15 +59,42 @@ from typing import Any, Literal
 from mcp_bridge import approvals, templating
 from mcp_bridge.approvals import Approvals
 from mcp_bridge.audit import AuditLog, AuditWriteError
-from mcp_bridge.confirmation import needs_confirmation
+from mcp_bridge.confirmation import declared, needs_confirmation
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.errors import InputRequiredError, ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.pipeline import check_arguments
-from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
+from mcp_bridge.reader import (
+    Choices,
+    ConfirmationReader,
+    Edit,
+    EditCall,
+    NluOpinion,
+    No,
+    Other,
+    Redirect,
+    TooLong,
+    Yes,
+)
 from mcp_bridge.results import ToolResult
-from mcp_bridge.sealing import PendingConfirmation, Seal, call_digest
+from mcp_bridge.sealing import (
+    PendingConfirmation,
+    Question,
+    Seal,
+    call_digest,
+    question_from_slot,
+    question_to_slot,
+)
 from mcp_bridge.server_questions import ServerQuestions
-from mcp_bridge.skills import RequiresApproval, RequiresConfirmation, Skill, Step, resolve_arguments
+from mcp_bridge.skills import (
+    RequiresApproval,
+    RequiresConfirmation,
+    ResultArgument,
+    Skill,
+    SlotArgument,
+    Step,
+    resolve_arguments,
+    runs_when,
+)
 from mcp_bridge.sources import Tool
 from mcp_bridge.tools import ToolBox
 
@@ -97,6 +133,8 @@ class Turn:
 class Say:
     response: str
     variables: Mapping[str, Any] = field(default_factory=dict)
+    # Buttons added to the response's own (a question about several calls: one per call).
+    buttons: tuple[Mapping[str, str], ...] = ()
 
 
 Outcome = Literal[
@@ -113,7 +151,7 @@ Outcome = Literal[
     "unavailable",
     "not_configured",
     "missing_argument",
-    "awaiting_approval",  # confirmed, and held for a second approver (rule 6); nothing called yet
+    "awaiting_approval",  # confirmed, and held for a second approver (rule 7); nothing called yet
 ]
 
 
@@ -166,6 +204,15 @@ class Responses:
     message_too_long: str = "utter_message_too_long"
     # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
     confirmation_expired: str = "utter_confirmation_expired"
+    # A question about several calls (variables: calls, the numbered list; count), with Yes / No
+    # buttons for all of them; the executor adds one "Only <n>" button per call.
+    confirm_calls: str = "utter_confirm_calls"
+    # Said before the list again when the answer did not decide each call.
+    answer_each_call: str = "utter_answer_each_call"
+    # Said for each call the person refused when others were approved (variables: place, call).
+    call_skipped: str = "utter_call_skipped"
+    # Said when the person refused every call of the list.
+    calls_cancelled: str = "utter_calls_cancelled"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -188,7 +235,7 @@ class _Run:
     outcome: Outcome
     say: tuple[Say, ...] = ()
     slots: Mapping[str, Any] = field(default_factory=dict)
-    asked: PendingConfirmation | None = None
+    asked: Question | None = None
 
     @property
     def waiting(self) -> bool:
@@ -197,6 +244,33 @@ class _Run:
 
 # What a skill's tool name resolved to: the tool, or why nothing (refused loudly at dispatch, rule 5).
 _Resolved = Tool | ToolNotFoundError
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One line of a run. A ``for_each`` step splits a run into one line per item of its list; each
+    line has its own slots and results, and ``own`` holds the slot values it set itself."""
+
+    slots: Mapping[str, Any]
+    results: Mapping[str, Any] = field(default_factory=dict)
+    own: Mapping[str, Any] = field(default_factory=dict)
+
+    def set(self, values: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> _Line:
+        return _Line({**self.slots, **values}, {**self.results, **(results or {})}, {**self.own, **values})
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A constrained call a run reached (rule 1): to be asked about, not run."""
+
+    index: int
+    step: Step
+    resolved: _Resolved
+    rule: RequiresConfirmation
+    arguments: dict[str, Any]
+    slots: Mapping[str, Any]
+    # The slot values of its line that the conversation does not hold (sealed as the call's context).
+    context: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Executor:
@@ -228,7 +302,7 @@ class Executor:
         self._seal = seal or Seal.ephemeral()
         # Questions an MCP server asks during a call (mcp_bridge.server_questions).
         self.questions = ServerQuestions(self._seal)
-        # Rule 6's store and rules; None: a call that needs a second approver is refused, unrun.
+        # Rule 7's store and rules; None: a call that needs a second approver is refused, unrun.
         self.approvals = approvals
         # Rule 2's question, for an MCP tool the skill gives no constraint.
         self._unconstrained = RequiresConfirmation(
@@ -263,9 +337,10 @@ class Executor:
             cleared[ELICITATION_SLOT] = None  # a server's question left behind: dropped unanswered
         if raw is not None and not turn.loop_active:
             cleared = {**cleared, PENDING_SLOT: None}
-            left_behind = PendingConfirmation.from_slot(raw)
+            left_behind = question_from_slot(raw)
             if left_behind is not None:
-                self._record(turn, left_behind, "dropped", "the person started something else")
+                for call in left_behind:
+                    self._record(turn, call, "dropped", "the person started something else")
                 said = [Say(self.responses.question_dropped)]
         run = await self._run(skill, 0, turn)
         return self._decision(skill, run, said=said, slots=cleared, owns_question=not turn.loop_active)
@@ -279,9 +354,12 @@ class Executor:
         if turn.slots.get(ELICITATION_SLOT) is not None:
             return await self.questions.answer(self, turn)  # a server's question, not a confirmation
         raw = turn.slots.get(PENDING_SLOT)
-        pending = PendingConfirmation.from_slot(raw)
-        if raw is not None and pending is None:
+        question = question_from_slot(raw)
+        if raw is not None and question is None:
             log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
+        if question is not None and question[0].in_batch:
+            return await self._answer_calls(question, turn)  # rule 6
+        pending = question[0] if question is not None else None
         if not turn.new_message:
             return await self._resume(turn, pending, raw)
         nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
@@ -327,11 +405,18 @@ class Executor:
         if turn.slots.get(ELICITATION_SLOT) is not None:
             return await self.questions.cancel(self, turn)  # the server hears cancel
         raw = turn.slots.get(PENDING_SLOT)
-        pending = PendingConfirmation.from_slot(raw)
-        if pending is None:
+        question = question_from_slot(raw)
+        if question is None:
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
+        pending = question[0]
         if pending.user != turn.user:
             return self._refuse(turn, pending)
+        if pending.in_batch:
+            for call in question:
+                self._record(turn, call, "denied", None)
+            return Decision(
+                "cancelled", [Say(self.responses.calls_cancelled)], _ended(self.skills.get(pending.skill))
+            )
         self._record(turn, pending, "denied", None)
         skill = self.skills.get(pending.skill)
         rule = await self._needs_yes(skill, pending.tool) if skill is not None else None
@@ -390,19 +475,25 @@ class Executor:
     async def _hold(
         self, skill: Skill, rule: RequiresApproval, pending: PendingConfirmation, turn: Turn
     ) -> Decision:
-        """Rule 6: the confirmed call is held for a second approver, and the requester told so."""
-        variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
+        """Rule 7: the confirmed call is held for a second approver, and the requester told so."""
+        outcome, said = await self._held(rule, pending, turn, turn.slots)
+        return Decision(outcome, [said], _ended(skill))
+
+    async def _held(
+        self, rule: RequiresApproval, pending: PendingConfirmation, turn: Turn, slots: Mapping[str, Any]
+    ) -> tuple[Outcome, Say]:
+        """Hold one confirmed call for its approver (rule 7): what to say, and whether it is held."""
+        variables = templating.variables(slots, pending.arguments, tool=pending.tool)
         held = None
         if self.approvals is not None:
-            held = await self.approvals.hold(rule, pending, turn.conversation_id, turn.slots)
-        if self.approvals is None or held is None:
-            said = Say(approvals.RESPONSES.unavailable, variables)
-            return Decision("rejected", [said], _ended(skill))
+            held = await self.approvals.hold(rule, pending, turn.conversation_id, slots)
+        if held is None:
+            return "rejected", Say(approvals.RESPONSES.unavailable, variables)
         variables |= {"approval_role": rule.role, "approval_expires_after": rule.expires_after}
-        return Decision("awaiting_approval", [Say(approvals.RESPONSES.waiting, variables)], _ended(skill))
+        return "awaiting_approval", Say(approvals.RESPONSES.waiting, variables)
 
     async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
-        """Rule 6, in the requester's conversation, told a decision: an approved call runs once,
+        """Rule 7, in the requester's conversation, told a decision: an approved call runs once,
         exactly as sealed, with the question's key; a refusal or an expiry is said once; anything else
         (unknown, another conversation's, already run or told) says and changes nothing. The
         conversation may have moved on since, so no slot is set."""
@@ -422,8 +513,11 @@ class Executor:
             log.warning("approval %s: the held call does not match a known call; nothing was run", request.id)
             await self.approvals.finish(request, "rejected: does not match a known call")
             return Decision("rejected", [Say(self.responses.confirmation_invalid)])
-        skill, _, resolved = bound
-        run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
+        skill, step, resolved = bound
+        if pending.in_batch:  # one call of a list: that call alone, with the context it was planned in
+            run = await self._run_one(skill, step, resolved, pending, then)
+        else:
+            run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
         try:
             await self.approvals.finish(request, run.outcome)
         except Exception:  # the store failed after the call: the person hears what the call did
@@ -443,7 +537,7 @@ class Executor:
         # An edit that changes nothing is the same call: it keeps its key (asked_before).
         run = await self._run(skill, 0, changed, asked_before=old)
         if run.waiting and run.asked is not None:
-            new = run.asked
+            new = run.asked[0]
             self._record(
                 turn, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id
             )
@@ -492,41 +586,75 @@ class Executor:
     ) -> _Run:
         """Run ``skill`` from step ``start`` with the turn's slots; ``confirmed`` is the call a yes just
         authorised, ``asked_before`` the question a new one replaces (the same call keeps its key),
-        ``resolved`` what the first step's tool name resolved to, if that is known already."""
-        slots = dict(turn.slots)
-        results: dict[str, Any] = {}
+        ``resolved`` what the first step's tool name resolved to, if that is known already.
+
+        Constrained calls are gathered, not run (rule 1): the run goes on past them while the next
+        steps are constrained too and need nothing the gathered calls would give, then asks about
+        all of them (rule 6). A run of one line that gathered one call asks as it always did.
+        """
+        lines = [_Line(dict(turn.slots))]
         said: list[Say] = []
-        filled: dict[str, Any] = {}
+        planned: list[_Planned] = []
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
             if index != start or resolved is None:
                 resolved = self._resolve(skill, step.execute_tool)
             authorised = confirmed if confirmed is not None and index == confirmed.step else None
-            if authorised is not None:
-                arguments = dict(authorised.arguments)
-            else:
-                arguments, missing = resolve_arguments(step, slots, results)
-                if missing:
-                    response = step.on_missing_argument or self.responses.tool_failed
-                    missed = Say(response, {"error": f"missing {', '.join(missing)}"})
-                    return _Run("missing_argument", (*said, missed), filled)
+            rule: RequiresConfirmation | None = None
+            if authorised is None:
+                lines = _expand(step, lines)
+                if not any(runs_when(step, line.slots, line.results) for line in lines):
+                    continue
                 rule = await self._needs_yes(skill, step.execute_tool, resolved)
-                if rule is not None:
-                    asked = await self._ask(
-                        skill, index, step, resolved, rule, arguments, slots, turn, asked_before
-                    )
-                    return replace(asked, say=(*said, *asked.say), slots={**filled, **asked.slots})
-            called = await self._dispatch(skill, step, resolved, arguments, slots, turn, authorised)
-            if isinstance(called, _Run):
-                return replace(called, say=(*said, *called.say), slots={**filled, **called.slots})
-            results.update(called.data)
-            routed = self._route(step, called, slots, arguments, results)
-            said.extend(routed.say)
-            filled.update(routed.slots)
-            slots.update(routed.slots)
-            if routed.outcome is not None:
-                return _Run(routed.outcome, tuple(said), filled)
-        return _Run("done", tuple(said), filled)
+                if planned and (rule is None or _waits_for(step, planned, lines)):
+                    break  # asked about after the gathered calls, in a question of its own
+            updated: list[_Line] = []
+            for position, line in enumerate(lines):
+                if authorised is None and not runs_when(step, line.slots, line.results):
+                    updated.append(line)
+                    continue
+                if authorised is not None:
+                    arguments = dict(authorised.arguments)
+                else:
+                    arguments, missing = resolve_arguments(step, line.slots, line.results)
+                    if missing:
+                        response = step.on_missing_argument or self.responses.tool_failed
+                        missed = Say(response, {"error": f"missing {', '.join(missing)}"})
+                        return _Run("missing_argument", (*said, missed), _filled(lines))
+                    if rule is not None:
+                        planned.append(_Planned(index, step, resolved, rule, arguments, line.slots, line.own))
+                        updated.append(line)
+                        continue
+                called = await self._dispatch(skill, step, resolved, arguments, line.slots, turn, authorised)
+                if isinstance(called, _Run):
+                    return replace(called, say=(*said, *called.say), slots={**_filled(lines), **called.slots})
+                results = {**line.results, **called.data}
+                routed = self._route(step, called, line.slots, arguments, results)
+                said.extend(routed.say)
+                line = line.set(routed.slots, called.data)
+                updated.append(line)
+                if routed.outcome is not None:
+                    return _Run(routed.outcome, tuple(said), _filled([*updated, *lines[position + 1 :]]))
+            lines = updated
+        if planned:
+            if len(planned) == 1 and len(lines) == 1:
+                one = planned[0]
+                asked = await self._ask(
+                    skill,
+                    one.index,
+                    one.step,
+                    one.resolved,
+                    one.rule,
+                    one.arguments,
+                    one.slots,
+                    turn,
+                    asked_before,
+                )
+            else:
+                before = (asked_before,) if asked_before is not None else ()
+                asked = await self._ask_calls(skill, planned, turn, before)
+            return replace(asked, say=(*said, *asked.say), slots={**_filled(lines), **asked.slots})
+        return _Run("done", tuple(said), _filled(lines))
 
     def _resolve(self, skill: Skill, name: str) -> _Resolved:
         try:
@@ -588,7 +716,232 @@ class Executor:
         variables = templating.variables(slots, arguments, tool=step.execute_tool)
         question = Say(rule.utter_for_confirmation, variables)
         self._record(turn, pending, "asked", None)
-        return _Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, pending)
+        return _Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, (pending,))
+
+    async def _ask_calls(
+        self, skill: Skill, planned: Sequence[_Planned], turn: Turn, asked_before: Question
+    ) -> _Run:
+        """Rule 6: seal each call on its own, as one question, and ask with a numbered list. Arguments
+        a tool would refuse are refused now, before anything is asked. A call asked about before
+        (the same call, in ``asked_before``) keeps its idempotency key."""
+        for one in planned:
+            if isinstance(one.resolved, ToolNotFoundError):
+                continue  # asked about all the same; dispatch refuses it loudly (rule 5)
+            try:
+                await check_arguments(one.resolved, one.arguments)
+            except ToolNotFoundError:
+                pass
+            except _FAILURES as exc:
+                return self._failure(skill, one.step, exc, turn)
+        keys = {call.digest: call.key for call in asked_before}
+        batch, now = uuid.uuid4().hex, self._clock()
+        calls: list[PendingConfirmation] = []
+        for place, one in enumerate(planned, start=1):
+            source = str(skill.tools[one.step.execute_tool])
+            digest = call_digest(skill.id, one.step.execute_tool, source, one.arguments)
+            question_id = uuid.uuid4().hex
+            call = PendingConfirmation(
+                id=question_id,
+                skill=skill.id,
+                tool=one.step.execute_tool,
+                step=one.index,
+                source=source,
+                arguments=dict(one.arguments),
+                digest=digest,
+                asked_at=now,
+                user_turn=turn.user_turn,
+                key=keys.get(digest, question_id),
+                user=turn.user,
+                batch=batch,
+                place=place,
+                count=len(planned),
+                context=dict(one.context),
+            )
+            calls.append(self._seal.sign(call, turn.conversation_id))
+        for call in calls:
+            self._record(turn, call, "asked", None)
+        question = tuple(calls)
+        return _Run(
+            "pending",
+            (self._list(skill, question, turn.slots),),
+            {PENDING_SLOT: question_to_slot(question)},
+            question,
+        )
+
+    def _list(self, skill: Skill, calls: Question, slots: Mapping[str, Any]) -> Say:
+        """The question about several calls: each on its numbered line, and a button per call."""
+        lines = "\n".join(f"{call.place}. {self._describe(skill, call, slots)}" for call in calls)
+        buttons = tuple({"title": f"Only {call.place}", "payload": f"only {call.place}"} for call in calls)
+        return Say(
+            self.responses.confirm_calls,
+            {"calls": lines, "count": len(calls)},
+            buttons if 2 <= len(calls) <= _MAX_CALL_BUTTONS else (),
+        )
+
+    def _describe(self, skill: Skill, call: PendingConfirmation, slots: Mapping[str, Any]) -> str:
+        """A call's line in the list: its tool's ``describe`` filled in, or its name and arguments."""
+        variables = templating.variables({**slots, **call.context}, call.arguments, tool=call.tool)
+        rule = declared(skill, call.tool)
+        if rule is not None and rule.describe:
+            try:
+                return rule.describe.format_map(variables)
+            except (KeyError, ValueError, IndexError, AttributeError):
+                pass  # a variable this call does not have: named plainly instead
+        return f"{call.tool} {variables['tool_arguments']}"
+
+    async def _answer_calls(self, calls: Question, turn: Turn) -> Decision:
+        """Rule 6: the answer to a question about several calls, read once, decided per call."""
+        first = calls[0]
+        if first.user != turn.user:
+            return self._refuse(turn, first)
+        bound = await self._verified_calls(calls, turn)
+        if bound is None:
+            for call in calls[1:]:
+                self._record(turn, call, "rejected", "confirmation does not match a known call")
+            return self._reject(turn, first, "confirmation does not match a known call")
+        skill, steps = bound
+        if not turn.new_message:
+            if first.user_turn == turn.user_turn:
+                return Decision("pending")  # asked in this very turn
+            self._record_all(turn, calls, "asked_again", None)
+            return await self._ask_calls_again(skill, steps, calls, turn, [Say(self.responses.confirm_again)])
+        nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+        names = [call.tool.rsplit("_", 1)[-1] for call in calls]
+        reading = self.reader.read_calls(turn.text, nlu, [call.arguments for call in calls], names)
+        if isinstance(reading, Choices):
+            return await self._decided(skill, steps, calls, reading.approved, turn)
+        if isinstance(reading, Other):
+            self._record_all(turn, calls, "handed_back", None)
+            return Decision("handed_back")
+        if isinstance(reading, TooLong):
+            self._record_all(turn, calls, "unclear", reading.reason)
+            return await self._ask_calls_again(skill, steps, calls, turn, [self._too_long(reading)])
+        if isinstance(reading, EditCall):
+            return await self._edited_call(skill, steps, calls, reading, turn)
+        if self._late(first):
+            self._record_all(turn, calls, "expired", None)
+            expired = [Say(self.responses.confirmation_expired)]
+            return await self._ask_calls_again(skill, steps, calls, turn, expired)
+        self._record_all(turn, calls, "unclear", reading.reason)
+        return await self._ask_calls_again(skill, steps, calls, turn, [Say(self.responses.answer_each_call)])
+
+    async def _decided(
+        self,
+        skill: Skill,
+        steps: Sequence[tuple[Step, _Resolved]],
+        calls: Question,
+        approved: Sequence[bool],
+        turn: Turn,
+    ) -> Decision:
+        """A yes or no for each call: each approved call runs as rule 3 says, each refused one never."""
+        first = calls[0]
+        if self._late(first):
+            self._record_all(turn, calls, "expired", None)
+            expired = [Say(self.responses.confirmation_expired)]
+            return await self._ask_calls_again(skill, steps, calls, turn, expired)
+        if turn.user_turn != first.user_turn + 1:
+            self._record_all(turn, calls, "asked_again", None)
+            return await self._ask_calls_again(skill, steps, calls, turn, [Say(self.responses.confirm_again)])
+        for call, (step, _) in zip(calls, steps, strict=True):
+            if not _still_holds(step, call, turn.slots):
+                for other in calls:
+                    if other is not call:
+                        self._record(turn, other, "rejected", "another call of the question changed")
+                return self._reject(turn, call, "arguments changed after the question", skill)
+        if not any(approved):
+            self._record_all(turn, calls, "denied", None)
+            return Decision("cancelled", [Say(self.responses.calls_cancelled)], _ended(skill))
+        said: list[Say] = []
+        outcome: Outcome = "done"
+        for call, (step, resolved), yes in zip(calls, steps, approved, strict=True):
+            if not yes:
+                self._record(turn, call, "denied", None)
+                variables = {"place": call.place, "call": self._describe(skill, call, turn.slots)}
+                said.append(Say(self.responses.call_skipped, variables))
+                continue
+            self._record(turn, call, "confirmed", None)
+            second = approvals.required(skill, call.tool, call.arguments)
+            if second is not None:  # rule 7: this call waits for its approver; the others do not
+                held, waiting = await self._held(second, call, turn, {**turn.slots, **call.context})
+                said.append(waiting)
+                outcome = held if outcome == "done" else outcome
+                continue
+            run = await self._run_one(skill, step, resolved, call, turn)
+            said.extend(run.say)
+            outcome = run.outcome if outcome == "done" else outcome
+        return Decision(outcome, said, _ended(skill))
+
+    async def _run_one(
+        self, skill: Skill, step: Step, resolved: _Resolved, call: PendingConfirmation, turn: Turn
+    ) -> _Run:
+        """One confirmed call of a list, exactly as sealed, with the slots it was planned with."""
+        slots = {**turn.slots, **call.context}
+        called = await self._dispatch(skill, step, resolved, dict(call.arguments), slots, turn, call)
+        if isinstance(called, _Run):
+            return called
+        routed = self._route(step, called, slots, call.arguments, called.data)
+        return _Run(routed.outcome or "done", tuple(routed.say), {})
+
+    async def _edited_call(
+        self,
+        skill: Skill,
+        steps: Sequence[tuple[Step, _Resolved]],
+        calls: Question,
+        edit: EditCall,
+        turn: Turn,
+    ) -> Decision:
+        """ "change 2 to: ...": that call's text argument changes, and the list is asked about again."""
+        slot = skill.edits.get("text")
+        old = calls[edit.place - 1]
+        step = steps[edit.place - 1][0]
+        changed = [
+            name
+            for name, source in step.arguments.items()
+            if slot is not None and isinstance(source, SlotArgument) and source.slot == slot
+        ]
+        if slot is None or not changed:
+            self._record_all(turn, calls, "unclear", "an edit this call does not allow")
+            return await self._ask_calls_again(
+                skill, steps, calls, turn, [Say(self.responses.answer_each_call)]
+            )
+        planned = self._replanned(skill, steps, calls)
+        one = planned[edit.place - 1]
+        planned[edit.place - 1] = replace(
+            one,
+            arguments={**one.arguments, **dict.fromkeys(changed, edit.text)},
+            context={**one.context, slot: edit.text},
+        )
+        run = await self._ask_calls(skill, planned, replace(turn, user=old.user), calls)
+        if not run.waiting or run.asked is None:
+            self._record_all(turn, calls, "unclear", f"the change of {slot} was refused")
+            return await self._ask_calls_again(skill, steps, calls, turn, run.say)
+        new = run.asked[edit.place - 1]
+        self._record(turn, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id)
+        return Decision(run.outcome, list(run.say), dict(run.slots))
+
+    async def _ask_calls_again(
+        self,
+        skill: Skill,
+        steps: Sequence[tuple[Step, _Resolved]],
+        calls: Question,
+        turn: Turn,
+        said: Sequence[Say],
+    ) -> Decision:
+        """The same list again after ``said``, bound to this turn, of the same person; each call keeps
+        its idempotency key."""
+        planned = self._replanned(skill, steps, calls)
+        run = await self._ask_calls(skill, planned, replace(turn, user=calls[0].user), calls)
+        return self._decision(skill, run, said=said, slots={PENDING_SLOT: None})
+
+    def _replanned(
+        self, skill: Skill, steps: Sequence[tuple[Step, _Resolved]], calls: Question
+    ) -> list[_Planned]:
+        """The calls of a question, as they were planned: to seal them again."""
+        planned = []
+        for call, (step, resolved) in zip(calls, steps, strict=True):
+            rule = declared(skill, call.tool) or self._unconstrained
+            planned.append(_Planned(call.step, step, resolved, rule, dict(call.arguments), {}, call.context))
+        return planned
 
     async def _dispatch(
         self,
@@ -694,6 +1047,32 @@ class Executor:
             return None
         return skill, step, resolved
 
+    async def _verified_calls(
+        self, calls: Question, turn: Turn
+    ) -> tuple[Skill, list[tuple[Step, _Resolved]]] | None:
+        """The skill and, per call, the step and what its tool resolves to, if the question's seals
+        and binding hold (each call as :meth:`_verified` checks one, and together one question)."""
+        skill = self.skills.get(calls[0].skill)
+        if skill is None or not self._seal.verify_question(calls, turn.conversation_id):
+            return None
+        steps = []
+        for call in calls:
+            if call.skill != skill.id or not 0 <= call.step < len(skill.steps):
+                return None
+            step = skill.steps[call.step]
+            source = skill.tools.get(call.tool)
+            if step.execute_tool != call.tool or source is None or str(source) != call.source:
+                return None
+            resolved = self._resolve(skill, call.tool)
+            if await self._needs_yes(skill, call.tool, resolved) is None:
+                return None
+            steps.append((step, resolved))
+        return skill, steps
+
+    def _record_all(self, turn: Turn, calls: Question, decision: str, result: str | None) -> None:
+        for call in calls:
+            self._record(turn, call, decision, result)
+
     def _reject(
         self, turn: Turn, pending: PendingConfirmation, reason: str, skill: Skill | None = None
     ) -> Decision:
@@ -740,6 +1119,54 @@ class Executor:
             result=result,
             **extra,
         )
+
+
+# Up to this many calls in a question, each gets an "Only <n>" button; more are answered in words.
+_MAX_CALL_BUTTONS = 5
+
+
+def _expand(step: Step, lines: list[_Line]) -> list[_Line]:
+    """A ``for_each`` step: each line becomes one line per item of its list (none: the line as is)."""
+    if step.for_each is None:
+        return lines
+    out: list[_Line] = []
+    for line in lines:
+        items = line.slots.get(step.for_each.slot)
+        if isinstance(items, list) and items:
+            out.extend(line.set({step.for_each.as_: item}) for item in items)
+        else:
+            out.append(line)
+    return out
+
+
+def _waits_for(step: Step, planned: Sequence[_Planned], lines: Sequence[_Line]) -> bool:
+    """``step`` needs what a gathered call would give: a slot it fills, or a result not there yet."""
+    filled_by_them = {slot for one in planned for slot in one.step.fills}
+    for source in (*step.arguments.values(), step.when):
+        if isinstance(source, SlotArgument) and source.slot in filled_by_them:
+            return True
+        if isinstance(source, ResultArgument) and any(source.result not in line.results for line in lines):
+            return True
+    return False
+
+
+def _filled(lines: Sequence[_Line]) -> dict[str, Any]:
+    """The slots a run sets in the conversation: its one line's, or what all its lines agree on."""
+    if len(lines) == 1:
+        return dict(lines[0].own)
+    first, *others = lines
+    return {k: v for k, v in first.own.items() if all(k in o.own and o.own[k] == v for o in others)}
+
+
+def _still_holds(step: Step, call: PendingConfirmation, slots: Mapping[str, Any]) -> bool:
+    """The call's arguments are still what its step makes of the slots (the conversation's, with
+    the call's own context over them); results of earlier steps are not kept, so not compared."""
+    current, _ = resolve_arguments(step, {**slots, **call.context})
+    return all(
+        current.get(name) == call.arguments.get(name)
+        for name, source in step.arguments.items()
+        if not isinstance(source, ResultArgument)
+    )
 
 
 def _ended(skill: Skill | None) -> dict[str, Any]:

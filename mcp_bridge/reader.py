@@ -35,6 +35,17 @@ one run of characters, and the few per-character loops look words up in tables (
 A button press arrives as its payload (``/affirm``, ``/deny``) and is an exact answer; a payload
 naming another intent or carrying entities is not a yes.
 
+A question about several calls (a numbered list) is read by :meth:`ConfirmationReader.read_calls`:
+
+* a plain yes or no, read exactly as above (the NLU agreeing to a yes), or the Yes / No button,
+  answers every call alike;
+* :class:`Choices`: a yes or no for each call, in words ("yes to 1, no to 2", "only the first",
+  "all", "none", "both but not the task"; the grammar is :mod:`mcp_bridge.choices`'s). The words
+  decide alone: the NLU cannot express a per-call answer, and the grammar takes nothing it does not
+  know. A call left without a decision, or given two, makes the answer unclear;
+* :class:`EditCall`: "change 2 to: ..." replaces the text of that call only; an edit or an address
+  that does not say which call is unclear.
+
 The words live in a data file (``confirmation_words.yml`` beside this module, English); a bot adds
 its own (other languages) with :func:`load_words`. A word the reader does not know makes an answer
 unclear, so an unlisted language is asked again, never written.
@@ -44,13 +55,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_bridge import choices
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.yamlfile import load_yaml, schema_error
@@ -109,6 +121,27 @@ class Unclear:
 
 
 Answer = Yes | No | Edit | Redirect | Other | Unclear | TooLong
+
+
+@dataclass(frozen=True)
+class Choices:
+    """An answer to a question about several calls: yes (True) or no for each, in the list's order."""
+
+    approved: tuple[bool, ...]
+    kind: Literal["choices"] = "choices"
+
+
+@dataclass(frozen=True)
+class EditCall:
+    """ "change 2 to: ...": the new text of one call of several (``place`` counts from 1)."""
+
+    place: int
+    text: str
+    kind: Literal["edit_call"] = "edit_call"
+
+
+# What an answer to a question about several calls can be.
+CallsAnswer = Choices | EditCall | Other | Unclear | TooLong
 
 
 @dataclass(frozen=True)
@@ -391,6 +424,28 @@ class ConfirmationReader:
             + [(m, True) for m in self.words.edit_with_colon]
         )
 
+        # The per-call grammar's words (mcp_bridge.choices); at equal length the first label wins.
+        def listed(*entries: str) -> frozenset[Phrase]:
+            return frozenset(tuple(_choice_tokens(entry)) for entry in entries)
+
+        self._choice_words = _PhraseIndex(
+            [
+                ("except", listed(*choices.EXCEPT_WORDS)),
+                ("sep", listed(*choices.SEPARATORS)),
+                ("and", listed(*choices.AND_WORDS)),
+                ("only", listed(*choices.ONLY_WORDS)),
+                ("all", listed(*choices.ALL_WORDS)),
+                ("both", listed(*choices.BOTH_WORDS)),
+                ("none", listed(*choices.NONE_WORDS)),
+                ("neither", listed(*choices.NEITHER_WORDS)),
+                ("rest", listed(*choices.REST_WORDS)),
+                ("no", self.words.no | listed(*choices.EXTRA_NO)),
+                ("yes", self.words.yes | listed(*choices.EXTRA_YES)),
+                ("filler", listed(*choices.FILLERS) | self.words.polite),
+            ]
+        )
+        self._range_words = frozenset(choices.RANGE_WORDS)
+
     def too_long(self, text: str) -> TooLong | None:
         """``text`` is over the limit: a bot's own question (a form) refuses it unread too."""
         return TooLong(len(text), self.max_chars) if len(text) > self.max_chars else None
@@ -411,6 +466,135 @@ class ConfirmationReader:
         if isinstance(text_answer, Yes) and nlu is not None and not self._nlu_says_yes(nlu):
             return Unclear("the NLU did not read it as a yes")
         return text_answer
+
+    def read_calls(
+        self,
+        text: str,
+        nlu: NluOpinion | None,
+        calls: Sequence[Mapping[str, Any]],
+        names: Sequence[str] = (),
+    ) -> CallsAnswer:
+        """Read ``text``, the answer to a question about several ``calls`` (their arguments, in the
+        list's order); ``names`` are the words naming each call (its tool's last word, "note").
+
+        A plain yes or no answers every call (a yes with the NLU agreeing, as :meth:`read`); else the
+        answer must decide each call in the per-call grammar (:mod:`mcp_bridge.choices`).
+        """
+        count = len(calls)
+        too_long = self.too_long(text)
+        if too_long is not None:
+            return too_long
+        stripped = text.strip()
+        if stripped.startswith("/"):
+            whole = self._payload(stripped)
+            if isinstance(whole, Yes | No):
+                return Choices((isinstance(whole, Yes),) * count)
+            return Unclear("a payload that is not a plain yes or no button")
+        edit = self._edit_call(stripped, count)
+        if edit is not None:
+            return edit
+        # As one answer to all of them. No call's numbers count as known: "yes 1" names a call.
+        whole = self.read(stripped, nlu, {})
+        if isinstance(whole, Yes | No):
+            return Choices((isinstance(whole, Yes),) * count)
+        if isinstance(whole, TooLong):
+            return whole
+        if isinstance(whole, Edit | Redirect):
+            return Unclear(f"an {whole.kind} that does not say which call")
+        # "all", "only 2": no yes- or no-word, so the NLU's other intent ("goodbye") would hand them
+        # back; the per-call reading comes first. A message it cannot read stays handed back.
+        per_call = self._choices(stripped, count, names)
+        if isinstance(per_call, Choices) or not isinstance(whole, Other):
+            return per_call or whole
+        return whole
+
+    def _choices(self, text: str, count: int, names: Sequence[str]) -> Choices | Unclear | None:
+        """The per-call reading of ``text``; None when it holds no per-call answer at all."""
+        tokens = _choice_tokens(text)
+        if "?" in tokens:
+            return Unclear("a question")
+        found = self._label([t for t in _tokens(text)], {})
+        if any(label == "ironic" for label, _ in found):
+            return Unclear("yes-words that sound ironic")
+        doubt = _tone(text)
+        if doubt:
+            return Unclear(doubt)
+        # "the task" names the one call whose tool ends in "task"; "the notes" every note. A singular
+        # that fits several calls ("the note" of two notes) names none, so the answer is unclear.
+        by_name: dict[str, frozenset[int]] = {}
+        for place, name in enumerate(names, start=1):
+            by_name[f"{name}s"] = by_name.get(f"{name}s", frozenset()) | {place}
+        for name in set(names):
+            if names.count(name) == 1:
+                by_name[name] = frozenset({names.index(name) + 1})
+        symbols: list[choices.Symbol] = []
+        i = 0
+        while i < len(tokens):
+            word = tokens[i]
+            previous = symbols[-1] if symbols else None
+            after_target = previous is not None and previous.kind == "target"
+            if after_target and word in self._range_words and i + 1 < len(tokens):
+                upto = choices.read_targets(tokens[i + 1], False, lambda _: frozenset(), count)
+                if previous is not None and upto is not None and len(previous.targets) == 1:
+                    low, high = min(previous.targets), min(upto.targets)
+                    if not 1 <= low <= high <= count:
+                        return Unclear("a range that is not on the list")
+                    symbols[-1] = choices.Symbol("target", frozenset(range(low, high + 1)))
+                    i += 2
+                    continue
+            target = choices.read_targets(word, after_target, lambda w: by_name.get(w, frozenset()), count)
+            if target is not None:
+                symbols.append(target)
+                i += 1
+                continue
+            hit = self._choice_words.at(tokens, i)
+            if hit is None:
+                return Unclear("words that are not a plain yes or no to each call")
+            label, phrase = hit
+            i += len(phrase)
+            if label == "filler":
+                continue
+            if label == "sep" and previous is not None and previous.kind == "target":
+                nxt = (
+                    choices.read_targets(tokens[i], False, lambda w: by_name.get(w, frozenset()), count)
+                    if i < len(tokens)
+                    else None
+                )
+                if nxt is not None:
+                    label = "and"  # "1, 2 and 3"
+            if (
+                label == "sep"
+                and phrase == ("but",)
+                and previous is not None
+                and previous.kind in ("all", "both")
+            ):
+                label = "except"  # "all but 2"
+            said = [symbol.kind for symbol in symbols if symbol.kind not in ("sep", "and")]
+            if label == "yes" and said and said[-1] == "yes":
+                return Unclear("a yes said twice, which sounds ironic")  # "sure, sure, both"
+            symbols.append(choices.Symbol(label))
+        try:
+            decisions = choices.symbols_to_decisions(symbols, count)
+            return Choices(choices.resolve(decisions, count))
+        except choices.NotAnAnswer as exc:
+            return Unclear(str(exc))
+
+    def _edit_call(self, text: str, count: int) -> EditCall | Unclear | None:
+        """ "change 2 to: <new text>", "change the second to ...": one call's new text."""
+        match = _EDIT_CALL.match(text)
+        if match is None:
+            return None
+        which = _choice_tokens(match.group("which"))
+        target = choices.read_targets(which[-1], False, lambda _: frozenset(), count) if which else None
+        if target is None or len(target.targets) != 1:
+            return Unclear("an edit that does not say which call")
+        (place,) = target.targets
+        if not 1 <= place <= count:
+            return Unclear("an edit of a call that is not on the list")
+        new = match.group("text").strip()
+        if len(new) >= 2 and new[0] in "\"'“‘" and new[-1] in "\"'”’":
+            new = new[1:-1].strip()
+        return EditCall(place, new) if new else Unclear("an edit without the new text")
 
     def way_out(self, text: str) -> Literal["cancel", "help"] | None:
         """For a bot's own questions (a form): is the whole answer a "cancel" or a "help"?"""
@@ -582,6 +766,34 @@ class ConfirmationReader:
     @staticmethod
     def _starts_with(tokens: list[str], phrases: Iterable[Phrase]) -> bool:
         return any(tuple(tokens[: len(p)]) == p for p in phrases)
+
+
+# Tokens of a per-call answer: like _tokens, but commas, semicolons, full stops, dashes and "#" are
+# kept (they separate decisions, make ranges, mark numbers), and "2nd" stays one word.
+_CHOICE_TOKEN = re.compile(r"\w+(?:'\w+)*|[^\w\s]", re.UNICODE)
+_CHOICE_DROPPED = set("\"'()[]«»“”*~…¡¿") | {"!"}
+
+
+def _choice_tokens(text: str) -> list[str]:
+    out = []
+    for token in _CHOICE_TOKEN.findall(_normalise(text)):
+        if token in _QUESTION:
+            out.append("?")
+        elif token == "!":
+            out.append(".")
+        elif token not in _CHOICE_DROPPED:
+            out.append(token)
+    return out
+
+
+# "change 2 to: <text>", "edit the second one to <text>", "change note 2 to say <text>": a marker,
+# the call, and everything after "to" / "to say" / ":" as the new text. Each part is a literal or a
+# run of one class followed by a literal, so nothing backtracks over more than one run.
+_EDIT_CALL = re.compile(
+    r"\s*(?:change|edit|make|update|reword)\s+(?P<which>(?:the\s+|number\s+|no\.\s*|#\s*|item\s+|call\s+|note\s+|task\s+)?"
+    r"[\w]+)(?:\s+one)?\s*(?:to\s+say\b|to\b|say\b|:)\s*:?(?P<text>.*)\Z",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def _covered(tokens: list[str], index: _PhraseIndex, need_hit: bool = True) -> bool:

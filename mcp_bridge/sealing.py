@@ -7,6 +7,13 @@ servers' shared secret), and a value built or edited outside the action server, 
 another conversation, fails :meth:`Seal.verify`. Among the signed fields is who was asked
 (``user``: the person the channel authenticated, when it names one), so that whoever answers can be
 compared with it and a changed name fails the signature.
+
+A question may ask about several calls at once (a numbered list). Each call is still its own
+:class:`PendingConfirmation`, with its own signature and idempotency key; the calls of one question
+share a ``batch`` id and know their ``place`` in it and how many there are (``count``), all signed,
+so a call cannot be dropped from a question, moved in it, or carried into another. The slot then holds
+``{"calls": [...]}`` (a list of one, when one call of several lines of a run is asked about); a
+question about one call keeps the slot as it always was.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import json
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -43,10 +50,28 @@ class PendingConfirmation:
     # Who was asked, as the channel named them ("socketio:...", "rest:..."); None: the channel names
     # nobody. Only an answer from the same name counts.
     user: str | None = None
+    # Several calls asked about together: the question's id, this call's place (1-based) and how many
+    # calls it asks about. Empty and 0 for a question about one call.
+    batch: str = ""
+    place: int = 0
+    count: int = 0
+    # Slot values this call was planned with that the conversation does not hold (the item a
+    # ``for_each`` step bound, what its lookup filled, an edit of this call alone): what its
+    # arguments were made from, and what the responses about it show.
+    context: dict[str, Any] = field(default_factory=dict)
     mac: str = ""
 
+    @property
+    def in_batch(self) -> bool:
+        return self.count > 0
+
     def to_slot(self) -> dict[str, Any]:
-        return asdict(self)
+        # A call asked about on its own travels exactly as before questions could hold several.
+        slot = asdict(self)
+        for name in _BATCH_FIELDS:
+            if slot[name] == _SIGNED_ONLY_WHEN_SET[name]:
+                del slot[name]
+        return slot
 
     @classmethod
     def from_slot(cls, value: Any) -> PendingConfirmation | None:
@@ -66,10 +91,38 @@ class PendingConfirmation:
                 user_turn=int(value["user_turn"]),
                 key=str(value.get("key") or value["id"]),
                 user=_optional_text(value.get("user")),
+                batch=str(value.get("batch") or ""),
+                place=int(value.get("place") or 0),
+                count=int(value.get("count") or 0),
+                context=dict(value.get("context") or {}),
                 mac=str(value.get("mac", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+# The calls one question asks about, in the order they are numbered.
+Question = tuple[PendingConfirmation, ...]
+
+
+def question_to_slot(calls: Question) -> dict[str, Any]:
+    """The slot's value: one call as it always was, several as ``{"calls": [...]}``."""
+    if len(calls) == 1 and not calls[0].in_batch:
+        return calls[0].to_slot()
+    return {"calls": [call.to_slot() for call in calls]}
+
+
+def question_from_slot(value: Any) -> Question | None:
+    """Parse the slot; anything malformed (a call of it included) is no question at all."""
+    if isinstance(value, dict) and "calls" in value:
+        raw_calls = value["calls"]
+        if not isinstance(raw_calls, list) or len(value) != 1 or not raw_calls:
+            return None
+        calls = tuple(PendingConfirmation.from_slot(raw) for raw in raw_calls)
+        parsed = tuple(call for call in calls if call is not None)
+        return parsed if len(parsed) == len(calls) else None
+    single = PendingConfirmation.from_slot(value)
+    return None if single is None or single.in_batch else (single,)
 
 
 def _optional_text(value: Any) -> str | None:
@@ -87,6 +140,10 @@ def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]
 def _canonical(value: Any) -> str:
     # ASCII escapes: any text a person can type, unpaired surrogates included, has one encoding.
     return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+
+_BATCH_FIELDS = ("batch", "place", "count", "context")
+_SIGNED_ONLY_WHEN_SET: dict[str, Any] = {"user": None, "batch": "", "place": 0, "count": 0, "context": {}}
 
 
 class Seal:
@@ -128,12 +185,31 @@ class Seal:
     def verify_data(self, data: Mapping[str, Any], mac: str, conversation_id: str) -> bool:
         return "kind" in data and hmac.compare_digest(str(mac), self.sign_data(data, conversation_id))
 
+    def verify_question(self, calls: Question, conversation_id: str) -> bool:
+        """Every call verifies, and together they are exactly one question: one call on its own, or
+        all the calls of one batch, each in its place, asked of one person in one turn."""
+        if not calls or not all(self.verify(call, conversation_id) for call in calls):
+            return False
+        if len(calls) == 1 and not calls[0].in_batch:
+            return True
+        first = calls[0]
+        return all(
+            call.batch == first.batch
+            and call.batch
+            and call.count == len(calls)
+            and call.place == place
+            and (call.skill, call.user, call.user_turn, call.asked_at)
+            == (first.skill, first.user, first.user_turn, first.asked_at)
+            for place, call in enumerate(calls, start=1)
+        )
+
     def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
         # Every field but the signature itself, read as is (no deep copy: it is serialised at once).
         signed_fields = {f.name: getattr(pending, f.name) for f in fields(pending) if f.name != "mac"}
-        if signed_fields["user"] is None:
-            # Signed as before the field existed: a question asked then, of nobody named, still holds.
-            del signed_fields["user"]
+        # Fields at their defaults are signed as before they existed: a question asked then still holds.
+        for name, default in _SIGNED_ONLY_WHEN_SET.items():
+            if signed_fields[name] == default:
+                del signed_fields[name]
         signed_fields["conversation"] = conversation_id
         signed = _canonical(signed_fields).encode("ascii")
         return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()

@@ -31,6 +31,28 @@ reset_slots: [contact_email, note_text]
 
 Everything is checked when the action server starts; an invalid file is refused with the file, the
 place in it and the reason.
+
+Several calls, one question. A step may run once per item of a list, and a step may run only when a
+value is there:
+
+```yaml
+  - execute_tool: find_contact_by_email
+    for_each: {slot: contact_emails, as: contact_email}   # once per address; each run has its own
+    arguments: {email: {slot: contact_email}}             # contact_email and its own lookups' fills
+    fills: {contact_id: contact_id, contact_name: name}
+  - execute_tool: add_timeline_note                       # so one note per contact
+    arguments: {contact_id: {slot: contact_id}, text: {slot: note_text}}
+  - execute_tool: create_follow_up_task
+    when: {slot: follow_up_date}                          # only when the slot has a value
+    arguments: {contact_id: {slot: contact_id}, due_date: {slot: follow_up_date}}
+```
+
+``for_each`` over a list that is unset or empty runs the step once, with the slots as they are (so a
+request that names one contact runs as before). Constrained steps in a row, and a constrained step's
+runs over several items, are asked about in one question, a numbered list; each line is the tool's
+``describe`` (a format over the same variables as its responses), and the person answers each call.
+A constrained step that reads a slot a waiting step fills, or an earlier step's result, waits for
+its own question after them.
 """
 
 from __future__ import annotations
@@ -58,6 +80,9 @@ class RequiresConfirmation(_Strict):
     enabled: StrictBool
     utter_for_confirmation: str | None = None
     utter_on_user_denial: str | None = None
+    # The call's line in a question about several calls, e.g. 'Note on {contact_name}'s record: "{arg_text}"'
+    # (the variables of its responses); without it, the tool's name and arguments.
+    describe: str | None = Field(default=None, max_length=500)
 
 
 # A duration like "90s", "30m", "2h" or "1d"; an approval waits at most a week.
@@ -119,8 +144,21 @@ class ResultArgument(_Strict):
 ArgumentSource = SlotArgument | ResultArgument | str | int | float | bool | None
 
 
+class ForEach(_Strict):
+    """Run the step once per item of the list in ``slot``, with the slot ``as`` set to the item."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    slot: str
+    as_: str = Field(alias="as")
+
+
 class Step(_Strict):
     execute_tool: str
+    # Once per item of a list (see ForEach); the item and what later steps fill stay apart per item.
+    for_each: ForEach | None = None
+    # Only when this slot or earlier result has a value (not unset, empty or false).
+    when: SlotArgument | ResultArgument | None = None
     arguments: dict[str, ArgumentSource] = Field(default_factory=dict)
     # slot name <- key of the tool's result
     fills: dict[str, str] = Field(default_factory=dict)
@@ -346,6 +384,8 @@ def _check(
 
     for index, step in enumerate(parsed.steps):
         where = f"steps[{index}]"
+        if step.for_each is not None and step.for_each.slot == step.for_each.as_:
+            raise fail(f"{where}.for_each", "'as' must name another slot than the list's")
         if step.execute_tool not in tools:
             raise fail(f"{where}.execute_tool", f"{step.execute_tool!r} is not one of this skill's tools")
         for key in ("on_success", "on_error", "on_not_found", "on_missing_argument"):
@@ -357,6 +397,14 @@ def _check(
         for source in step.arguments.values()
         if isinstance(source, SlotArgument)
     }
+    for constraint_entry in parsed.tool_constraints:
+        for tool, constraint in constraint_entry.items():
+            rule = constraint.requires_confirmation
+            if rule is not None and rule.describe is not None:
+                try:
+                    rule.describe.format_map(_AnyValue())
+                except (ValueError, IndexError, AttributeError) as exc:
+                    raise fail(f"tool_constraints.{tool}.requires_confirmation.describe", str(exc)) from None
     for change, slot in parsed.edits.items():
         if slot not in slot_arguments:
             raise fail(f"edits.{change}", f"slot {slot!r} is not an argument of any step")
@@ -371,6 +419,26 @@ def _check(
         reset_slots=tuple(parsed.reset_slots),
         edits={str(change): slot for change, slot in parsed.edits.items()},
     )
+
+
+class _AnyValue(dict[str, Any]):
+    """Every name a format asks for, as text: checks a ``describe`` format's shape only."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def runs_when(step: Step, slots: Mapping[str, Any], results: Mapping[str, Any]) -> bool:
+    """The step's ``when`` holds: its slot or result has a value (not unset, empty or false)."""
+    if step.when is None:
+        return True
+    if isinstance(step.when, SlotArgument):
+        value = slots.get(step.when.slot)
+    else:
+        value = results.get(step.when.result)
+    if isinstance(value, str):
+        return bool(value.strip())
+    return value is not None and value is not False and value != []
 
 
 def resolve_arguments(

@@ -83,7 +83,13 @@ def apply_decision(
         # reads an action_execution_rejected event among an action's events as a rejection by hand.
         return [ActionExecutionRejected(action)]
     for say in decision.say:
-        dispatcher.utter_message(response=say.response, **say.variables)
+        if say.buttons:
+            # Added to the response's own buttons by Rasa (a question about several calls).
+            dispatcher.utter_message(
+                response=say.response, buttons=[dict(b) for b in say.buttons], **say.variables
+            )
+        else:
+            dispatcher.utter_message(response=say.response, **say.variables)
     events = [SlotSet(slot, value) for slot, value in decision.slots.items()]
     question_gone = PENDING_SLOT in decision.slots and decision.slots[PENDING_SLOT] is None
     if decision.waiting:

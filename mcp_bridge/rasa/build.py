@@ -73,7 +73,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     skills = check_skills(
         skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
     )
-    questions = {responses.confirm_tool_call} | {
+    questions = {responses.confirm_tool_call, responses.confirm_calls} | {
         rule.utter_for_confirmation
         for skill in skills.values()
         for tool in skill.constraints

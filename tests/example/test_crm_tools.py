@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sqlite3
 import uuid
 import warnings
+from contextlib import closing
 from pathlib import Path
 from types import ModuleType
 
@@ -80,6 +82,41 @@ async def test_idempotency_key_stores_one_note(crm_tools: ModuleType, crm_db: Pa
     assert other.ok is False and other.note_id is None
     assert other.error and "idempotency key" in other.error
     assert sqlite_check.count_notes_with_key(crm_db, key) == 1
+
+
+def _tasks(db: Path, key: str) -> list[tuple[int, str, str]]:
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT contact_id, title, due_date FROM tasks WHERE idempotency_key = ?", (key,)
+        ).fetchall()
+    return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+async def test_a_follow_up_task_is_stored_once_under_its_key(crm_tools: ModuleType, crm_db: Path) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "tom@example.org")
+    key = f"task-{uuid.uuid4()}"
+    first = await crm_tools.create_follow_up_task(contact_id, "Call back", "2026-12-04", idempotency_key=key)
+    assert first.ok and first.task_id is not None and first.due_date == "2026-12-04"
+    again = await crm_tools.create_follow_up_task(contact_id, "Call back", "2026-12-04", idempotency_key=key)
+    assert again == first
+    assert _tasks(crm_db, key) == [(contact_id, "Call back", "2026-12-04")]
+    other = await crm_tools.create_follow_up_task(contact_id, "Call back", "2026-12-05", idempotency_key=key)
+    assert other.ok is False and other.error and "idempotency key" in other.error
+    assert _tasks(crm_db, key) == [(contact_id, "Call back", "2026-12-04")]
+
+
+@pytest.mark.parametrize(
+    ("due", "title", "error_part"),
+    [("2026-02-30", "x", "not a date"), ("4 Dec", "x", "YYYY-MM-DD"), ("2026-12-04", " ", "empty")],
+)
+async def test_a_task_the_crm_refuses_is_an_error_and_writes_nothing(
+    crm_tools: ModuleType, crm_db: Path, due: str, title: str, error_part: str
+) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "tom@example.org")
+    key = f"task-{uuid.uuid4()}"
+    result = await crm_tools.create_follow_up_task(contact_id, title, due, idempotency_key=key)
+    assert result.ok is False and result.error and error_part in result.error
+    assert _tasks(crm_db, key) == []
 
 
 @pytest.mark.parametrize(
@@ -193,10 +230,11 @@ def test_tools_work_across_event_loops(crm_rest: str, monkeypatch: pytest.Monkey
             gc.collect()
 
 
-def test_registry_names_the_three_tools() -> None:
+def test_registry_names_the_four_tools() -> None:
     assert tools.TOOLS == {
         "find_contact_by_email": tools.find_contact_by_email,
         "add_timeline_note": tools.add_timeline_note,
         "list_timeline_notes": tools.list_timeline_notes,
+        "create_follow_up_task": tools.create_follow_up_task,
     }
     assert tools.READ_ONLY_TOOLS == {"find_contact_by_email", "list_timeline_notes"}

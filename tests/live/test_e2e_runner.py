@@ -82,7 +82,7 @@ def test_the_bots_cases_pass_over_mcp_tools_with_mcp_down_and_over_local_tools(s
     assert not failures(mcp_down), text_report(mcp_down)
     over_local = run(stack, stack.local_tools(), E2E / "cases")
     assert not failures(over_local), text_report(over_local)
-    assert len(over_mcp) == len(over_local) >= 9
+    assert len(over_mcp) == len(over_local) >= 14
 
 
 # -- the mutation check ---------------------------------------------------------------------------
@@ -94,16 +94,16 @@ def test_the_cases_catch_a_switched_off_confirmation(stack: E2EStack, source: st
     results = run(stack, Variant(f"no-confirmation-{source}", skills), E2E / "cases")
     failed = failures(results)
     report = text_report(results)
-    # Every case that reaches the question fails at it: the note was saved instead of asked about.
+    # Every case that reaches the question fails at it: the note was saved instead of asked about
+    # (alone, or in a list of several calls).
+    questions = ("utter: utter_confirm_note", "utter: utter_confirm_calls")
     asking = {
-        result.case.name
-        for result in results
-        if any(step.text == "utter: utter_confirm_note" for step in result.case.steps)
+        result.case.name for result in results if any(step.text in questions for step in result.case.steps)
     }
-    assert len(asking) >= 6 and set(failed) == asking, report
+    assert len(asking) >= 11 and set(failed) == asking, report
     for result in failed.values():
         assert result.failure is not None, report
-        assert result.failure.step.text == "utter: utter_confirm_note", report
+        assert result.failure.step.text in questions, report
         assert result.failure.got.startswith("the bot said utter_note_saved"), report
     assert "user confirms the note  (" in report and "step 5 (line 14): utter: utter_confirm_note" in report
     assert report.rstrip().endswith(f"{len(results) - len(asking)} passed, {len(asking)} failed")
@@ -120,6 +120,7 @@ def test_the_cases_catch_a_deny_action_that_writes(stack: E2EStack, tmp_path: Pa
         "user denies the note",
         "unclear answer, asked again, nothing written",
         "an answer over the limit is refused, the question asked again, nothing written",
+        "an answer that does not decide each call writes nothing and is asked again",  # ends in "none"
     }, report
     for result in failed.values():
         failure = result.failure
@@ -186,6 +187,12 @@ SHOULD_FAIL = {
         "no_tool_called: add_timeline_note",
         "no call of add_timeline_note",
         "add_timeline_note was called: add_timeline_note (mcp:crm, ok",
+    ),
+    "tool called another number of times": (
+        5,
+        'tool_called: {tool: "add_timeline_note", times: 2}',
+        "exactly 2 call(s) of add_timeline_note",
+        "1: add_timeline_note (mcp:crm, ok",
     ),
 }
 

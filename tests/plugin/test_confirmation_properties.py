@@ -425,3 +425,240 @@ ConfirmationMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestConfirmationInvariant = ConfirmationMachine.TestCase
+
+
+# -- several calls, one question (executor rule 6) ----------------------------------------------
+
+SEVERAL_SKILL = """\
+skill: several
+tools:
+  find_contact: local
+  record_note: local
+tool_constraints:
+  - record_note:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm_note
+        utter_on_user_denial: utter_note_cancelled
+        describe: "note {arg_contact_id}: {arg_text}"
+steps:
+  - execute_tool: find_contact
+    for_each: {slot: contact_emails, as: contact_email}
+    arguments: {email: {slot: contact_email}}
+    fills: {contact_id: contact_id}
+    not_found_when_false: found
+    on_not_found: utter_contact_not_found
+  - execute_tool: record_note
+    arguments: {contact_id: {slot: contact_id}, text: {slot: note_text}}
+    on_success: utter_note_saved
+reset_slots: [contact_email, contact_emails, note_text]
+edits: {text: note_text}
+"""
+SEVERAL_CONTACTS = {"dana@example.com": 1, "priya@example.com": 2, "tom@example.org": 3}
+(Path(_SKILL_DIR.name) / "several" / "several.yml").parent.mkdir(exist_ok=True)
+(Path(_SKILL_DIR.name) / "several" / "several.yml").write_text(SEVERAL_SKILL)
+SEVERAL_SKILLS = load_skills(
+    Path(_SKILL_DIR.name) / "several",
+    local_tools={"find_contact", "record_note"},
+    mcp_servers=set(),
+    responses=None,
+)
+# Answers that never decide every call of two or three (the model expects no write, the list again).
+UNDECIDED = [
+    "yes to 1",
+    "1",
+    "yes to 4",
+    "1 and 2 no wait just 1",
+    "yes to 1 and 2 no",
+    "oh sure, all",
+    "maybe all?",
+]
+
+
+def answer_for(decisions: tuple[bool, ...], style: int) -> str:
+    """Words for a yes or no to each call, built from the model's own decisions."""
+    yes = [str(i) for i, d in enumerate(decisions, start=1) if d]
+    no = [str(i) for i, d in enumerate(decisions, start=1) if not d]
+    if not no:
+        return ["all", "yes to all", "/affirm"][style % 3]
+    if not yes:
+        return ["none", "no to all", "/deny"][style % 3]
+    if style % 3 == 0:
+        return f"yes to {' and '.join(yes)}, no to {' and '.join(no)}"
+    if style % 3 == 1:
+        return f"only {' and '.join(yes)}"
+    return ", ".join([*(f"{i} yes" for i in yes), *(f"{i} no" for i in no)])
+
+
+@dataclass(frozen=True)
+class AskedCall:
+    contact_id: int
+    text: str
+    key: str
+
+
+class SeveralCallsMachine(RuleBasedStateMachine):
+    """Questions about two or three calls; the invariant: a call is written exactly when the latest
+    list was answered, on the next turn and in time, with a yes to that call; once, under its key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.now = 1_000_000.0
+        self.writes: list[tuple[Any, Any, str | None]] = []
+        self.expected: list[tuple[Any, Any, str]] = []
+        self.asked: list[AskedCall] = []
+        self.asked_turn = 0
+        self.asked_at = 0.0
+        # The kind of tampering with the pending list, if any ("drop" leaves no question at all).
+        self.tampered: str | None = None
+
+        async def find_contact(email: str) -> dict[str, Any]:
+            contact_id = SEVERAL_CONTACTS.get(email)
+            return {"ok": True, "found": contact_id is not None, "contact_id": contact_id}
+
+        async def record_note(
+            contact_id: Any, text: Any, idempotency_key: str | None = None
+        ) -> dict[str, Any]:
+            self.writes.append((contact_id, text, idempotency_key))
+            return {"ok": True}
+
+        executor = Executor(
+            SEVERAL_SKILLS,
+            ToolBox({"find_contact": find_contact, "record_note": record_note}, None),
+            clock=lambda: self.now,
+            policy=ConfirmationPolicy(ttl_seconds=TTL),
+        )
+        self.chat = Conversation(executor, "several-property")
+
+    def teardown(self) -> None:
+        self.loop.close()
+
+    def run(self, coroutine: Any) -> Decision:
+        decision: Decision = self.loop.run_until_complete(coroutine)
+        return decision
+
+    def expect_list(self, decision: Decision, prefix: list[str], *, keep_keys: bool) -> None:
+        assert responses(decision) == [*prefix, "utter_confirm_calls"]
+        slot = self.chat.slots[PENDING_SLOT]
+        calls = slot["calls"]
+        assert [(c["arguments"]["contact_id"], c["arguments"]["text"]) for c in calls] == [
+            (a.contact_id, a.text) for a in self.asked
+        ]
+        if keep_keys:
+            assert [c["key"] for c in calls] == [a.key for a in self.asked], "asked again, each keeps its key"
+        assert len({c["key"] for c in calls}) == len(calls), "each call has a key of its own"
+        self.asked = [replace_key(a, c["key"]) for a, c in zip(self.asked, calls, strict=True)]
+        self.asked_turn, self.asked_at = self.chat.user_turn, self.now
+
+    @rule(
+        emails=st.lists(st.sampled_from(sorted(SEVERAL_CONTACTS)), min_size=2, max_size=3, unique=True),
+        text=st.sampled_from(["Kick-off went well.", "second note", "{contact_name}"]),
+    )
+    def request(self, emails: list[str], text: str) -> None:
+        self.chat.slots.update(contact_emails=emails, contact_email=emails[0], note_text=text)
+        had_question = self.chat.slots.get(PENDING_SLOT) is not None
+        decision = self.run(self.chat.start("several"))
+        self.asked = [AskedCall(SEVERAL_CONTACTS[e], text, "") for e in emails]
+        self.tampered = None
+        self.expect_list(decision, ["utter_question_dropped"] if had_question else [], keep_keys=False)
+
+    @precondition(lambda self: bool(self.asked))
+    @rule(data=st.data(), style=st.integers(0, 5), after=ANSWER_DELAYS)
+    def decide(self, data: st.DataObject, style: int, after: float) -> None:
+        decisions = tuple(
+            data.draw(st.lists(st.booleans(), min_size=len(self.asked), max_size=len(self.asked)))
+        )
+        self.now += after
+        text = answer_for(decisions, style)
+        decision = self.run(self.chat.say(text, "affirm", 0.99))
+        if self.tampered:
+            # A list that lost a call is no question at all; one whose seal breaks is refused aloud.
+            assert responses(decision) in (["utter_confirmation_invalid"], ["utter_nothing_pending"], [])
+            if decision.outcome == "handed_back":
+                self.run(self.chat.resume())  # as in Rasa: the loop runs again and ends itself
+            assert self.chat.slots[PENDING_SLOT] is None
+            self.asked, self.tampered = [], None
+            return
+        direct = self.chat.user_turn == self.asked_turn + 1
+        in_time = self.now - self.asked_at <= TTL
+        event(f"several: direct={direct} in_time={in_time} approved={sum(decisions)}/{len(decisions)}")
+        if not (direct and in_time):
+            self.expect_list(decision, ["utter_confirm_again"], keep_keys=True)
+            return
+        if not any(decisions):
+            assert responses(decision) == ["utter_calls_cancelled"]
+        else:
+            assert responses(decision) == [
+                "utter_note_saved" if d else "utter_call_skipped" for d in decisions
+            ]
+        self.expected.extend(
+            (a.contact_id, a.text, a.key) for a, d in zip(self.asked, decisions, strict=True) if d
+        )
+        self.asked = []
+        assert self.chat.slots[PENDING_SLOT] is None
+
+    @precondition(lambda self: bool(self.asked) and self.tampered is None)
+    @rule(text=st.sampled_from(UNDECIDED))
+    def undecided(self, text: str) -> None:
+        decision = self.run(self.chat.say(text, "affirm", 0.99))
+        self.expect_list(decision, ["utter_answer_each_call"], keep_keys=True)
+
+    @precondition(lambda self: bool(self.asked) and self.tampered is None)
+    @rule(data=st.data(), new_text=st.sampled_from(["moved to 14 Jan", "yes", "{contact_name}"]))
+    def edit_one(self, data: st.DataObject, new_text: str) -> None:
+        place = data.draw(st.integers(1, len(self.asked)))
+        decision = self.run(self.chat.say(f"change {place} to: {new_text}", "affirm", 0.99))
+        old = self.asked[place - 1]
+        self.asked[place - 1] = AskedCall(old.contact_id, new_text, old.key if old.text == new_text else "")
+        self.expect_list(decision, [], keep_keys=False)
+        for i, call in enumerate(self.asked):
+            if i != place - 1 or old.text == new_text:
+                assert self.chat.slots[PENDING_SLOT]["calls"][i]["key"] == (
+                    old.key if i == place - 1 else call.key
+                )
+
+    @precondition(lambda self: bool(self.asked) and self.tampered is None)
+    @rule(kind=st.sampled_from(["drop", "swap", "text", "context"]))
+    def tamper(self, kind: str) -> None:
+        slot = copy.deepcopy(self.chat.slots[PENDING_SLOT])
+        calls = slot["calls"]
+        if kind == "drop":
+            calls.pop()
+        elif kind == "swap":
+            calls.reverse()
+        elif kind == "text":
+            calls[-1]["arguments"]["text"] += " and wire 10,000 EUR"
+        else:
+            calls[0]["context"]["contact_id"] = 99
+        self.chat.slots[PENDING_SLOT] = slot
+        self.tampered = kind
+
+    @rule(seconds=CLOCK_JUMPS)
+    def clock_jumps(self, seconds: float) -> None:
+        self.now += seconds
+
+    @rule()
+    def other_message(self) -> None:
+        self.chat.other_message()
+
+    @invariant()
+    def writes_are_exactly_the_approved_calls(self) -> None:
+        assert self.writes == self.expected
+        keys = [key for _, _, key in self.writes]
+        assert len(set(keys)) == len(keys), "no two writes share a key"
+
+
+def replace_key(call: AskedCall, key: str) -> AskedCall:
+    return AskedCall(call.contact_id, call.text, key)
+
+
+SeveralCallsMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=25,
+    deadline=None,
+    database=None,
+    derandomize=os.environ.get("CI") == "true",
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestSeveralCallsInvariant = SeveralCallsMachine.TestCase

@@ -57,3 +57,19 @@ def test_the_sender_is_who_the_channel_names_in_the_metadata() -> None:
     # Rasa's own channels, `rasa shell`: nobody named.
     assert turn({}).user is None and turn(None).user is None
     assert turn({USER_KEY: ""}).user is None and turn({USER_KEY: ["x"]}).user is None
+
+
+def test_a_list_of_calls_carries_its_per_call_buttons_to_rasa() -> None:
+    """Rasa adds a custom action's buttons to the response's own (No to all / Yes to all)."""
+    dispatcher = CollectingDispatcher()
+    buttons = ({"title": "Only 1", "payload": "only 1"}, {"title": "Only 2", "payload": "only 2"})
+    asked = Decision("pending", [Say("utter_confirm_calls", {"calls": "1. a\n2. b", "count": 2}, buttons)])
+    apply_decision(asked, dispatcher, action=LOOP, loop_active=True)
+    (message,) = dispatcher.messages
+    assert message["response"] == "utter_confirm_calls" and message["calls"] == "1. a\n2. b"
+    assert message["buttons"] == [dict(button) for button in buttons]
+    dispatcher = CollectingDispatcher()
+    apply_decision(
+        Decision("pending", [Say("utter_confirm_note")]), dispatcher, action=LOOP, loop_active=True
+    )
+    assert dispatcher.messages[0]["buttons"] == []  # one call: only the response's own

@@ -15,8 +15,10 @@ import yaml
 
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.reader import (
+    Choices,
     ConfirmationReader,
     Edit,
+    EditCall,
     NluOpinion,
     No,
     Other,
@@ -232,3 +234,97 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
     else:
         with pytest.raises(ConfigError, match=expected):
             build_executor(env)
+
+
+# -- answers to a question about several calls ------------------------------------------------
+
+ANOTHER_INTENT = NluOpinion("goodbye", 0.99, {"goodbye": 0.99})
+SEVERAL = [
+    (block, entry["answer"], entry["approved"])
+    for block in ANSWERS["several_calls"]
+    for entry in block["answers"]
+]
+
+
+def _read_calls(block: dict[str, Any], text: str, opinion: NluOpinion | None) -> list[str] | str:
+    reading = READER.read_calls(text, opinion, block["calls"], block["names"])
+    return ["y" if yes else "n" for yes in reading.approved] if isinstance(reading, Choices) else "unclear"
+
+
+def test_the_several_calls_set_is_large_and_covers_every_kind() -> None:
+    labels = [
+        approved if approved == "unclear" else "mixed" if len(set(approved)) > 1 else approved[0]
+        for _, _, approved in SEVERAL
+    ]
+    assert len(SEVERAL) >= 60
+    assert labels.count("mixed") >= 25 and labels.count("unclear") >= 40
+    assert labels.count("y") >= 10 and labels.count("n") >= 8
+
+
+def test_several_calls_unsafe_writes_are_zero_and_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
+    """No call is ever written that the label does not approve, whatever the NLU says; and the
+    answers that decide every call are read as labelled."""
+    unsafe: list[tuple[str, str]] = []
+    missed: list[str] = []
+    decided = 0
+    for block, text, approved in SEVERAL:
+        for name, opinion in (
+            ("no NLU", None),
+            ("NLU says affirm", OVERCONFIDENT),
+            ("NLU says deny", NluOpinion("deny", 0.99, {"deny": 0.99})),
+            ("NLU says goodbye", ANOTHER_INTENT),
+        ):
+            got = _read_calls(block, text, opinion)
+            allowed = approved if approved != "unclear" else ["n"] * len(block["calls"])
+            if got != "unclear" and any(g == "y" and a != "y" for g, a in zip(got, allowed, strict=True)):
+                unsafe.append((text, name))
+        if approved != "unclear":
+            decided += 1
+            # The NLU's intent does not matter to an answer that names calls ("all" is "goodbye" to
+            # DIET); a plain yes still needs its affirm.
+            opinions = [OVERCONFIDENT] if text == "yes" else [None, OVERCONFIDENT, ANOTHER_INTENT]
+            if any(_read_calls(block, text, opinion) != approved for opinion in opinions):
+                missed.append(text)
+    with capsys.disabled():
+        print(
+            f"\nreader on {len(SEVERAL)} answers to several calls: unsafe writes {len(unsafe)} (must be 0); "
+            f"read as labelled {decided - len(missed)}/{decided} (missed: {missed})"
+        )
+    assert unsafe == []
+    assert not missed
+
+
+@pytest.mark.parametrize(
+    ("block", "text", "approved"),
+    [entry for entry in SEVERAL if entry[2] == "unclear"],
+    ids=[entry[1] for entry in SEVERAL if entry[2] == "unclear"],
+)
+def test_an_answer_that_does_not_decide_every_call_is_unclear(
+    block: dict[str, Any], text: str, approved: str
+) -> None:
+    for opinion in (None, OVERCONFIDENT):
+        assert isinstance(READER.read_calls(text, opinion, block["calls"], block["names"]), Unclear | Other)
+
+
+def test_an_edit_of_several_calls_names_the_call() -> None:
+    block = ANSWERS["several_calls"][0]
+    calls, names = block["calls"], block["names"]
+    assert READER.read_calls("change 2 to: call back on Monday", None, calls, names) == EditCall(
+        2, "call back on Monday"
+    )
+    assert READER.read_calls('edit the first one to say "Signed."', None, calls, names) == EditCall(
+        1, "Signed."
+    )
+    assert isinstance(READER.read_calls("change 3 to: x", None, calls, names), Unclear)
+    assert isinstance(READER.read_calls("change it to: x", None, calls, names), Unclear)
+    assert isinstance(READER.read_calls("change 2 to:", None, calls, names), Unclear)
+
+
+def test_a_plain_yes_to_several_calls_still_needs_the_nlu() -> None:
+    block = ANSWERS["several_calls"][0]
+    calls, names = block["calls"], block["names"]
+    assert READER.read_calls("yes", OVERCONFIDENT, calls, names) == Choices((True, True))
+    assert isinstance(READER.read_calls("yes", NluOpinion("deny", 0.98), calls, names), Unclear)
+    # A message for the bot is handed back, as to one call.
+    lookup = NluOpinion("lookup_contact", 0.97)
+    assert isinstance(READER.read_calls("who is priya@example.com?", lookup, calls, names), Other)

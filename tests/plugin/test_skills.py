@@ -15,6 +15,7 @@ from crm.tools import TOOLS
 from mcp_bridge.confirmation import declared
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import (
+    ForEach,
     RequiresConfirmation,
     Skill,
     SlotArgument,
@@ -123,28 +124,42 @@ def test_real_skills_load(responses: set[str]) -> None:
             assert step.execute_tool in skill.tools
 
 
-def test_log_interaction_confirms_the_write_only(responses: set[str]) -> None:
+def test_log_interaction_confirms_the_writes_only(responses: set[str]) -> None:
     skills = load_skills(SKILLS, local_tools=TOOLS, mcp_servers=MCP_SERVERS, responses=responses)
     skill = skills["log_interaction"]
     assert skill.path == SKILLS / "log_interaction.yml"
     assert dict(skill.tools) == {
         "find_contact_by_email": ToolSourceRef("mcp", "crm"),
         "add_timeline_note": ToolSourceRef("mcp", "crm"),
+        "create_follow_up_task": ToolSourceRef("mcp", "crm"),
     }
-    assert skill.mcp_imports() == {"find_contact_by_email": "crm", "add_timeline_note": "crm"}
+    assert skill.mcp_imports() == {
+        "find_contact_by_email": "crm",
+        "add_timeline_note": "crm",
+        "create_follow_up_task": "crm",
+    }
     rule = declared(skill, "add_timeline_note")
     assert rule == RequiresConfirmation(
         enabled=True,
         utter_for_confirmation="utter_confirm_note",
         utter_on_user_denial="utter_note_cancelled",
+        describe='Note on {contact_name}\'s record: "{arg_text}"',
     )
+    task = declared(skill, "create_follow_up_task")
+    assert task is not None and task.utter_for_confirmation == "utter_confirm_task"
     assert declared(skill, "find_contact_by_email") is None
     assert "find_contact_by_email" not in skill.constraints
-    assert [step.execute_tool for step in skill.steps] == ["find_contact_by_email", "add_timeline_note"]
+    assert [step.execute_tool for step in skill.steps] == [
+        "find_contact_by_email",
+        "add_timeline_note",
+        "create_follow_up_task",
+    ]
+    assert skill.steps[0].for_each == ForEach(slot="contact_emails", **{"as": "contact_email"})
     assert skill.steps[1].arguments == {
         "contact_id": SlotArgument(slot="contact_id"),
         "text": SlotArgument(slot="note_text"),
     }
+    assert skill.steps[2].when == SlotArgument(slot="follow_up_date")
 
 
 def test_read_only_skills_have_no_confirmation(responses: set[str]) -> None:
@@ -370,7 +385,7 @@ def test_local_tool_unknown_to_the_real_registry(tmp_path: Path, responses: set[
         path,
         "tools.delete_contact",
         "no local tool named 'delete_contact' is registered",
-        "add_timeline_note, find_contact_by_email, list_timeline_notes",
+        "add_timeline_note, create_follow_up_task, find_contact_by_email, list_timeline_notes",
     )
 
 
@@ -589,3 +604,37 @@ def test_non_utf8_skill_file(tmp_path: Path, responses: set[str]) -> None:
     path = tmp_path / "skill.yml"
     path.write_bytes(("# café\n" + BASE).encode("latin-1"))
     assert error_of(path, responses).startswith(f"{path}: ")
+
+
+def test_a_for_each_step_and_a_when_step_load(tmp_path: Path, responses: set[str]) -> None:
+    text = edit(
+        BASE,
+        "  - execute_tool: find_contact_by_email\n",
+        "  - execute_tool: find_contact_by_email\n    for_each: {slot: contact_emails, as: contact_email}\n"
+        "    when: {slot: contact_emails}\n",
+    )
+    skill = load(write(tmp_path, text), responses)
+    assert skill.steps[0].for_each == ForEach(slot="contact_emails", **{"as": "contact_email"})
+    assert skill.steps[0].when == SlotArgument(slot="contact_emails")
+
+
+def test_a_for_each_that_binds_its_own_list_is_refused(tmp_path: Path, responses: set[str]) -> None:
+    text = edit(
+        BASE,
+        "  - execute_tool: find_contact_by_email\n",
+        "  - execute_tool: find_contact_by_email\n    for_each: {slot: contact_email, as: contact_email}\n",
+    )
+    path = write(tmp_path, text)
+    assert_message(error_of(path, responses), path, "steps[0].for_each", "'as' must name another slot")
+
+
+def test_a_describe_format_that_cannot_be_filled_is_refused(tmp_path: Path, responses: set[str]) -> None:
+    text = edit(
+        BASE,
+        "        utter_on_user_denial: utter_note_cancelled\n",
+        "        utter_on_user_denial: utter_note_cancelled\n        describe: 'Note {arg_text'\n",
+    )
+    path = write(tmp_path, text)
+    assert_message(
+        error_of(path, responses), path, "tool_constraints.add_timeline_note.requires_confirmation.describe"
+    )

@@ -6,10 +6,17 @@ answers with help and asks the same question again. A message over the reader's 
 before anything here reads it: the question is asked again, or, if it was the request that started
 the form, the form ends with nothing collected. Which words count is the plugin's confirmation
 reader's (its word file), so one list serves the form and the confirmation.
+
+Several contacts in one request ("log a call with dana@example.com and priya@example.com: ...")
+fill ``contact_emails`` with all of them (the skill then writes one note per contact, asked about
+in one question); a note that names a date written YYYY-MM-DD fills ``follow_up_date`` (the skill
+then offers a follow-up task on that date). Only a date in that form counts: "on Friday" needs a
+calendar and a time zone to mean a day, and the skill must quote exactly the date it would write.
 """
 
 import re
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
 
 from crm.errors import ValidationError
@@ -31,8 +38,20 @@ _NOTE_AFTER_EMAIL = re.compile(
     r"^\s*(?::|-|–|—|saying\b|note\b:?)\s*(?P<note>\S.*)$", re.IGNORECASE | re.DOTALL
 )
 _QUOTES = "\"'“”‘’"
+# Between two addresses of one list: "x@y.com and z@y.com", "x@y.com, z@y.com", "x@y.com & z@y.com".
+_JOINER = re.compile(r"\s*(?:,\s*and|,|and|&)\s*", re.IGNORECASE)
+# A date written YYYY-MM-DD, not inside a longer run of digits.
+_ISO_DATE = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
 # Everything one log collects; a cancelled or new log starts with none of it.
-FORM_SLOTS = ("contact_email", "note_text", "contact_id", "contact_name", "contact_company")
+FORM_SLOTS = (
+    "contact_email",
+    "contact_emails",
+    "note_text",
+    "follow_up_date",
+    "contact_id",
+    "contact_name",
+    "contact_company",
+)
 
 
 def email_candidates(text: str) -> Iterator[re.Match[str]]:
@@ -52,12 +71,46 @@ def find_email(text: str) -> str | None:
     return None
 
 
+def _leading_addresses(text: str) -> list[re.Match[str]]:
+    """The first address of ``text`` and those joined to it ("x@y.com and z@y.com"), in order."""
+    candidates = list(email_candidates(text))
+    leading = candidates[:1]
+    for candidate in candidates[1:]:
+        if _JOINER.fullmatch(text[leading[-1].end() : candidate.start()]) is None:
+            break
+        leading.append(candidate)
+    return leading
+
+
+def emails_of_request(text: str) -> list[str]:
+    """Every valid address of the request's list of contacts, each once, in order."""
+    found: list[str] = []
+    for candidate in _leading_addresses(text):
+        try:
+            email = validate_email(candidate.group().rstrip(".!?"))
+        except ValidationError:
+            continue
+        if email.casefold() not in {seen.casefold() for seen in found}:
+            found.append(email)
+    return found
+
+
+def date_in_note(text: str) -> str | None:
+    """The first real calendar date the note names as YYYY-MM-DD, or None."""
+    for match in _ISO_DATE.finditer(text):
+        try:
+            return date.fromisoformat(match.group(1)).isoformat()
+        except ValueError:
+            continue
+    return None
+
+
 def note_from_request(text: str) -> str | None:
     """The note a person gave in the same message as the request, exactly as typed, or None."""
-    match = next(email_candidates(text), None)
-    if match is None:
+    leading = _leading_addresses(text)
+    if not leading:
         return None
-    rest = _NOTE_AFTER_EMAIL.match(text[match.end() :])
+    rest = _NOTE_AFTER_EMAIL.match(text[leading[-1].end() :])
     if rest is None:
         return None
     note = rest.group("note").strip()
@@ -130,6 +183,11 @@ class ValidateLogNoteForm(FormValidationAction):
         email = find_email(value) if isinstance(value, str) else None
         if email is None:
             dispatcher.utter_message(response="utter_invalid_email")
+            return {"contact_email": None}
+        if self._starting(tracker):
+            # A request naming several contacts: one note each (the skill's for_each over them).
+            emails = emails_of_request((tracker.latest_message or {}).get("text") or "")
+            return {"contact_email": email, "contact_emails": emails if len(emails) > 1 else None}
         return {"contact_email": email}
 
     def validate_note_text(
@@ -143,4 +201,4 @@ class ValidateLogNoteForm(FormValidationAction):
         if len(value) > NOTE_MAX_CHARS:
             dispatcher.utter_message(response="utter_note_too_long")
             return {"note_text": None}
-        return {"note_text": value}
+        return {"note_text": value, "follow_up_date": date_in_note(value)}

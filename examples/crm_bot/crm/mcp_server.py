@@ -26,7 +26,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crm import tools
 from crm.oauth import JWTVerifier, ResourceSettings, auth_settings
-from crm.tools import ContactIdArg, IdempotencyKeyArg, NoteResult, NoteTextArg
+from crm.tools import (
+    ContactIdArg,
+    DueDateArg,
+    IdempotencyKeyArg,
+    NoteResult,
+    NoteTextArg,
+    TaskResult,
+    TaskTitleArg,
+)
 
 SERVER_NAME = "crm"
 MCP_PATH = "/mcp"
@@ -38,16 +46,21 @@ _METHOD_HEADER = b"mcp-method"
 log = logging.getLogger("crm.mcp")
 
 
+def _key(idempotency_key: str | None, ctx: Context) -> str | None:
+    """The key from the arguments, else from the request's `_meta` (an explicit argument wins)."""
+    if idempotency_key is not None:
+        return idempotency_key
+    meta = ctx.request_context.meta or {}
+    from_meta = meta.get(IDEMPOTENCY_META_KEY)
+    return from_meta if isinstance(from_meta, str) else None
+
+
 async def add_timeline_note(
     contact_id: ContactIdArg, text: NoteTextArg, ctx: Context, idempotency_key: IdempotencyKeyArg = None
 ) -> NoteResult:
     # A thin wrapper only because MCP lets a client send the key in the request's `_meta`
     # instead of the arguments; the schema and the result are those of tools.add_timeline_note.
-    # An explicit argument wins over `_meta`.
-    if idempotency_key is None:
-        meta = ctx.request_context.meta or {}
-        from_meta = meta.get(IDEMPOTENCY_META_KEY)
-        idempotency_key = from_meta if isinstance(from_meta, str) else None
+    idempotency_key = _key(idempotency_key, ctx)
     result = await tools.add_timeline_note(contact_id, text, idempotency_key)
     if result.ok:
         # The CRM's store has no author column; the author is recorded here, from the verified token.
@@ -68,6 +81,23 @@ def _author(ctx: Context) -> str:
 
 
 add_timeline_note.__doc__ = tools.add_timeline_note.__doc__
+
+
+async def create_follow_up_task(
+    contact_id: ContactIdArg,
+    title: TaskTitleArg,
+    due_date: DueDateArg,
+    ctx: Context,
+    idempotency_key: IdempotencyKeyArg = None,
+) -> TaskResult:
+    # A wrapper for the same reason as add_timeline_note's: the key may come in `_meta`.
+    result = await tools.create_follow_up_task(contact_id, title, due_date, _key(idempotency_key, ctx))
+    if result.ok:
+        log.info("task %s on contact %s written by %s", result.task_id, contact_id, _author(ctx))
+    return result
+
+
+create_follow_up_task.__doc__ = tools.create_follow_up_task.__doc__
 
 
 async def _errors_carry_structured_content(
@@ -108,6 +138,15 @@ def build_server(oauth: ResourceSettings | None = None) -> MCPServer:
         add_timeline_note,
         annotations=ToolAnnotations(
             title="Add a timeline note",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+        ),
+    )
+    server.add_tool(
+        create_follow_up_task,
+        annotations=ToolAnnotations(
+            title="Create a follow-up task",
             read_only_hint=False,
             destructive_hint=False,
             idempotent_hint=False,

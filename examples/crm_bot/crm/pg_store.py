@@ -24,13 +24,26 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from crm.errors import NotFoundError
-from crm.store import DEMO_CONTACTS, Contact, Note, _utc_now, contact_from_row, note_from_row, replayed_note
+from crm.store import (
+    DEMO_CONTACTS,
+    Contact,
+    Note,
+    Task,
+    _utc_now,
+    contact_from_row,
+    note_from_row,
+    replayed_note,
+    replayed_task,
+    task_from_row,
+)
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
+    validate_due_date,
     validate_email,
     validate_idempotency_key,
     validate_limit,
     validate_note_text,
+    validate_task_title,
 )
 
 _SCHEMA = """
@@ -49,6 +62,15 @@ CREATE TABLE IF NOT EXISTS notes (
     idempotency_key TEXT UNIQUE
 );
 CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
+CREATE TABLE IF NOT EXISTS tasks (
+    id BIGSERIAL PRIMARY KEY,
+    contact_id BIGINT NOT NULL REFERENCES contacts(id),
+    title TEXT NOT NULL,
+    due_date TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS tasks_by_contact ON tasks (contact_id, id);
 """
 # Any fixed number: every process creating the schema takes this lock first.
 _SCHEMA_LOCK = 0x43524D  # "CRM"
@@ -138,6 +160,40 @@ class PostgresStore:
             if row is None:  # pragma: no cover - the conflicting row cannot vanish: notes are never deleted
                 raise RuntimeError("idempotency key conflicted but no note carries it")
             return replayed_note(row, contact_id, body), False
+
+    async def add_task(
+        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+    ) -> tuple[Task, bool]:
+        body, due = validate_task_title(title), validate_due_date(due_date)
+        key = validate_idempotency_key(idempotency_key)
+        async with self.pool.acquire() as conn:
+            if key is not None:
+                row = await conn.fetchrow("SELECT * FROM tasks WHERE idempotency_key = $1", key)
+                if row is not None:
+                    return replayed_task(row, contact_id, body, due), False
+            try:
+                row = await conn.fetchrow(
+                    "INSERT INTO tasks (contact_id, title, due_date, created_at, idempotency_key)"
+                    " VALUES ($1, $2, $3, $4, $5)"
+                    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING *",
+                    contact_id,
+                    body,
+                    due,
+                    _utc_now(),
+                    key,
+                )
+            except asyncpg.ForeignKeyViolationError:
+                raise NotFoundError(f"There is no contact with id {contact_id}.") from None
+            if row is not None:
+                return task_from_row(row), True
+            row = await conn.fetchrow("SELECT * FROM tasks WHERE idempotency_key = $1", key)
+            if row is None:  # pragma: no cover - tasks are never deleted
+                raise RuntimeError("idempotency key conflicted but no task carries it")
+            return replayed_task(row, contact_id, body, due), False
+
+    async def list_tasks(self, contact_id: int) -> list[Task]:
+        rows = await self.pool.fetch("SELECT * FROM tasks WHERE contact_id = $1 ORDER BY id DESC", contact_id)
+        return [task_from_row(row) for row in rows]
 
     async def count_notes(self, contact_id: int | None = None) -> int:
         value: Any

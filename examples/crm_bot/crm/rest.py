@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 STORE_KEY = web.AppKey("store", CRMStore)
 _NOTE_FIELDS = frozenset({"text", "idempotency_key"})
+_TASK_FIELDS = frozenset({"title", "due_date", "idempotency_key"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -124,6 +125,41 @@ async def add_note(request: web.Request) -> web.Response:
     return web.json_response(note.as_dict(), status=201 if created else 200)
 
 
+async def _json_object(request: web.Request, fields: frozenset[str]) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValidationError("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ValidationError("The request body must be a JSON object.")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise ValidationError(
+            f"Unknown field(s): {', '.join(unknown)}. Expected {', '.join(sorted(fields))}."
+        )
+    return body
+
+
+async def add_task(request: web.Request) -> web.Response:
+    body = await _json_object(request, _TASK_FIELDS)
+    for name in ("title", "due_date"):
+        if name not in body:
+            raise ValidationError(f"The task's {name} is missing.")
+    task, created = await _store(request).add_task(
+        _contact_id(request), body["title"], body["due_date"], body.get("idempotency_key")
+    )
+    return web.json_response(task.as_dict(), status=201 if created else 200)
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    contact_id = _contact_id(request)
+    store = _store(request)
+    if await store.get_contact(contact_id) is None:
+        raise NotFoundError(f"There is no contact with id {contact_id}.")
+    tasks = await store.list_tasks(contact_id)
+    return web.json_response({"contact_id": contact_id, "tasks": [task.as_dict() for task in tasks]})
+
+
 def create_app(store: CRMStore) -> web.Application:
     app = web.Application(middlewares=[_errors_as_json])
     app[STORE_KEY] = store
@@ -141,4 +177,6 @@ def create_app(store: CRMStore) -> web.Application:
     app.router.add_get(r"/contacts/{contact_id:\d+}", get_contact)
     app.router.add_get(r"/contacts/{contact_id:\d+}/notes", list_notes)
     app.router.add_post(r"/contacts/{contact_id:\d+}/notes", add_note)
+    app.router.add_get(r"/contacts/{contact_id:\d+}/tasks", list_tasks)
+    app.router.add_post(r"/contacts/{contact_id:\d+}/tasks", add_task)
     return app

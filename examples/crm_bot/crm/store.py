@@ -28,10 +28,12 @@ from crm import config
 from crm.errors import ConflictError, NotFoundError
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
+    validate_due_date,
     validate_email,
     validate_idempotency_key,
     validate_limit,
     validate_note_text,
+    validate_task_title,
 )
 
 _SCHEMA = """
@@ -49,6 +51,15 @@ CREATE TABLE IF NOT EXISTS notes (
     idempotency_key TEXT UNIQUE
 );
 CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
+CREATE TABLE IF NOT EXISTS tasks (
+    id INTEGER PRIMARY KEY,
+    contact_id INTEGER NOT NULL REFERENCES contacts(id),
+    title TEXT NOT NULL,
+    due_date TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS tasks_by_contact ON tasks (contact_id, id);
 """
 
 DEMO_CONTACTS: tuple[tuple[str, str, str], ...] = (
@@ -91,6 +102,26 @@ class Note:
         }
 
 
+@dataclass(frozen=True)
+class Task:
+    """A follow-up task on a contact: what to do, and by when."""
+
+    task_id: int
+    contact_id: int
+    title: str
+    due_date: str
+    created_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "contact_id": self.contact_id,
+            "title": self.title,
+            "due_date": self.due_date,
+            "created_at": self.created_at,
+        }
+
+
 class CRMStore(Protocol):
     """What the CRM keeps, whatever the engine. `open()` before use, `close()` after."""
 
@@ -121,6 +152,16 @@ class CRMStore(Protocol):
         ...
 
     async def count_notes(self, contact_id: int | None = None) -> int: ...
+
+    async def add_task(
+        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+    ) -> tuple[Task, bool]:
+        """Add a follow-up task; returns (task, created), with the notes' rule for a repeated key."""
+        ...
+
+    async def list_tasks(self, contact_id: int) -> list[Task]:
+        """The contact's tasks, newest first."""
+        ...
 
     async def seed(self) -> list[Contact]:
         """Add the demo contacts that are missing; returns those added (none on a second run)."""
@@ -254,6 +295,41 @@ class SQLiteStore:
             return replayed_note(stored, contact_id, body), False  # the same request again, or refused
         return note_from_row(row), True
 
+    async def add_task(
+        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+    ) -> tuple[Task, bool]:
+        body, due = validate_task_title(title), validate_due_date(due_date)
+        key = validate_idempotency_key(idempotency_key)
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                stored = None
+                if key is not None:
+                    stored = conn.execute("SELECT * FROM tasks WHERE idempotency_key = ?", (key,)).fetchone()
+                if stored is None:
+                    if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
+                        raise NotFoundError(f"There is no contact with id {contact_id}.")
+                    cursor = conn.execute(
+                        "INSERT INTO tasks (contact_id, title, due_date, created_at, idempotency_key)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (contact_id, body, due, _utc_now(), key),
+                    )
+                    row = conn.execute("SELECT * FROM tasks WHERE id = ?", (cursor.lastrowid,)).fetchone()
+                conn.execute("COMMIT" if stored is None else "ROLLBACK")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        if stored is not None:
+            return replayed_task(stored, contact_id, body, due), False
+        return task_from_row(row), True
+
+    async def list_tasks(self, contact_id: int) -> list[Task]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM tasks WHERE contact_id = ? ORDER BY id DESC", (contact_id,)
+            ).fetchall()
+        return [task_from_row(row) for row in rows]
+
     async def count_notes(self, contact_id: int | None = None) -> int:
         with self._connect() as conn:
             if contact_id is None:
@@ -281,3 +357,24 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
                 raise
         return added
+
+
+def task_from_row(row: Row) -> Task:
+    return Task(
+        task_id=row["id"],
+        contact_id=row["contact_id"],
+        title=row["title"],
+        due_date=row["due_date"],
+        created_at=row["created_at"],
+    )
+
+
+def replayed_task(row: Row, contact_id: int, title: str, due_date: str) -> Task:
+    """The task stored under a key, if this request is the one that stored it; else ConflictError."""
+    task = task_from_row(row)
+    if (task.contact_id, task.title, task.due_date) != (contact_id, title, due_date):
+        raise ConflictError(
+            "This idempotency key was already used for another task, so nothing was written. "
+            "Use a new key for a new task."
+        )
+    return task

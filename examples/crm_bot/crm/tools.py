@@ -24,10 +24,12 @@ from crm.validation import (
     NOTE_MAX_CHARS,
     NOTES_LIMIT_DEFAULT,
     NOTES_LIMIT_MAX,
+    validate_due_date,
     validate_email,
     validate_idempotency_key,
     validate_limit,
     validate_note_text,
+    validate_task_title,
 )
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,14 @@ class NoteResult(ToolResult):
     contact_id: int | None = None
     text: str | None = None
     created_at: str | None = Field(default=None, description="When the note was stored (ISO 8601, UTC).")
+
+
+class TaskResult(ToolResult):
+    task_id: int | None = None
+    contact_id: int | None = None
+    title: str | None = None
+    due_date: str | None = Field(default=None, description="When the task is due (YYYY-MM-DD).")
+    created_at: str | None = Field(default=None, description="When the task was stored (ISO 8601, UTC).")
 
 
 class NoteItem(BaseModel):
@@ -191,6 +201,14 @@ IdempotencyKeyArg = Annotated[
         )
     ),
 ]
+TaskTitleArg = Annotated[
+    str,
+    Field(
+        description=f"What to follow up on, stored verbatim; at most {NOTE_MAX_CHARS} characters.",
+        max_length=NOTE_MAX_CHARS,
+    ),
+]
+DueDateArg = Annotated[str, Field(description="When the task is due, written YYYY-MM-DD.")]
 LimitArg = Annotated[
     int, Field(description=f"How many notes to return, newest first (1 to {NOTES_LIMIT_MAX}).")
 ]
@@ -229,6 +247,26 @@ async def add_timeline_note(
     return NoteResult(ok=False, error=_error_message(payload, status))
 
 
+async def create_follow_up_task(
+    contact_id: ContactIdArg,
+    title: TaskTitleArg,
+    due_date: DueDateArg,
+    idempotency_key: IdempotencyKeyArg = None,
+) -> TaskResult:
+    """Create a follow-up task on a contact, due on a date. This writes to the system of record."""
+    try:
+        target = _contact_id(contact_id)
+        body: dict[str, Any] = {"title": validate_task_title(title), "due_date": validate_due_date(due_date)}
+        if (key := validate_idempotency_key(idempotency_key)) is not None:
+            body["idempotency_key"] = key
+        status, payload = await _call("POST", f"/contacts/{target}/tasks", body=body)
+    except CRMError as refused:
+        return TaskResult(ok=False, error=str(refused))
+    if status in (200, 201):
+        return TaskResult(ok=True, **payload)
+    return TaskResult(ok=False, error=_error_message(payload, status))
+
+
 async def list_timeline_notes(contact_id: ContactIdArg, limit: LimitArg = NOTES_LIMIT_DEFAULT) -> NotesResult:
     """List the most recent notes on a contact's timeline, newest first."""
     try:
@@ -250,5 +288,6 @@ TOOLS: dict[str, Callable[..., Awaitable[ToolResult]]] = {
     "find_contact_by_email": find_contact_by_email,
     "add_timeline_note": add_timeline_note,
     "list_timeline_notes": list_timeline_notes,
+    "create_follow_up_task": create_follow_up_task,
 }
 READ_ONLY_TOOLS = frozenset({"find_contact_by_email", "list_timeline_notes"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 
 from crm.errors import ValidationError
 
@@ -71,6 +72,28 @@ def validate_idempotency_key(key: object) -> str | None:
     if len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
         raise ValidationError(f"The idempotency key is longer than {IDEMPOTENCY_KEY_MAX_CHARS} characters.")
     return key
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def validate_due_date(due: object) -> str:
+    """Return a calendar date written YYYY-MM-DD, unchanged, or raise ValidationError."""
+    if not isinstance(due, str) or _ISO_DATE.fullmatch(due) is None:
+        raise ValidationError("The due date must be a date written YYYY-MM-DD.")
+    try:
+        date.fromisoformat(due)
+    except ValueError:
+        raise ValidationError(f"{due} is not a date in the calendar.") from None
+    return due
+
+
+def validate_task_title(title: object) -> str:
+    """Return the task's title unchanged (stored verbatim, like a note), or raise ValidationError."""
+    try:
+        return validate_note_text(title)
+    except ValidationError as exc:
+        raise ValidationError(str(exc).replace("note", "task title")) from None
 
 
 def validate_limit(limit: object) -> int:

@@ -32,7 +32,9 @@ Rules of the checks (every step after a ``user`` step checks what happened in an
   and a ``bot`` step next to each other may describe the same message.
 * ``slot_was_set`` / ``slot_was_not_set``: a slot event of that turn (with that value, if given).
 * ``tool_called`` / ``no_tool_called``: a tool call the action server made in that turn, read from
-  its audit trail. ``arguments`` lists the arguments to check; others are not checked.
+  its audit trail. ``arguments`` lists the arguments to check; others are not checked. With
+  ``times: n``, exactly n calls of the tool with those arguments were made in that turn (``times:
+  1`` with only the tool named: the tool was called once, whatever its arguments).
 
 Loading errors name the file, the test case, the step and the line (:class:`CaseFileError`).
 """
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcp_bridge.errors import ConfigError
 
@@ -95,6 +97,8 @@ class Step:
     metadata: Mapping[str, Any] = field(default_factory=dict)  # user steps: the merged metadata
     slots: tuple[SlotExpectation, ...] = ()
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    # tool_called: exactly this many matching calls in the turn (None: at least one)
+    times: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class _Model(BaseModel):
 class _ToolCall(_Model):
     tool: str
     arguments: dict[str, Any] = {}
+    times: int | None = Field(default=None, ge=0)
 
     @field_validator("tool")
     @classmethod
@@ -333,7 +338,9 @@ def _load_step(
         return Step(kind, number, line, text, slots=_slot_expectations(here, entries))
     if isinstance(model, _ToolCalled):
         call = model.tool_called
-        return Step("tool_called", number, line, text, value=call.tool, arguments=call.arguments)
+        return Step(
+            "tool_called", number, line, text, value=call.tool, arguments=call.arguments, times=call.times
+        )
     assert isinstance(model, _NoToolCalled)
     return Step("no_tool_called", number, line, text, value=model.no_tool_called)
 

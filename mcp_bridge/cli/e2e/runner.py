@@ -299,7 +299,14 @@ def _check_called(turn: _Turn, step: Step) -> Failure | None:
         if step.arguments
         else ""
     )
-    if any(not call.mismatches(step.arguments) for call in reached):
+    matching = [call for call in reached if not call.mismatches(step.arguments)]
+    if step.times is not None:
+        if len(matching) == step.times:
+            return None
+        expected = f"exactly {step.times} " + expected.removeprefix("a ").replace("call of", "call(s) of", 1)
+        got = f"{len(matching)}: " + ("; ".join(call.describe() for call in matching) or "none")
+        return Failure(step, expected, got, turn.context())
+    if matching:
         return None
     if reached:
         got = "; ".join(

@@ -4,7 +4,8 @@ read directly.
 What must hold: a click on Yes writes the note once and the page says so; No writes nothing; a note
 with markup is shown as text and stored verbatim; a double click sends one answer; a reload between
 the question and the click confirms the same pending call, once; when the assistant cannot be
-reached the page says so and sends nothing (nor later, when the connection is back).
+reached the page says so and sends nothing (nor later, when the connection is back); a question
+about two calls shows a button per call, and "Only 1" writes only the first.
 """
 
 from __future__ import annotations
@@ -223,3 +224,26 @@ def test_the_page_says_when_the_assistant_is_slow_to_answer(
         expect(notice).to_have_text("No answer from the assistant after 1 s.", timeout=3_000)
         expect(chat.bot_bubbles.last).to_contain_text("Here's what I can do", timeout=REPLY_TIMEOUT_MS)
         expect(notice).to_be_hidden()  # the answer came: the notice goes
+
+
+def test_a_list_of_calls_has_a_button_per_call_and_only_1_writes_only_the_first(
+    page: Page, chat_stack: ChatStack
+) -> None:
+    mark = chat_stack.store.mark()
+    chat = open_chat(page, chat_stack)
+    note = "Agreed on the Q3 renewal (browser, two contacts)."
+    chat.say(f"log a call with {DANA} and priya@example.com: {note}")
+    expect(chat.question()).to_contain_text(f'1. Note on Dana Whitfield\'s record: "{note}"')
+    expect(chat.question()).to_contain_text(f'2. Note on Priya Raman\'s record: "{note}"')
+    for title in ("No to all", "Only 1", "Only 2", "Yes to all"):
+        expect(chat.button(title)).to_be_enabled()
+    assert chat_stack.store.notes_after(mark) == []  # asked, not written
+
+    chat.button("Only 1").click()
+
+    chat.expect_reply(f'Not done, as you said: 2. Note on Priya Raman\'s record: "{note}"')
+    expect(chat.bot_bubbles.nth(-2)).to_have_text(SAVED)
+    assert chat_stack.store.notes_after(mark) == [StoredNote(dana(chat_stack), note)]
+    expect(chat.user_bubbles.last).to_have_text("Only 1")
+    expect(chat.button("Yes to all")).to_be_disabled()
+    expect(chat.button("Only 1")).to_have_class("chosen")
