@@ -835,6 +835,9 @@ class Executor:
     ) -> Decision:
         """A yes or no for each call: each approved call runs as rule 3 says, each refused one never."""
         first = calls[0]
+        if not any(approved):  # a no to every call cancels, late or not: nothing runs
+            self._record_all(turn, calls, "denied", None)
+            return Decision("cancelled", [Say(self.responses.calls_cancelled)], _ended(skill))
         if self._late(first):
             self._record_all(turn, calls, "expired", None)
             expired = [Say(self.responses.confirmation_expired)]
@@ -848,9 +851,6 @@ class Executor:
                     if other is not call:
                         self._record(turn, other, "rejected", "another call of the question changed")
                 return self._reject(turn, call, "arguments changed after the question", skill)
-        if not any(approved):
-            self._record_all(turn, calls, "denied", None)
-            return Decision("cancelled", [Say(self.responses.calls_cancelled)], _ended(skill))
         said: list[Say] = []
         outcome: Outcome = "done"
         for call, (step, resolved), yes in zip(calls, steps, approved, strict=True):

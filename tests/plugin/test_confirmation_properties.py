@@ -583,10 +583,13 @@ class SeveralCallsMachine(RuleBasedStateMachine):
         direct = self.chat.user_turn == self.asked_turn + 1
         in_time = self.now - self.asked_at <= TTL
         event(f"several: direct={direct} in_time={in_time} approved={sum(decisions)}/{len(decisions)}")
-        if not (direct and in_time):
+        if any(decisions) and not in_time:
+            self.expect_list(decision, ["utter_confirmation_expired"], keep_keys=True)
+            return
+        if any(decisions) and not direct:
             self.expect_list(decision, ["utter_confirm_again"], keep_keys=True)
             return
-        if not any(decisions):
+        if not any(decisions):  # a no to every call cancels, late or not
             assert responses(decision) == ["utter_calls_cancelled"]
         else:
             assert responses(decision) == [
@@ -601,8 +604,10 @@ class SeveralCallsMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.asked) and self.tampered is None)
     @rule(text=st.sampled_from(UNDECIDED))
     def undecided(self, text: str) -> None:
+        late = self.now - self.asked_at > TTL
         decision = self.run(self.chat.say(text, "affirm", 0.99))
-        self.expect_list(decision, ["utter_answer_each_call"], keep_keys=True)
+        prefix = "utter_confirmation_expired" if late else "utter_answer_each_call"
+        self.expect_list(decision, [prefix], keep_keys=True)
 
     @precondition(lambda self: bool(self.asked) and self.tampered is None)
     @rule(data=st.data(), new_text=st.sampled_from(["moved to 14 Jan", "yes", "{contact_name}"]))
