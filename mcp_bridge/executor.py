@@ -49,6 +49,7 @@ from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import needs_confirmation
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.person_oauth import SignInRequiredError
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import ConfirmationReader, Edit, NluOpinion, No, Other, Redirect, TooLong, Yes
 from mcp_bridge.results import ToolResult
@@ -587,6 +588,8 @@ class Executor:
 
     def _failure(self, skill: Skill, step: Step, exc: Exception, turn: Turn) -> _Run:
         tool = step.execute_tool
+        if isinstance(exc, SignInRequiredError):
+            raise exc  # nothing was sent; the action shows the sign-in link, the skill resumes after
         if isinstance(exc, ToolNotFoundError):
             log.error(
                 "REFUSED: tool %r of skill %r resolves to neither a local function nor an MCP tool "

@@ -373,10 +373,22 @@ class OAuthClient:
     scope: str = "crm.notes"
 
 
+@dataclass(frozen=True)
+class PersonClient:
+    """The bridge's registration for acting as the person (authorization code with PKCE), and the
+    people who may sign in (oidc-provider's development login page; any password)."""
+
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+    accounts: tuple[str, ...] = ("dana-agent", "lee-agent")
+
+
 def authorization_server(
     resource: str,
     client: OAuthClient,
     *,
+    person: PersonClient | None = None,
     port: int | None = None,
     token_ttl: int = 600,
     jwks_file: Path | None = None,
@@ -403,6 +415,13 @@ def authorization_server(
     )
     if jwks_file is not None:
         env["AUTH_JWKS_FILE"] = str(jwks_file)
+    if person is not None:
+        env.update(
+            AUTH_PERSON_CLIENT_ID=person.client_id,
+            AUTH_PERSON_CLIENT_SECRET=person.client_secret,
+            AUTH_PERSON_REDIRECT_URI=person.redirect_uri,
+            AUTH_ACCOUNTS=" ".join(person.accounts),
+        )
     return ServiceProcess(
         "authorization-server",
         ["node", "server.mjs"],

@@ -20,6 +20,7 @@ from rasa_sdk.types import DomainDict
 from mcp_bridge.contract import CONFIRMATION_LOOP, DENY_ACTION, PENDING_SLOT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.person_oauth import SignInRequiredError, acting
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 
@@ -43,12 +44,24 @@ class ExecutorAction(Action, ABC):
     @abstractmethod
     async def decide(self, turn: Turn) -> Decision: ...
 
+    def skill_of(self, turn: Turn) -> str | None:
+        """The skill this action runs (for a sign-in's resume), if it runs one."""
+        pending = turn.slots.get(PENDING_SLOT)
+        return str(pending.get("skill")) if isinstance(pending, dict) and pending.get("skill") else None
+
     async def run(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> list[dict[str, Any]]:
         turn = turn_from_tracker(tracker)
         try:
-            decision = await self.decide(turn)
+            # A server that acts as the person is called as the person the channel named.
+            with acting(turn.conversation_id, turn.user, self.skill_of(turn)):
+                decision = await self.decide(turn)
+        except SignInRequiredError as exc:
+            # Nothing was sent: the person signs in first (the link), then the skill goes on.
+            from mcp_bridge.rasa.person_actions import sign_in_decision
+
+            decision = sign_in_decision(exc)
         except Exception:
             log.exception(
                 "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id
@@ -80,6 +93,9 @@ class SkillAction(ExecutorAction, ABC):
     @property
     @abstractmethod
     def skill_id(self) -> str: ...
+
+    def skill_of(self, turn: Turn) -> str | None:
+        return self.skill_id
 
     async def decide(self, turn: Turn) -> Decision:
         return await executor().start(self.skill_id, turn)

@@ -1,0 +1,289 @@
+"""Acting as the person, against a real authorization server (oidc-provider, its development login
+page) and the real CRM MCP server as a protected resource: the sign-in link (PKCE S256, the RFC 8707
+resource, its domain), the callback storing the person's tokens encrypted, the note written as that
+person (the CRM logs the token's subject), another person or nobody never using those tokens, a
+forged, expired or replayed state refused, refresh before expiry, a failed refresh asking to sign in
+again, disconnect removing (and revoking) the tokens, and no token in any log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urljoin, urlparse
+
+import httpx2
+import pytest
+
+from mcp_bridge.config import parse_mcp_servers
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignInError, SignInRequiredError, acting
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.token_store import Keys, TokenStore, token_keys
+from tests.support import crm_db, procs
+
+SERVICE = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
+DANA_EMAIL = "dana@example.com"
+DANA, LEE = "socketio:dana", "socketio:lee"  # as the chat channel names them
+KEY = "k7Qe9vX2mLp4RzT8wYb1NcH6jUa3FdG5sKo0EiWq"
+
+
+@dataclass
+class Stack:
+    auth: procs.ServiceProcess
+    mcp: procs.ServiceProcess
+    db: Path
+    person: procs.PersonClient
+    tokens_file: Path
+
+    def runtime(self, clock: Any = time.time) -> MCPRuntime:
+        entry = {
+            "name": "crm",
+            "url": self.mcp.url,
+            "type": "http",
+            "oauth": {
+                "grant": "authorization_code",
+                "client_id": self.person.client_id,
+                "client_secret": "${CRM_PERSON_SECRET}",
+                "scope": SERVICE.scope,
+                "redirect_uri": self.person.redirect_uri,
+            },
+        }
+        servers = parse_mcp_servers(
+            [entry], "endpoints.yml", env={"CRM_PERSON_SECRET": self.person.client_secret}
+        )
+        store = TokenStore(str(self.tokens_file), Keys.from_secret(KEY.encode()))
+        return MCPRuntime(servers, person_oauth=PersonOAuth(servers, store, clock=clock))
+
+
+def _start(tmp_path: Path, services: procs.Services, ttl: int = 600) -> Stack:
+    db = procs.seed_db(tmp_path / "crm.sqlite3")
+    assert db is not None
+    rest = services.start(procs.crm_rest(db))
+    mcp_port = procs.free_port()
+    mcp_url = f"http://{procs.HOST}:{mcp_port}/mcp"
+    # The callback is not served here: the test reads the code off the redirect, as a browser would
+    # carry it to the action server (tests of the action server's route follow it there).
+    person = procs.PersonClient(
+        "crm-bridge-person", "person-client-secret-for-tests", f"http://{procs.HOST}:1{CALLBACK_PATH}"
+    )
+    auth = services.start(procs.authorization_server(mcp_url, SERVICE, person=person, token_ttl=ttl))
+    mcp = services.start(procs.crm_mcp(rest.url, port=mcp_port, issuer=auth.url, scope=SERVICE.scope))
+    return Stack(auth, mcp, db, person, tmp_path / "tokens.sqlite3")
+
+
+@pytest.fixture
+def stack(tmp_path: Path, services: procs.Services) -> Stack:
+    return _start(tmp_path, services)
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[list[MCPRuntime]]:
+    runtimes: list[MCPRuntime] = []
+    yield runtimes
+    for runtime in runtimes:
+        await runtime.aclose()
+
+
+async def log_in(link: str, account: str, redirect_uri: str) -> dict[str, str]:
+    """What a person does in the browser: open the link, sign in on oidc-provider's login page; the
+    query of the redirect back to ``redirect_uri`` (code, state, iss)."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as browser:
+        url = link
+        for _ in range(12):
+            if url.startswith(redirect_uri):
+                return {key: values[0] for key, values in parse_qs(urlparse(url).query).items()}
+            page = await browser.get(url)
+            if page.is_redirect:
+                url = urljoin(url, page.headers["location"])
+                continue
+            form = re.search(r'<form[^>]*action="([^"]+)"', page.text)
+            assert page.status_code == 200 and form and 'name="login"' in page.text, page.text[-1500:]
+            posted = await browser.post(
+                urljoin(url, form.group(1)), data={"prompt": "login", "login": account, "password": "any"}
+            )
+            assert posted.is_redirect, posted.text[:500]
+            url = urljoin(url, posted.headers["location"])
+    raise AssertionError("the sign-in never came back to the redirect URI")
+
+
+async def _note(runtime: MCPRuntime, stack: Stack, text: str, person: str | None = DANA) -> dict[str, Any]:
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    with acting("conversation-1", person, "log_interaction"):
+        result = await runtime.invoke("crm", "add_timeline_note", {"contact_id": contact, "text": text})
+    assert result.data.get("ok") is True, result
+    return dict(result.data)
+
+
+async def _signed_in(
+    runtime: MCPRuntime, stack: Stack, person: str = DANA, account: str = "dana-agent"
+) -> None:
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never: not signed in", person)
+    assert needed.value.link is not None
+    answer = await log_in(needed.value.link.url, account, stack.person.redirect_uri)
+    assert runtime.person_oauth is not None
+    await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+
+
+async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note_is_the_persons(
+    stack: Stack, closing: list[MCPRuntime], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    runtime = stack.runtime()
+    closing.append(runtime)
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    before = crm_db.count_notes(stack.db, contact)
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never: not signed in")
+    assert needed.value.may_have_run is False
+    link = needed.value.link
+    assert link is not None and link.server == "crm"
+    assert link.domain == urlparse(stack.auth.url).netloc  # shown plainly: 127.0.0.1:<port>
+    query = parse_qs(urlparse(link.url).query)
+    assert link.url.startswith(f"{stack.auth.url}/auth?")  # discovered: PRM, then the AS metadata
+    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
+    assert query["resource"] == [stack.mcp.url]  # RFC 8707, from the protected-resource metadata
+    assert query["client_id"] == [stack.person.client_id] and query["scope"] == [SERVICE.scope]
+    assert "code_verifier" not in link.url and stack.person.client_secret not in link.url
+    assert DANA not in link.url and "conversation-1" not in link.url  # the state is sealed, not readable
+    assert crm_db.count_notes(stack.db, contact) == before  # nothing was sent
+
+    answer = await log_in(link.url, "dana-agent", stack.person.redirect_uri)
+    browser_log = caplog.text  # the test's own HTTP client, standing in for the browser, logs the code
+    assert answer["code"] in browser_log  # (so the check below would see it if the bridge logged it)
+    caplog.clear()
+    assert runtime.person_oauth is not None
+    signed = await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    assert (signed.conversation, signed.person, signed.server, signed.skill) == (
+        "conversation-1",
+        DANA,
+        "crm",
+        "log_interaction",
+    )
+    record = await runtime.person_oauth.store.get(DANA, "crm")
+    assert record is not None
+    access, refresh = record["token"]["access_token"], record["token"]["refresh_token"]
+    raw = stack.tokens_file.read_bytes()
+    for secret in (access, refresh, DANA):
+        assert secret.encode() not in raw, "a token (or the person's name) is readable in the store's file"
+
+    note = await _note(runtime, stack, "Called about the VAT rate, as Dana")
+    assert crm_db.count_notes(stack.db, contact) == before + 1
+    assert (
+        f"note {note['note_id']} on contact {contact} written by client "
+        f"'{stack.person.client_id}' (subject 'dana-agent')"
+    ) in stack.mcp.output()
+
+    # Lee has no token of his own, and Dana's is never his; nobody named gets no link at all.
+    with pytest.raises(SignInRequiredError) as lee:
+        await _note(runtime, stack, "never: Lee is not signed in", LEE)
+    assert lee.value.link is not None
+    with pytest.raises(SignInRequiredError) as nobody:
+        await _note(runtime, stack, "never: nobody to act as", None)
+    assert nobody.value.link is None
+    assert crm_db.count_notes(stack.db, contact) == before + 1
+
+    # The same answer again (a replayed callback) stores nothing and says why.
+    with pytest.raises(SignInError, match="used already"):
+        await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    for where, text in {
+        "bridge log": caplog.text,
+        "CRM MCP log": stack.mcp.output(),
+        "authorization server log": stack.auth.output(),
+    }.items():
+        for secret in (access, refresh, answer["code"]):
+            assert secret not in text, f"a token or code is in the {where}"
+
+
+async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[MCPRuntime]) -> None:
+    now = [time.time()]
+    runtime = stack.runtime(clock=lambda: now[0])
+    closing.append(runtime)
+    person = runtime.person_oauth
+    assert person is not None
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never")
+    assert needed.value.link is not None
+    answer = await log_in(needed.value.link.url, "dana-agent", stack.person.redirect_uri)
+    state = answer["state"]
+    forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+    with pytest.raises(SignInError, match="not valid"):
+        await person.complete(forged, answer["code"], answer.get("iss"))
+    other_key = TokenStore(str(stack.tokens_file), Keys.from_secret(b"another key, 32 bytes or longer!!!!"))
+    sealed_elsewhere = other_key.keys.states.encrypt(
+        b'{"c":"x","p":"socketio:dana","s":"crm","k":null,"n":"x"}'
+    )
+    with pytest.raises(SignInError, match="not valid"):
+        await person.complete(sealed_elsewhere.decode(), answer["code"], answer.get("iss"))
+    now[0] += 11 * 60  # the link was good for ten minutes
+    with pytest.raises(SignInError, match="expired"):
+        await person.complete(state, answer["code"], answer.get("iss"))
+    assert await person.store.get(DANA, "crm") is None
+
+
+async def test_the_token_is_refreshed_and_a_failed_refresh_asks_to_sign_in_again(
+    tmp_path: Path, services: procs.Services, closing: list[MCPRuntime]
+) -> None:
+    stack = _start(tmp_path, services, ttl=4)
+    runtime = stack.runtime()
+    closing.append(runtime)
+    await _signed_in(runtime, stack)
+    assert runtime.person_oauth is not None
+    store = runtime.person_oauth.store
+    await _note(runtime, stack, "with the first token")
+    first = await store.get(DANA, "crm")
+    assert first is not None
+    await asyncio.sleep(4.5)  # the access token has expired
+    await _note(runtime, stack, "with a refreshed token")
+    second = await store.get(DANA, "crm")
+    assert second is not None
+    assert second["token"]["access_token"] != first["token"]["access_token"]
+    assert '"grant_type":"refresh_token"' in stack.auth.output()
+    assert "(subject 'dana-agent')" in stack.mcp.output().rsplit("written by", 1)[1]
+
+    # A refresh token the authorization server does not know: the person signs in again; nothing
+    # goes out under anyone else's identity, and the unusable token is gone.
+    second["token"]["refresh_token"] = "not-a-refresh-token"
+    second["obtained_at"] = 0
+    await store.put(DANA, "crm", second)
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    before = crm_db.count_notes(stack.db, contact)
+    with pytest.raises(SignInRequiredError) as again:
+        await _note(runtime, stack, "never: the refresh failed")
+    assert again.value.again is True and again.value.link is not None
+    assert await store.get(DANA, "crm") is None
+    assert crm_db.count_notes(stack.db, contact) == before
+
+
+async def test_disconnect_removes_and_revokes_the_token(stack: Stack, closing: list[MCPRuntime]) -> None:
+    runtime = stack.runtime()
+    closing.append(runtime)
+    await _signed_in(runtime, stack)
+    await _signed_in(runtime, stack, LEE, "lee-agent")
+    assert runtime.person_oauth is not None
+    await _note(runtime, stack, "before disconnecting")
+    assert await runtime.person_oauth.disconnect(DANA) == ["crm"]
+    assert await runtime.person_oauth.store.get(DANA, "crm") is None
+    assert '"event":"grant_revoked"' in stack.auth.output()
+    with pytest.raises(SignInRequiredError):
+        await _note(runtime, stack, "never: disconnected")
+    await _note(runtime, stack, "Lee is still signed in", LEE)  # only Dana's token went
+    assert await runtime.person_oauth.disconnect(DANA) == []
+
+
+def test_a_missing_short_or_placeholder_key_is_refused() -> None:
+    for env, reason in (
+        ({}, "MCP_TOKEN_KEY is not set"),
+        ({"MCP_TOKEN_KEY": "short"}, "is 5 bytes long, shorter than 32"),
+        ({"MCP_TOKEN_KEY": "change-me-please-change-me-please-0123"}, "looks like a placeholder"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            token_keys(env)
+    assert isinstance(token_keys({"MCP_TOKEN_KEY": KEY}), Keys)
