@@ -530,15 +530,30 @@ def oauth_env(client: OAuthClient, issuer: str) -> dict[str, str]:
     }
 
 
+# The crm server's oauth block when it acts as the person (authorization code; the person signs in).
+PERSON_OAUTH_BLOCK = {
+    "grant": "authorization_code",
+    "client_id": "${CRM_PERSON_CLIENT_ID}",
+    "client_secret": "${CRM_PERSON_CLIENT_SECRET}",
+    "scope": "crm.notes",
+    "redirect_uri": "${ACTION_SERVER_PUBLIC_URL}/mcp-bridge/oauth/callback",
+}
+
+
 def write_endpoints(
-    path: Path, action_url: str, action_token: str | None = None, *, mcp_oauth: bool = False
+    path: Path,
+    action_url: str,
+    action_token: str | None = None,
+    *,
+    mcp_oauth: bool = False,
+    mcp_person: bool = False,
 ) -> Path:
     """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
 
     With `action_token`, Rasa sends it to the action server in an `Authorization: Bearer` header, never
     as `?token=...` in a URL (which ends up in logs); the file then holds a secret and is 0600.
     `mcp_oauth`: the crm server authenticates with OAuth client credentials (OAUTH_BLOCK) instead of
-    the static token.
+    the static token; `mcp_person`: it acts as the person in the conversation (PERSON_OAUTH_BLOCK).
     """
     import yaml
 
@@ -546,11 +561,11 @@ def write_endpoints(
     document["action_endpoint"] = {"url": action_url}
     if action_token:
         document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
-    if mcp_oauth:
+    if mcp_oauth or mcp_person:
         for server in document["mcp_servers"]:
             if server["name"] == "crm":
                 server.pop("api_key", None)
-                server["oauth"] = dict(OAUTH_BLOCK)
+                server["oauth"] = dict(PERSON_OAUTH_BLOCK if mcp_person else OAUTH_BLOCK)
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(document, default_style='"', sort_keys=False)
