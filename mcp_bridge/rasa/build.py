@@ -73,10 +73,11 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     check_meta_slots(servers, domain)
     responses = Responses()
     known_responses = domain_responses(domain)
+    acts_as_person = any(server.acts_as_person for server in servers.values())
     person = None
-    if any(server.acts_as_person for server in servers.values()) and not allow_unset:
+    if acts_as_person and not allow_unset:
         person = PersonOAuth(servers, TokenStore.from_env(env))  # refuses a missing or weak key
-    needed = responses.names() | (set(PERSON_RESPONSES) if person is not None else set())
+    needed = responses.names() | (set(PERSON_RESPONSES) if acts_as_person else set())
     missing = sorted(needed - known_responses)
     if missing:
         raise ConfigError(

@@ -83,7 +83,9 @@ async def resume(person: PersonOAuth, signed: SignedIn) -> bool:
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
-            http.post(where, params={"token": token}, json=body) as answer,
+            # output_channel=latest: the bot's next messages go where the person chats (the chat
+            # page's socket.io room), not back to this request.
+            http.post(where, params={"token": token, "output_channel": "latest"}, json=body) as answer,
         ):
             if answer.status == 200:
                 return True

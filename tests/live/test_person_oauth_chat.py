@@ -17,6 +17,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,14 @@ DANA_EMAIL = "dana@example.com"
 PERSON = "rest:operator"  # how the REST channel of credentials.yml names whoever holds its token
 
 
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
+@contextmanager
+def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[str, Any]]:
+    """CRM, oidc-provider (with the person client), the CRM MCP server as a protected resource, the
+    action server with the crm server acting as the person, and Rasa (letting in a chat page on
+    `page_port`, which is then started too)."""
     stack = LoggedStack(tmp_path)
+    if page_port is not None:
+        stack.allow_pages(page_port)
     try:
         db = procs.seed_db(tmp_path / "crm.sqlite3")
         assert db is not None
@@ -79,7 +85,13 @@ def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
             )
         )
         rasa_url = stack.wait_for_rasa()
+        page = None
+        if page_port is not None:
+            page = stack.start_logged(
+                procs.chat_page(rasa_url=rasa_url, chat_key=stack.access.chat_key, port=page_port)
+            )
         yield {
+            "page_url": page.url if page is not None else None,
             "stack": stack,
             "chat": RasaChat(rasa_url, stack.access),
             "rasa_url": rasa_url,
@@ -93,6 +105,12 @@ def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
         }
     finally:
         stack.close()
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with person_stack(tmp_path) as started:
+        yield started
 
 
 def _tracker(live: dict[str, Any], sender: str) -> dict[str, Any]:
