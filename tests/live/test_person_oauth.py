@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignInError, SignInRequiredError, acting
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.token_store import Keys, TokenStore, token_keys
+from scripts import engines
 from tests.support import crm_db, procs
 
 SERVICE = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
@@ -287,3 +290,33 @@ def test_a_missing_short_or_placeholder_key_is_refused() -> None:
         with pytest.raises(ConfigError, match=reason):
             token_keys(env)
     assert isinstance(token_keys({"MCP_TOKEN_KEY": KEY}), Keys)
+
+
+async def test_the_store_on_postgresql_is_shared_encrypted_and_takes_a_sign_in_once(tmp_path: Path) -> None:
+    """The cluster's store: two replicas (two TokenStore objects) on one PostgreSQL database."""
+    if os.geteuid() != 0:
+        pytest.skip("only root runs PostgreSQL as another user here")
+    server = engines.Postgres(tmp_path / "postgres", secrets.token_urlsafe(16), durable=False)
+    with server.service():
+        url = server.create_database("mcp_tokens", "bridge", secrets.token_urlsafe(16))
+        keys = Keys.from_secret(KEY.encode())
+        one, two = TokenStore(url, keys), TokenStore(url, keys)
+        try:
+            token = {"token": {"access_token": "eyJ-access-for-the-test", "refresh_token": "rt-for-the-test"}}
+            await one.put(DANA, "crm", {**token, "obtained_at": 1.0})
+            assert await two.get(DANA, "crm") == {**token, "obtained_at": 1.0}
+            assert await two.get(LEE, "crm") is None
+            raw = server.sql(["SELECT person, sealed FROM mcp_tokens"], database="mcp_tokens")
+            for secret in ("eyJ-access-for-the-test", "rt-for-the-test", DANA):
+                assert secret not in raw, "a token (or the person's name) is readable in the database"
+            await one.begin_sign_in("nonce-1", "the-verifier", time.time() + 60)
+            assert "the-verifier" not in server.sql(
+                ["SELECT sealed FROM mcp_sign_ins"], database="mcp_tokens"
+            )
+            taken = await asyncio.gather(two.take_sign_in("nonce-1"), one.take_sign_in("nonce-1"))
+            assert sorted(taken, key=str) == sorted(["the-verifier", None], key=str)  # once, whoever asks
+            assert await two.delete(DANA, "crm") is True
+            assert await one.get(DANA, "crm") is None
+        finally:
+            await one.close()
+            await two.close()
