@@ -551,6 +551,8 @@ class Executor:
             result = await resolved.call(arguments, idempotency_key=key, slots=slots)
             outcome = "ok" if result.ok else f"error: {result.error}"
         except _FAILURES as exc:
+            if isinstance(exc, SignInRequiredError) and confirmed is not None:
+                self._record(turn, confirmed, "executed", "not run: the person must sign in first")
             result = self._failure(skill, step, exc, turn)
             if isinstance(exc, ToolCallError) and exc.may_have_run:
                 outcome = "outcome unknown"

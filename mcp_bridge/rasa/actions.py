@@ -61,7 +61,7 @@ class ExecutorAction(Action, ABC):
             # Nothing was sent: the person signs in first (the link), then the skill goes on.
             from mcp_bridge.rasa.person_actions import sign_in_decision
 
-            decision = sign_in_decision(exc)
+            decision = sign_in_decision(exc, answering=self.action_name == CONFIRMATION_LOOP)
         except Exception:
             log.exception(
                 "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id

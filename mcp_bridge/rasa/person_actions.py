@@ -19,6 +19,7 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
+from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.executor import Decision, Say
 from mcp_bridge.person_oauth import PersonOAuth, SignInRequiredError, acting
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
@@ -31,13 +32,17 @@ RESUME_ACTION = "action_mcp_resume"
 DISCONNECT_ACTION = "action_mcp_disconnect"
 
 
-def sign_in_decision(exc: SignInRequiredError) -> Decision:
-    """What the person hears when a server needs their sign-in: the link, its domain in plain sight."""
+def sign_in_decision(exc: SignInRequiredError, *, answering: bool = False) -> Decision:
+    """What the person hears when a server needs their sign-in: the link, its domain in plain sight.
+
+    ``answering``: it came while a yes was being carried out (the token could not be renewed); that
+    question is closed unrun (the executor audited it), and the skill asks again after the sign-in."""
+    slots = {PENDING_SLOT: None} if answering else {}
     if exc.link is None:
-        return Decision("unavailable", [Say("utter_mcp_nobody_to_act_as", {"server": exc.server})])
+        return Decision("unavailable", [Say("utter_mcp_nobody_to_act_as", {"server": exc.server})], slots)
     response = "utter_mcp_sign_in_again" if exc.again else "utter_mcp_sign_in"
     variables = {"server": exc.server, "domain": exc.link.domain, "link": exc.link.url}
-    return Decision("unavailable", [Say(response, variables)])
+    return Decision("unavailable", [Say(response, variables)], slots)
 
 
 def person_oauth() -> PersonOAuth | None:
