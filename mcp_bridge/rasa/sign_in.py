@@ -15,6 +15,7 @@ state is sealed with the shared key and the tokens go to the shared store.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import logging
@@ -90,7 +91,7 @@ async def resume(person: PersonOAuth, signed: SignedIn) -> bool:
             if answer.status == 200:
                 return True
             log.warning("Rasa did not resume conversation %s (HTTP %s)", signed.conversation, answer.status)
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # not the builtin before Python 3.11
         log.warning("Rasa did not resume conversation %s: %s", signed.conversation, type(exc).__name__)
     return False
 

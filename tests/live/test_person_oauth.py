@@ -30,6 +30,8 @@ from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.token_store import Keys, TokenStore, token_keys
 from scripts import engines
 from tests.support import crm_db, procs
+from tests.support.conversation import notes_for
+from tests.support.rasa_calls import FakeTracker, call_action, said
 
 SERVICE = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
 DANA_EMAIL = "dana@example.com"
@@ -320,3 +322,66 @@ async def test_the_store_on_postgresql_is_shared_encrypted_and_takes_a_sign_in_o
         finally:
             await one.close()
             await two.close()
+
+
+def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refresh_fails_writes_nothing(
+    stack: Stack, services: procs.Services, tmp_path: Path
+) -> None:
+    """Another process (this test, standing in for another replica) stored the person's token; the
+    action server asks with it. The token then lapses and cannot be renewed: the yes writes nothing,
+    the person is asked to sign in again, the question is closed and audited as not run."""
+    person = "rest:operator"
+    runtime = stack.runtime()
+    asyncio.run(_signed_in(runtime, stack, person))
+    endpoints = procs.write_endpoints(
+        tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+    )
+    audit = tmp_path / "audit.jsonl"
+    actions = services.start(
+        procs.action_server(
+            endpoints=endpoints,
+            crm_url=stack.mcp.env["CRM_URL"],
+            mcp_url=stack.mcp.url,
+            mcp_token=None,
+            audit_log=audit,
+            extra_env={
+                "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+                "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+                "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+                "MCP_TOKEN_KEY": KEY,
+                "MCP_TOKEN_STORE": str(stack.tokens_file),
+            },
+        )
+    )
+    note = f"asked with a token stored elsewhere {time.time()}"
+
+    def tracker_of(user: str | None) -> FakeTracker:
+        tracker = FakeTracker(f"person-{time.time()}", contact_email=DANA_EMAIL, note_text=note)
+        tracker.user(f"log a call with {DANA_EMAIL}: {note}", "log_interaction", 0.97)
+        if user is not None:
+            tracker.latest_message["metadata"] = {"mcp_bridge_user": user}
+        return tracker
+
+    status, nobody, _ = call_action(actions.url, "action_log_interaction", tracker_of(None))
+    assert status == 200 and said(nobody) == ["utter_mcp_nobody_to_act_as"], nobody
+    tracker = tracker_of(person)
+    status, asked, _ = call_action(actions.url, "action_log_interaction", tracker)
+    assert status == 200 and said(asked) == ["utter_confirm_note"], asked
+    tracker.apply("action_log_interaction", asked)
+
+    store = TokenStore(str(stack.tokens_file), Keys.from_secret(KEY.encode()))
+    record = asyncio.run(store.get(person, "crm"))
+    assert record is not None
+    record["token"]["refresh_token"], record["obtained_at"] = "not-a-refresh-token", 0
+    asyncio.run(store.put(person, "crm", record))
+    tracker.user("yes", "affirm", 1.0)
+    tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+    status, answered, _ = call_action(actions.url, "action_confirm_tool", tracker)
+    assert status == 200 and said(answered) == ["utter_mcp_sign_in_again"], answered
+    assert {"event": "slot", "name": "pending_confirmation", "value": None} in [
+        {key: event.get(key) for key in ("event", "name", "value")} for event in answered["events"]
+    ]
+    assert notes_for(stack.db, DANA_EMAIL).count(note) == 0
+    assert asyncio.run(store.get(person, "crm")) is None
+    assert "not run: the person must sign in first" in audit.read_text()
+    asyncio.run(runtime.aclose())
