@@ -28,12 +28,11 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
 from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignedIn, SignInError
 
 log = logging.getLogger(__name__)
 
-RESUME_INTENT = "mcp_signed_in"
-RESUME_ENTITY = "mcp_sign_in"
 # How long the conversation's resume stays good after the callback.
 RESUME_SECONDS = 120
 # Longer query values are refused unread (a state is a few hundred characters, a code fewer).
