@@ -33,6 +33,10 @@ The rules, in order of importance:
    aloud.
 5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
    and nothing runs.
+
+A server that acts as the person (:mod:`mcp_bridge.person_oauth`) and has no usable sign-in of the
+person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
+sign-in link; the skill runs again after the sign-in and asks as usual (a sign-in is never a yes).
 """
 
 from __future__ import annotations

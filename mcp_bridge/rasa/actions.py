@@ -23,6 +23,7 @@ from mcp_bridge.executor import Decision, Turn
 from mcp_bridge.person_oauth import SignInRequiredError, acting
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
+from mcp_bridge.rasa.person_actions import sign_in_decision
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,6 @@ class ExecutorAction(Action, ABC):
                 decision = await self.decide(turn)
         except SignInRequiredError as exc:
             # Nothing was sent: the person signs in first (the link), then the skill goes on.
-            from mcp_bridge.rasa.person_actions import sign_in_decision
-
             decision = sign_in_decision(exc, answering=self.action_name == CONFIRMATION_LOOP)
         except Exception:
             log.exception(
