@@ -16,6 +16,13 @@ mcp_servers:
     #       scope: crm.notes       # optional: the scope asked for
     #       audience: ...          # optional: sent as the token request's `audience`
     #       timeout: 10            # optional: seconds for the token request
+    # or, acting as the person in the conversation (mcp_bridge.person_oauth):
+    #     oauth:
+    #       grant: authorization_code  # default client_credentials
+    #       client_id: "${CRM_OAUTH_CLIENT_ID}"
+    #       client_secret: "${CRM_OAUTH_CLIENT_SECRET}"  # optional: a public client uses PKCE only
+    #       scope: crm.notes
+    #       redirect_uri: "${ACTION_SERVER_PUBLIC_URL}/mcp-bridge/oauth/callback"
     tool_timeout: 10               # seconds to wait for one tool call's answer
     meta_map:                      # sent in every tools/call's _meta
       static: {source: rasa}
@@ -78,6 +85,12 @@ NOT_SUPPORTED = {
 }
 _OAUTH_KEYS = ("client_id", "client_secret", "token_url", "scope", "audience", "timeout")
 _OAUTH_REQUIRED = ("client_id", "client_secret", "token_url")
+CLIENT_CREDENTIALS = "client_credentials"
+AUTHORIZATION_CODE = "authorization_code"
+_GRANTS = (CLIENT_CREDENTIALS, AUTHORIZATION_CODE)
+# Acting as the person: the endpoints are discovered from the server's protected-resource metadata.
+_PERSON_KEYS = ("grant", "client_id", "client_secret", "scope", "redirect_uri", "timeout")
+_PERSON_REQUIRED = ("client_id", "redirect_uri")
 DEFAULT_OAUTH_TIMEOUT = 10.0
 _META_KEYS = ("static", "from_slots")
 _FROM_SLOTS_KEYS = ("slot", "param")
@@ -119,6 +132,15 @@ class OAuthConfig:
     scope: str | None = None
     audience: str | None = None
     timeout: float = DEFAULT_OAUTH_TIMEOUT
+    # client_credentials (the bridge's own identity) or authorization_code (the person's: each
+    # person signs in once, mcp_bridge.person_oauth); the latter discovers its endpoints and
+    # has a redirect_uri, and its client_secret may be empty (a public client, PKCE only).
+    grant: str = CLIENT_CREDENTIALS
+    redirect_uri: str | None = None
+
+    @property
+    def acts_as_person(self) -> bool:
+        return self.grant == AUTHORIZATION_CODE
 
 
 @dataclass(frozen=True)
@@ -152,6 +174,11 @@ class MCPServerConfig:
     @property
     def where(self) -> str:
         return self.place or f"MCP server {self.name!r}"
+
+    @property
+    def acts_as_person(self) -> bool:
+        """Calls go out with the token of the person in the conversation (``grant: authorization_code``)."""
+        return self.oauth is not None and self.oauth.acts_as_person
 
     def headers(self) -> dict[str, str]:
         """The authentication header, as Rasa Pro sends it (api_key first, as Rasa Pro picks it)."""
@@ -360,7 +387,15 @@ class _Server:
         block = self.entry["oauth"]
         if not isinstance(block, dict):
             raise self.fail("'oauth' must be a mapping with client_id, client_secret and token_url")
-        unknown = [key for key in block if key not in _OAUTH_KEYS]
+        grant = block.get("grant", CLIENT_CREDENTIALS)
+        if grant not in _GRANTS:
+            raise self.fail(
+                f"'oauth.grant' must be {CLIENT_CREDENTIALS} (the bridge's own identity) or "
+                f"{AUTHORIZATION_CODE} (acting as the person in the conversation), not {grant!r}"
+            )
+        if grant == AUTHORIZATION_CODE:
+            return self._person_oauth(block)
+        unknown = [key for key in block if key not in _OAUTH_KEYS and key != "grant"]
         if unknown:
             raise self.fail(f"oauth: unknown key(s) {_listed(unknown)}; it takes {', '.join(_OAUTH_KEYS)}")
         values: dict[str, str | None] = {}
@@ -396,6 +431,62 @@ class _Server:
             scope=values.get("scope"),
             audience=values.get("audience"),
             timeout=float(timeout),
+        )
+
+    def _person_oauth(self, block: dict[str, Any]) -> OAuthConfig | None:
+        """``oauth`` with ``grant: authorization_code``: the person signs in (mcp_bridge.person_oauth)."""
+        unknown = [key for key in block if key not in _PERSON_KEYS]
+        if unknown:
+            reason = (
+                ": the endpoints are discovered from the server's protected-resource metadata"
+                if set(unknown) & {"token_url", "audience"}
+                else ""
+            )
+            raise self.fail(
+                f"oauth: unknown key(s) {_listed(unknown)} with grant {AUTHORIZATION_CODE}{reason}; it takes "
+                f"{', '.join(_PERSON_KEYS)}"
+            )
+        values: dict[str, str | None] = {}
+        for key in _PERSON_KEYS[1:-1]:
+            if key not in block:
+                if key in _PERSON_REQUIRED:
+                    raise self.fail(f"oauth: missing {key!r} (grant {AUTHORIZATION_CODE})")
+                continue
+            if block[key] is None:
+                raise self.fail(f"'oauth.{key}' is empty")
+            value = self._expanded(f"oauth.{key}", block[key])
+            if value is not None and not value.strip():
+                raise self.fail(f"'oauth.{key}' is empty")
+            if value is not None and any(ord(char) < 32 or ord(char) == 127 for char in value):
+                raise self.fail(f"'oauth.{key}' contains a control character (a line break?)")
+            values[key] = value
+        redirect = values.get("redirect_uri")
+        if redirect is not None:
+            parsed = urlparse(redirect)
+            loopback = parsed.hostname in ("127.0.0.1", "localhost", "::1")
+            if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.fragment:
+                raise self.fail(
+                    f"'oauth.redirect_uri' must be an http(s) URL without a #fragment, got {redirect!r}"
+                )
+            if parsed.scheme == "http" and not loopback:
+                raise self.fail(
+                    "'oauth.redirect_uri' must be https unless it is on the loopback (RFC 8252): the "
+                    f"authorization code travels in it; got {redirect!r}"
+                )
+        timeout = block.get("timeout", DEFAULT_OAUTH_TIMEOUT)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
+            raise self.fail("'oauth.timeout' must be a positive number of seconds")
+        if any(values.get(key) is None for key in _PERSON_REQUIRED) or (
+            "client_secret" in block and values.get("client_secret") is None
+        ):
+            return None  # a variable is unset (allow_unset): the shape is checked, nothing connects
+        return OAuthConfig(
+            client_id=str(values["client_id"]),
+            client_secret=values.get("client_secret") or "",
+            scope=values.get("scope"),
+            timeout=float(timeout),
+            grant=AUTHORIZATION_CODE,
+            redirect_uri=redirect,
         )
 
     def _api_key_header(self) -> tuple[str, str]:

@@ -20,6 +20,10 @@ __all__ = [
     "PENDING_SLOT",
     "PLUGIN_ACTIONS",
     "PLUGIN_INTENTS",
+    "DISCONNECT_ACTION",
+    "RESUME_ACTION",
+    "RESUME_ENTITY",
+    "RESUME_INTENT",
 ]
 
 # The slot that carries the sealed pending question between turns (the action server is stateless).
@@ -46,3 +50,10 @@ PLUGIN_ACTIONS = (CONFIRMATION_LOOP, DENY_ACTION)
 APPROVAL_INTENT = "approval_decided"
 APPROVAL_ENTITY = "approval_id"
 APPROVAL_ACTION = "action_approval_decided"
+
+# For an MCP server that acts as the person: the intent the sign-in callback triggers (with a sealed
+# entity) and the action that goes on from there; the action that forgets the person's sign-ins.
+RESUME_INTENT = "mcp_signed_in"
+RESUME_ENTITY = "mcp_sign_in"
+RESUME_ACTION = "action_mcp_resume"
+DISCONNECT_ACTION = "action_mcp_disconnect"

@@ -45,6 +45,10 @@ The rules, in order of importance:
 7. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
    person with the role, never the requester, and runs (once, with the question's key) only when
    the conversation is told it was approved in time (:mod:`mcp_bridge.approvals`).
+
+A server that acts as the person (:mod:`mcp_bridge.person_oauth`) and has no usable sign-in of the
+person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
+sign-in link; the skill runs again after the sign-in and asks as usual (a sign-in is never a yes).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import declared, needs_confirmation
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.errors import InputRequiredError, ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.person_oauth import SignInRequiredError
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import (
     Choices,
@@ -971,6 +976,8 @@ class Executor:
             result = self.questions.asked(self, skill, step, arguments, turn, confirmed, exc)
             outcome = "stopped to ask the person"
         except _FAILURES as exc:
+            if isinstance(exc, SignInRequiredError) and confirmed is not None:
+                self._record(turn, confirmed, "executed", "not run: the person must sign in first")
             result = self._failure(skill, step, exc, turn)
             if isinstance(exc, ToolCallError) and exc.may_have_run:
                 outcome = "outcome unknown"
@@ -1008,6 +1015,8 @@ class Executor:
 
     def _failure(self, skill: Skill, step: Step, exc: Exception, turn: Turn) -> _Run:
         tool = step.execute_tool
+        if isinstance(exc, SignInRequiredError):
+            raise exc  # nothing was sent; the action shows the sign-in link, the skill resumes after
         if isinstance(exc, ToolNotFoundError):
             log.error(
                 "REFUSED: tool %r of skill %r resolves to neither a local function nor an MCP tool "

@@ -27,6 +27,14 @@ with one new token and one retry of that request (mcp_bridge.oauth). That repeti
 because a 401 comes from the server's authentication, before any tool runs: the refused request
 never ran. A call refused twice (401/403 again with the new token) is "not authorised", never
 "may have run", and is not retried here either: a third token would be refused for the same reason.
+
+Acting as the person (``grant: authorization_code``, :mod:`mcp_bridge.person_oauth`): a call goes
+out on a session of that server *and that person*, with the person's own token, read from the shared
+store for every call (refreshed there when about to expire), so a token removed on any replica is
+never used again. The SDK's session takes its credentials from its HTTP client, fixed when the
+session opens, so there is one session per (server, person), kept in a bounded cache (the least
+recently used one is closed). A person without a token, or whose token was refused, gets
+:class:`~mcp_bridge.person_oauth.SignInRequiredError` (with a sign-in link), and nothing is sent.
 """
 
 import asyncio
@@ -34,7 +42,8 @@ import contextlib
 import importlib.metadata
 import logging
 import sys
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +89,7 @@ from mcp_bridge.errors import (
     ToolTimeoutError,
 )
 from mcp_bridge.oauth import ClientCredentials
+from mcp_bridge.person_oauth import PersonOAuth, current
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import describe_result_problem, validate_against_schema
 from mcp_bridge.server_questions import take_resume
@@ -89,6 +99,22 @@ if sys.version_info < (3, 11):  # a builtin from 3.11 on
     from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger(__name__)
+
+# Sessions kept open per (server, person) for servers that act as the person.
+PERSON_SESSIONS = 64
+
+
+class _PersonBearer(httpx2.Auth):
+    """The person's access token on every request of their session (updated before each call)."""
+
+    def __init__(self) -> None:
+        self.token = ""
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
 
 
 def _version() -> str:
@@ -374,8 +400,19 @@ class MCPRuntime:
     Use it from one event loop (the action server's).
     """
 
-    def __init__(self, servers: Mapping[str, MCPServerConfig], *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        servers: Mapping[str, MCPServerConfig],
+        *,
+        connect_timeout: float = 10.0,
+        person_oauth: PersonOAuth | None = None,
+        person_sessions: int = PERSON_SESSIONS,
+    ) -> None:
         self._servers = dict(servers)
+        # Servers that act as the person: their tokens and sign-ins; sessions per (server, person).
+        self.person_oauth = person_oauth
+        self._people: OrderedDict[tuple[str, str], tuple[_Connection, _PersonBearer]] = OrderedDict()
+        self._person_sessions = person_sessions
         self._connections: dict[str, _Connection] = {}
         self._catalogues: dict[str, dict[str, McpToolInfo]] = {}
         self._stale: dict[str, asyncio.Event] = {}
@@ -480,6 +517,8 @@ class MCPRuntime:
             if invalid is not None:
                 raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
+                if config.acts_as_person:
+                    await self._person_refused(server)  # raises SignInRequiredError: nothing ran
                 # Refused by the server's authentication, after the one new token: it never ran.
                 raise NotAuthorisedError(
                     f"MCP tool {tool_name!r} on server {server!r} was refused (HTTP {delivery.refused}): "
@@ -496,8 +535,61 @@ class MCPRuntime:
     async def aclose(self) -> None:
         for server, connection in list(self._connections.items()):
             await self._drop(server, connection)
+        while self._people:
+            _, (connection, _) = self._people.popitem()
+            await connection.close()
+        if self.person_oauth is not None:
+            await self.person_oauth.aclose()
+
+    async def _person_connection(self, server: str) -> _Connection:
+        """The session of ``server`` for the person being served, with their valid token now."""
+        if self.person_oauth is None:
+            raise ServerUnavailableError(
+                f"MCP server {server!r} acts as the person, and no token store is set up"
+            )
+        who = current()
+        if who is None or who.person is None:
+            # Refused before anything is sent: no one to act as (raises, with no link).
+            await self.person_oauth.access_token(server, None, "", None)
+            raise AssertionError("unreachable")
+        token = await self.person_oauth.access_token(server, who.person, who.conversation, who.skill)
+        key = (server, who.person)
+        held = self._people.get(key)
+        if held is not None and held[0].alive:
+            self._people.move_to_end(key)
+            held[1].token = token
+            return held[0]
+        if held is not None:
+            del self._people[key]
+            await held[0].close()
+        bearer = _PersonBearer()
+        bearer.token = token
+        stale = self._stale.setdefault(server, asyncio.Event())
+        connection = _Connection(self._servers[server], stale, bearer)
+        await connection.open(self._connect_timeout)
+        self.sessions_opened += 1
+        metrics.opened_session(server)
+        stale.set()
+        self._people[key] = (connection, bearer)
+        while len(self._people) > self._person_sessions:
+            _, (oldest, _) = self._people.popitem(last=False)
+            await oldest.close()
+        return connection
+
+    async def _person_refused(self, server: str) -> None:
+        """The server refused the person's token: it is dropped, and they are asked to sign in again."""
+        who = current()
+        assert self.person_oauth is not None and who is not None and who.person is not None
+        held = self._people.pop((server, who.person), None)
+        if held is not None:
+            await held[0].close()
+        await self.person_oauth.forget(server, who.person)
+        await self.person_oauth.access_token(server, who.person, who.conversation, who.skill)  # raises
+        raise AssertionError("unreachable")
 
     async def _connection(self, server: str) -> _Connection:
+        if server in self._servers and self._servers[server].acts_as_person:
+            return await self._person_connection(server)
         connection = self._connections.get(server)
         if connection is not None and connection.alive:
             return connection
@@ -516,7 +608,7 @@ class MCPRuntime:
                 await connection.close()
             stale = self._stale.setdefault(server, asyncio.Event())
             config = self._servers[server]
-            if config.oauth is not None and server not in self._auth:
+            if config.oauth is not None and not config.acts_as_person and server not in self._auth:
                 self._auth[server] = ClientCredentials(config.url, config.oauth)
             connection = _Connection(config, stale, self._auth.get(server))
             await connection.open(self._connect_timeout)
@@ -530,6 +622,9 @@ class MCPRuntime:
     async def _drop(self, server: str, connection: _Connection) -> None:
         if self._connections.get(server) is connection:
             del self._connections[server]
+        for key, (held, _) in list(self._people.items()):
+            if held is connection:
+                del self._people[key]
         await connection.close()
 
 

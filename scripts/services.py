@@ -386,10 +386,22 @@ class ApproverLogin:
     approvers: Mapping[str, Mapping[str, Any]]
 
 
+@dataclass(frozen=True)
+class PersonClient:
+    """The bridge's registration for acting as the person (authorization code with PKCE), and the
+    people who may sign in (oidc-provider's development login page; any password)."""
+
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+    accounts: tuple[str, ...] = ("dana-agent", "lee-agent")
+
+
 def authorization_server(
     resource: str,
     client: OAuthClient,
     *,
+    person: PersonClient | None = None,
     port: int | None = None,
     token_ttl: int = 600,
     jwks_file: Path | None = None,
@@ -424,6 +436,13 @@ def authorization_server(
             AUTH_LOGIN_CLIENT_SECRET=login.client_secret,
             AUTH_LOGIN_REDIRECT_URI=login.redirect_uri,
             AUTH_APPROVERS=json.dumps(login.approvers),
+        )
+    if person is not None:
+        env.update(
+            AUTH_PERSON_CLIENT_ID=person.client_id,
+            AUTH_PERSON_CLIENT_SECRET=person.client_secret,
+            AUTH_PERSON_REDIRECT_URI=person.redirect_uri,
+            AUTH_ACCOUNTS=" ".join(person.accounts),
         )
     return ServiceProcess(
         "authorization-server",
@@ -533,15 +552,30 @@ def oauth_env(client: OAuthClient, issuer: str) -> dict[str, str]:
     }
 
 
+# The crm server's oauth block when it acts as the person (authorization code; the person signs in).
+PERSON_OAUTH_BLOCK = {
+    "grant": "authorization_code",
+    "client_id": "${CRM_PERSON_CLIENT_ID}",
+    "client_secret": "${CRM_PERSON_CLIENT_SECRET}",
+    "scope": "crm.notes",
+    "redirect_uri": "${ACTION_SERVER_PUBLIC_URL}/mcp-bridge/oauth/callback",
+}
+
+
 def write_endpoints(
-    path: Path, action_url: str, action_token: str | None = None, *, mcp_oauth: bool = False
+    path: Path,
+    action_url: str,
+    action_token: str | None = None,
+    *,
+    mcp_oauth: bool = False,
+    mcp_person: bool = False,
 ) -> Path:
     """endpoints.yml for Rasa and the action server, with the action endpoint at `action_url`.
 
     With `action_token`, Rasa sends it to the action server in an `Authorization: Bearer` header, never
     as `?token=...` in a URL (which ends up in logs); the file then holds a secret and is 0600.
     `mcp_oauth`: the crm server authenticates with OAuth client credentials (OAUTH_BLOCK) instead of
-    the static token.
+    the static token; `mcp_person`: it acts as the person in the conversation (PERSON_OAUTH_BLOCK).
     """
     import yaml
 
@@ -549,11 +583,11 @@ def write_endpoints(
     document["action_endpoint"] = {"url": action_url}
     if action_token:
         document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
-    if mcp_oauth:
+    if mcp_oauth or mcp_person:
         for server in document["mcp_servers"]:
             if server["name"] == "crm":
                 server.pop("api_key", None)
-                server["oauth"] = dict(OAUTH_BLOCK)
+                server["oauth"] = dict(PERSON_OAUTH_BLOCK if mcp_person else OAUTH_BLOCK)
     # Quoted throughout, so Rasa leaves ${...} for the bridge to expand.
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(document, default_style='"', sort_keys=False)

@@ -11,6 +11,9 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
   (``data/mcp_bridge_approvals.yml``);
 * examples for ``affirm``/``deny`` (``data/mcp_bridge_nlu.yml``), only for an intent without any;
 * ``mcp_servers:`` (and an ``action_endpoint:`` if there is none) in ``endpoints.yml``;
+* when a server there acts as the person (``oauth: {grant: authorization_code}``): the intent,
+  actions and responses of the sign-in (``person_domain.yml``) and the rule that goes on after it
+  (``data/mcp_bridge_person.yml``), unless the bot has that rule already;
 * a sample skill, ``skills/save_reminder.yml.example``, when ``skills/`` holds no skill yet (the
   suffix keeps it from being loaded until it is renamed).
 
@@ -49,6 +52,7 @@ from mcp_bridge.cli.yaml_splice import (
     load,
     top_level,
 )
+from mcp_bridge.config import AUTHORIZATION_CODE
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
@@ -57,6 +61,7 @@ from mcp_bridge.contract import (
     PENDING_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
+    RESUME_ACTION,
 )
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import ACTION_NAME
@@ -65,6 +70,7 @@ DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
 NLU_FILE = Path("data") / "mcp_bridge_nlu.yml"
 APPROVAL_RULE_FILE = Path("data") / "mcp_bridge_approvals.yml"
+PERSON_FILE = Path("data") / "mcp_bridge_person.yml"
 SAMPLE_SKILL = Path("skills") / "save_reminder.yml.example"
 _SECTIONS = ("intents", "slots", "actions", "responses")
 _LIST_SECTIONS = ("intents", "actions")
@@ -303,6 +309,10 @@ def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str], a
         }
         for section in _SECTIONS
     }
+    if acts_as_person(bot):
+        person = Fragment.read("person_domain.yml", ("intents", "actions", "responses"), entry_name)
+        for section in _SECTIONS:
+            wanted[section].update(person.blocks.get(section, {}))
     for path, action in skill_actions(bot / "skills"):
         wanted["actions"].setdefault(action, f"- {action}  # the skill in skills/{path.name}\n")
     missing = {
@@ -409,7 +419,7 @@ def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:
 def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) -> None:
     data = bot / "data"
     with_examples: set[str] = set()
-    has_rule = has_approval_rule = False
+    has_rule = has_approval_rule = has_resume_rule = False
     for path in _yaml_files(data):
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
@@ -425,6 +435,19 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
         has_approval_rule = has_approval_rule or any(
             _is_approval_rule(rule) for rule in document.get("rules") or []
         )
+        has_resume_rule = has_resume_rule or any(
+            _is_resume_rule(rule) for rule in document.get("rules") or []
+        )
+
+    if acts_as_person(bot) and not has_resume_rule:
+        if (bot / PERSON_FILE).exists():
+            problems.append(
+                f"{bot / PERSON_FILE}: exists but holds no rule from mcp_signed_in to {RESUME_ACTION}; "
+                "move the file away and run init again"
+            )
+        else:
+            result.files[bot / PERSON_FILE] = fragment_text("person_rules.yml")
+            result.added.append(f"{PERSON_FILE}: the rule that goes on after a sign-in")
 
     if not has_rule:
         if (bot / RULE_FILE).exists():
@@ -465,6 +488,27 @@ _APPROVAL_RULE_COMMENT = "  # A second approver decided"
 def _is_approval_rule(rule: Any) -> bool:
     steps = rule.get("steps") if isinstance(rule, dict) else None
     return isinstance(steps, list) and steps[:2] == [{"intent": APPROVAL_INTENT}, {"action": APPROVAL_ACTION}]
+
+
+def _is_resume_rule(rule: Any) -> bool:
+    steps = rule.get("steps") if isinstance(rule, dict) else None
+    return isinstance(steps, list) and steps[:2] == [{"intent": "mcp_signed_in"}, {"action": RESUME_ACTION}]
+
+
+def acts_as_person(bot: Path) -> bool:
+    """An MCP server in the bot's endpoints.yml acts as the person (``oauth.grant: authorization_code``)."""
+    path = bot / "endpoints.yml"
+    try:
+        document = load(path.read_text(encoding="utf-8"), str(path)) if path.exists() else None
+    except (OSError, UnicodeDecodeError, ConfigError):
+        return False  # reported where endpoints.yml is read
+    servers = document.get("mcp_servers") if isinstance(document, dict) else None
+    return any(
+        isinstance(server, dict)
+        and isinstance(server.get("oauth"), dict)
+        and server["oauth"].get("grant") == AUTHORIZATION_CODE
+        for server in servers or []
+    )
 
 
 def _is_loop_rule(rule: Any) -> bool:

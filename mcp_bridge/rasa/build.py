@@ -6,7 +6,9 @@ confirmations; give every replica the same value, or a question asked before a r
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
-when a skill has ``requires_approval_from``).
+when a skill has ``requires_approval_from``); with a server that acts as the person, MCP_TOKEN_KEY
+(encrypts the people's tokens; required, long and random, the same on every replica) and
+MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
 Everything is checked here, so the action server refuses to start on a bad file, naming the file,
@@ -29,6 +31,7 @@ from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.confirmation import declared
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
+from mcp_bridge.person_oauth import PersonOAuth
 from mcp_bridge.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.sealing import Seal
@@ -40,9 +43,19 @@ from mcp_bridge.skills import (
     domain_responses,
     read_skill_dir,
 )
+from mcp_bridge.token_store import TokenStore
 from mcp_bridge.tools import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
+
+# Said by the plugin's actions for servers that act as the person (mcp_bridge.rasa.person_actions).
+PERSON_RESPONSES = (
+    "utter_mcp_sign_in",
+    "utter_mcp_sign_in_again",
+    "utter_mcp_nobody_to_act_as",
+    "utter_mcp_disconnected",
+    "utter_mcp_not_connected",
+)
 
 # Without CONFIRMATION_SECRET, the action server's main process draws a key for itself and its worker
 # processes (mcp_bridge.rasa.server) and passes it on in this variable; it dies with them.
@@ -63,7 +76,12 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     check_meta_slots(servers, domain)
     responses = Responses()
     known_responses = domain_responses(domain)
-    missing = sorted((responses.names() | elicitation.RESPONSES) - known_responses)
+    acts_as_person = any(server.acts_as_person for server in servers.values())
+    person = None
+    if acts_as_person and not allow_unset:
+        person = PersonOAuth(servers, TokenStore.from_env(env))  # refuses a missing or weak key
+    needed = responses.names() | elicitation.RESPONSES | (set(PERSON_RESPONSES) if acts_as_person else set())
+    missing = sorted(needed - known_responses)
     if missing:
         raise ConfigError(
             f"{domain}: the executor needs these responses, which are missing: {', '.join(missing)} "
@@ -103,7 +121,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
     built = Executor(
         skills,
-        ToolBox(local, MCPRuntime(servers), audit=audit),  # every call is an entry too
+        ToolBox(local, MCPRuntime(servers, person_oauth=person), audit=audit),  # every call is an entry too
         policy=policy,
         responses=responses,
         audit=audit,

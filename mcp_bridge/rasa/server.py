@@ -45,6 +45,8 @@ from sanic.response import HTTPResponse
 from mcp_bridge import metrics
 from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.person_oauth import CALLBACK_PATH
+from mcp_bridge.rasa import sign_in
 from mcp_bridge.rasa.build import PROCESS_SECRET, executor
 
 hookimpl = pluggy.HookimplMarker("rasa_sdk")
@@ -119,6 +121,9 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     attribute_calls(app)
     if token:
         require_token(app, token)
+    runtime = executor().tools.runtime
+    if runtime is not None and runtime.person_oauth is not None:
+        sign_in.attach(app, runtime.person_oauth)  # its state authenticates it, not the token
     metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 
@@ -151,8 +156,8 @@ def attribute_calls(app: Sanic[Any, Any]) -> None:
 def require_token(app: Sanic[Any, Any], token: str) -> None:
     @app.middleware("request")
     async def check_token(request: Request) -> HTTPResponse | None:
-        if request.path == "/health":
-            return None
+        if request.path in ("/health", CALLBACK_PATH):
+            return None  # the sign-in callback: a browser's, authenticated by its sealed state
         supplied = request.args.get("token") or _bearer(request.headers.get("authorization", ""))
         if supplied and hmac.compare_digest(supplied.encode(), token.encode()):
             return None

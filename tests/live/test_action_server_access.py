@@ -104,6 +104,8 @@ def test_rasa_sdk_serves_exactly_the_plugin_and_bot_actions(
         "action_deny_tool",
         "action_log_interaction",  # one per skill file, named by its `action:`
         "action_lookup_contact",
+        "action_mcp_disconnect",  # the plugin's, for servers that act as the person
+        "action_mcp_resume",
         "action_show_notes",
         "validate_log_note_form",  # the bot's own form validation
     ]
@@ -223,6 +225,31 @@ def test_a_weak_confirmation_secret_is_refused(endpoints: Path, secret: str, rea
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"CONFIRMATION_SECRET {reason}" in result.stderr
     assert secret not in result.stderr  # the value itself is never printed
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        (None, "MCP_TOKEN_KEY is not set"),
+        ("short-key", "MCP_TOKEN_KEY is 9 bytes long"),
+        ("change-me-change-me-change-me-change-me", "MCP_TOKEN_KEY looks like a placeholder"),
+    ],
+)
+def test_a_missing_or_weak_token_key_is_refused_when_a_server_acts_as_the_person(
+    tmp_path: Path, key: str | None, reason: str
+) -> None:
+    person = procs.write_endpoints(tmp_path / "person.yml", "http://127.0.0.1:1/webhook", mcp_person=True)
+    env = {
+        "CRM_PERSON_CLIENT_ID": "crm-bridge-person",
+        "CRM_PERSON_CLIENT_SECRET": "person-client-secret",
+        "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:5055",
+        "MCP_TOKEN_STORE": str(tmp_path / "tokens.sqlite3"),
+        **({"MCP_TOKEN_KEY": key} if key else {}),
+    }
+    result = start_up(person, **env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert reason in result.stderr
+    assert key is None or key not in result.stderr  # the value itself is never printed
 
 
 def test_the_development_flag_accepts_a_weak_secret_loudly(endpoints: Path) -> None:

@@ -822,9 +822,30 @@ REFUSED = {
         "oauth: yes",
         "'oauth' must be a mapping with client_id, client_secret and token_url",
     ),
-    "oauth-unknown-key": (
+    "oauth-unknown-grant": (
         "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant: x}",
-        "oauth: unknown key(s) 'grant'; it takes client_id, client_secret, token_url, scope, audience, "
+        "'oauth.grant' must be client_credentials (the bridge's own identity) or authorization_code "
+        "(acting as the person in the conversation), not 'x'",
+    ),
+    "person-oauth-token-url": (
+        "oauth: {grant: authorization_code, client_id: a, redirect_uri: 'http://127.0.0.1:5055/cb', "
+        "token_url: 'https://auth/token'}",
+        "oauth: unknown key(s) 'token_url' with grant authorization_code: the endpoints are discovered "
+        "from the server's protected-resource metadata; it takes grant, client_id, client_secret, scope, "
+        "redirect_uri, timeout",
+    ),
+    "person-oauth-no-redirect": (
+        "oauth: {grant: authorization_code, client_id: a}",
+        "oauth: missing 'redirect_uri' (grant authorization_code)",
+    ),
+    "person-oauth-plain-http-redirect": (
+        "oauth: {grant: authorization_code, client_id: a, redirect_uri: 'http://bot.example.com/cb'}",
+        "'oauth.redirect_uri' must be https unless it is on the loopback (RFC 8252): the authorization "
+        "code travels in it; got 'http://bot.example.com/cb'",
+    ),
+    "oauth-unknown-key": (
+        "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant_type: x}",
+        "oauth: unknown key(s) 'grant_type'; it takes client_id, client_secret, token_url, scope, audience, "
         "timeout",
     ),
     "oauth-no-secret": (

@@ -417,3 +417,60 @@ def test_a_bot_whose_skill_has_a_second_approver_gets_its_pieces_at_the_first_in
     ]
     assert not (bot / "data" / "mcp_bridge_approvals.yml").exists()
     assert "nothing to change" in init(bot).stdout
+
+
+PERSON_SERVER = """
+mcp_servers:
+  - name: crm
+    url: "${CRM_MCP_URL}"
+    type: http
+    oauth:
+      grant: authorization_code
+      client_id: "${CRM_PERSON_CLIENT_ID}"
+      scope: crm.notes
+      redirect_uri: "${ACTION_SERVER_PUBLIC_URL}/mcp-bridge/oauth/callback"
+"""
+
+
+def test_a_server_that_acts_as_the_person_brings_the_sign_in_pieces(bot: Path) -> None:
+    """Only then: the resume intent, the two actions, the responses, and the rule that goes on after
+    the sign-in (with examples, so Rasa accepts the intent); a second run changes nothing."""
+    with (bot / "endpoints.yml").open("a") as endpoints:
+        endpoints.write(PERSON_SERVER)
+    result = init(bot)
+    assert result.returncode == 0, result.stderr
+    person = yaml.safe_load(fragment_text("person_domain.yml"))
+    domain = yaml.safe_load((bot / "domain.yml").read_text())
+    assert "mcp_signed_in" in domain["intents"]
+    assert domain["actions"] == [
+        "action_confirm_tool",
+        "action_deny_tool",
+        "action_mcp_resume",
+        "action_mcp_disconnect",
+    ]
+    assert set(person["responses"]) <= set(domain["responses"])
+    assert (bot / "data" / "mcp_bridge_person.yml").read_text() == fragment_text("person_rules.yml")
+    first = snapshot(bot)
+    again = init(bot)
+    assert again.returncode == 0 and "nothing to change" in again.stdout, again.stdout + again.stderr
+    assert snapshot(bot) == first
+    env = child_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
+    env.pop("PYTHONWARNINGS", None)
+    validate = subprocess.run(
+        [str(RASA), "data", "validate", "--fail-on-warnings"],
+        cwd=bot,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = validate.stdout + validate.stderr
+    assert validate.returncode == 0, output
+    assert rasa_warnings(output)[1] == [], output
+
+
+def test_without_such_a_server_init_adds_nothing_of_the_sign_in(bot: Path) -> None:
+    assert init(bot).returncode == 0
+    domain = yaml.safe_load((bot / "domain.yml").read_text())
+    assert "mcp_signed_in" not in domain["intents"] and "action_mcp_resume" not in domain["actions"]
+    assert not (bot / "data" / "mcp_bridge_person.yml").exists()

@@ -1,11 +1,16 @@
-// The example CRM's authorization server: oidc-provider (a certified OpenID provider) with one
-// client, the bridge's, that may use the client credentials grant. Access tokens are JWTs for one
+// The example CRM's authorization server: oidc-provider (a certified OpenID provider) with the
+// bridge's client for the client credentials grant and, when AUTH_PERSON_REDIRECT_URI is set, a
+// second one with which the bridge acts as the person: authorization code with PKCE (required),
+// refresh tokens and revocation, the people of AUTH_ACCOUNTS signing in on oidc-provider's own
+// development login page (any password; a real deployment configures its own login). Access tokens are JWTs for one
 // resource, the CRM's MCP server (RFC 8707 resource indicators: `aud` is its URL), with the scope
 // crm.notes. Nothing of OAuth is written here; this file only configures the package.
 //
 // Environment: AUTH_ISSUER (http://127.0.0.1:<port>), AUTH_PORT, AUTH_RESOURCE (the MCP URL),
 // AUTH_CLIENT_ID, AUTH_CLIENT_SECRET, AUTH_SCOPE (default crm.notes), AUTH_TOKEN_TTL (seconds,
-// default 600), AUTH_JWKS_FILE (a private JWKS to sign with; without it a key is made at start).
+// default 600), AUTH_JWKS_FILE (a private JWKS to sign with; without it a key is made at start);
+// for the person client AUTH_PERSON_CLIENT_ID, AUTH_PERSON_CLIENT_SECRET, AUTH_PERSON_REDIRECT_URI
+// and AUTH_ACCOUNTS (the account ids that may sign in, separated by spaces or commas).
 // One JSON line per token issued or refused goes to stdout: tests count them.
 //
 // Approvers log in here too, when AUTH_LOGIN_CLIENT_ID is set: the approval page
@@ -56,10 +61,23 @@ function passwordMatches(password, stored) {
 }
 const decoyHash = `scrypt$${randomBytes(16).toString('base64')}$${randomBytes(32).toString('base64')}`;
 
+const personRedirect = process.env.AUTH_PERSON_REDIRECT_URI;
+const personClientId = process.env.AUTH_PERSON_CLIENT_ID || 'crm-bridge-person';
+const accounts = new Set((process.env.AUTH_ACCOUNTS || '').split(/[\s,]+/).filter(Boolean));
+const personClients = personRedirect ? [{
+  client_id: personClientId,
+  client_secret: env('AUTH_PERSON_CLIENT_SECRET'),
+  grant_types: ['authorization_code', 'refresh_token'],
+  response_types: ['code'],
+  redirect_uris: [personRedirect],
+  token_endpoint_auth_method: 'client_secret_basic',
+  scope,
+}] : [];
+
 const say = (event, fields) => console.log(JSON.stringify({ event, ...fields }));
 
 const provider = new Provider(issuer, {
-  clients: [...loginClients, {
+  clients: [...loginClients, ...personClients, {
     client_id: env('AUTH_CLIENT_ID'),
     client_secret: env('AUTH_CLIENT_SECRET'),
     grant_types: ['client_credentials'],
@@ -69,18 +87,36 @@ const provider = new Provider(issuer, {
     scope,
   }],
   jwks: signingKeys(),
-  ttl: { ClientCredentials: ttl },
+  ttl: { ClientCredentials: ttl, AccessToken: ttl },
   scopes: [scope, 'openid', 'roles'],
   claims: { openid: ['sub'], roles: ['roles'] },
   // The approval page reads the roles from the ID token.
   conformIdTokenClaims: false,
   pkce: { required: () => true },
   cookies: { keys: [randomBytes(32).toString('hex')] },
-  findAccount: (ctx, id) => (Object.hasOwn(approvers, id)
-    ? { accountId: id, claims: () => ({ sub: id, roles: approvers[id].roles }) }
-    : undefined),
+  // The approvers (with their roles) and the example's people; nobody else exists (the development
+  // login page would take any name otherwise).
+  findAccount: (ctx, id) => {
+    if (Object.hasOwn(approvers, id)) return { accountId: id, claims: () => ({ sub: id, roles: approvers[id].roles }) };
+    return accounts.has(id) ? { accountId: id, claims: () => ({ sub: id }) } : undefined;
+  },
+  // The person client is this deployment's own: a refresh token without asking for offline_access.
+  issueRefreshToken: (ctx, client) => client.clientId === personClientId && client.grantTypeAllowed('refresh_token'),
+  // ... and no consent screen for it (oidc-provider's "skipping consent" recipe): the grant is the
+  // CRM's scope for the CRM's MCP server, nothing more.
+  loadExistingGrant: async (ctx) => {
+    const grantId = ctx.oidc.result?.consent?.grantId || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+    if (grantId) return ctx.oidc.provider.Grant.find(grantId);
+    if (ctx.oidc.client.clientId !== personClientId) return undefined;
+    const grant = new ctx.oidc.provider.Grant({ clientId: personClientId, accountId: ctx.oidc.session.accountId });
+    grant.addOIDCScope(scope);
+    grant.addResourceScope(resource, scope);
+    await grant.save();
+    return grant;
+  },
   features: {
-    devInteractions: { enabled: false },
+    devInteractions: { enabled: Boolean(personRedirect) },
+    revocation: { enabled: true },
     clientCredentials: { enabled: true },
     resourceIndicators: {
       enabled: true,
@@ -120,6 +156,8 @@ provider.use(async (ctx, next) => {
   const headers = { 'Content-Security-Policy': "default-src 'none'; frame-ancestors 'none'", 'Cache-Control': 'no-store' };
   ctx.set(headers);
   const details = await provider.interactionDetails(ctx.req, ctx.res);
+  // The person client signs in on oidc-provider's own (development) login page, not this form.
+  if (details.params.client_id !== loginClient) return next();
   const [, uid, login] = match;
   if (details.uid !== uid) ctx.throw(400);
   if (details.prompt.name === 'consent') {
@@ -157,6 +195,12 @@ provider.use(async (ctx, next) => {
 provider.proxy = false;
 
 provider.on('client_credentials.issued', (token) => say('token_issued', { client_id: token.clientId, aud: token.aud }));
+provider.on('authorization_code.consumed', (code) => say('code_consumed', { client_id: code.clientId }));
+for (const event of ['access_token.saved', 'access_token.issued']) {
+  provider.on(event, (token) => say('access_token_issued', { client_id: token.clientId, sub: token.accountId }));
+}
+provider.on('grant.success', (ctx) => say('grant_success', { grant_type: ctx.oidc.params?.grant_type ?? null }));
+provider.on('grant.revoked', (ctx, grantId) => say('grant_revoked', { client_id: ctx.oidc?.client?.clientId ?? null }));
 provider.on('grant.error', (ctx, error) => say('token_refused', { client_id: ctx.oidc?.client?.clientId ?? null, error: error.error }));
 
 provider.listen(Number(env('AUTH_PORT')), '127.0.0.1', () => say('listening', { issuer }));

@@ -1,0 +1,111 @@
+"""The plugin's actions for servers that act as the person: going on after a sign-in, disconnecting.
+
+``action_mcp_resume`` answers the intent the sign-in callback triggers (``mcp_signed_in``,
+:mod:`mcp_bridge.rasa.sign_in`): it checks the sealed entity (ours, recent, this conversation) and
+runs the skill again from its slots, as the person who signed in, so it asks its confirmation
+question as usual. The sign-in never counts as the confirmation: the skill only *asks*.
+
+``action_mcp_disconnect`` ("disconnect my CRM") removes the person's tokens for every server that
+acts as the person, and revokes them at the authorization server where it can.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from rasa_sdk import Action, Tracker
+from rasa_sdk.executor import CollectingDispatcher
+from rasa_sdk.types import DomainDict
+
+from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESUME_ACTION, RESUME_ENTITY
+from mcp_bridge.executor import Decision, Say
+from mcp_bridge.person_oauth import PersonOAuth, SignInRequiredError, acting
+from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
+from mcp_bridge.rasa.build import executor
+from mcp_bridge.rasa.sign_in import open_resume
+
+log = logging.getLogger(__name__)
+
+
+def sign_in_decision(exc: SignInRequiredError, *, answering: bool = False) -> Decision:
+    """What the person hears when a server needs their sign-in: the link, its domain in plain sight.
+
+    ``answering``: it came while a yes was being carried out (the token could not be renewed); that
+    question is closed unrun (the executor audited it), and the skill asks again after the sign-in."""
+    slots = {PENDING_SLOT: None} if answering else {}
+    if exc.link is None:
+        return Decision("unavailable", [Say("utter_mcp_nobody_to_act_as", {"server": exc.server})], slots)
+    response = "utter_mcp_sign_in_again" if exc.again else "utter_mcp_sign_in"
+    variables = {"server": exc.server, "domain": exc.link.domain, "link": exc.link.url}
+    return Decision("unavailable", [Say(response, variables)], slots)
+
+
+def person_oauth() -> PersonOAuth | None:
+    runtime = executor().tools.runtime
+    return runtime.person_oauth if runtime is not None else None
+
+
+class ResumeAfterSignIn(Action):
+    def name(self) -> str:
+        return RESUME_ACTION
+
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[dict[str, Any]]:
+        turn = turn_from_tracker(tracker)
+        person = person_oauth()
+        entities = (tracker.latest_message or {}).get("entities") or []
+        sealed = next(
+            (e.get("value") for e in entities if isinstance(e, dict) and e.get("entity") == RESUME_ENTITY),
+            None,
+        )
+        signed = (
+            open_resume(person, sealed, turn.conversation_id)
+            if person is not None and isinstance(sealed, str)
+            else None
+        )
+        skill = executor().skills.get(signed.skill or "") if signed is not None else None
+        if signed is None or skill is None:
+            log.warning(
+                "conversation %s: a resume after sign-in that we did not seal; ignored", turn.conversation_id
+            )
+            return []
+        turn = replace(turn, user=signed.person, new_message=False)
+        try:
+            with acting(turn.conversation_id, signed.person, skill.id):
+                decision = await executor().start(skill.id, turn)
+        except SignInRequiredError as exc:
+            decision = sign_in_decision(exc)
+        except Exception:
+            log.exception(
+                "%s failed in conversation %s; nothing was written", RESUME_ACTION, turn.conversation_id
+            )
+            decision = Decision("failed", [Say("utter_tool_unavailable")])
+        return apply_decision(decision, dispatcher, action=RESUME_ACTION, loop_active=turn.loop_active)
+
+
+class DisconnectPerson(Action):
+    def name(self) -> str:
+        return DISCONNECT_ACTION
+
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[dict[str, Any]]:
+        turn = turn_from_tracker(tracker)
+        person = person_oauth()
+        if turn.user is None or person is None:
+            dispatcher.utter_message(response="utter_mcp_nobody_to_act_as")
+            return []
+        try:
+            removed = await person.disconnect(turn.user)
+        except Exception:
+            log.exception("%s failed in conversation %s", DISCONNECT_ACTION, turn.conversation_id)
+            dispatcher.utter_message(response="utter_tool_unavailable")
+            return []
+        if removed:
+            dispatcher.utter_message(response="utter_mcp_disconnected", servers=", ".join(removed))
+        else:
+            dispatcher.utter_message(response="utter_mcp_not_connected")
+        return []

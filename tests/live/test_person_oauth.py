@@ -1,0 +1,387 @@
+"""Acting as the person, against a real authorization server (oidc-provider, its development login
+page) and the real CRM MCP server as a protected resource: the sign-in link (PKCE S256, the RFC 8707
+resource, its domain), the callback storing the person's tokens encrypted, the note written as that
+person (the CRM logs the token's subject), another person or nobody never using those tokens, a
+forged, expired or replayed state refused, refresh before expiry, a failed refresh asking to sign in
+again, disconnect removing (and revoking) the tokens, and no token in any log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urljoin, urlparse
+
+import httpx2
+import pytest
+
+from mcp_bridge.config import parse_mcp_servers
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignInError, SignInRequiredError, acting
+from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.token_store import Keys, TokenStore, token_keys
+from scripts import engines
+from tests.support import crm_db, procs
+from tests.support.conversation import notes_for
+from tests.support.rasa_calls import FakeTracker, call_action, said
+
+SERVICE = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
+DANA_EMAIL = "dana@example.com"
+DANA, LEE = "socketio:dana", "socketio:lee"  # as the chat channel names them
+KEY = "k7Qe9vX2mLp4RzT8wYb1NcH6jUa3FdG5sKo0EiWq"
+
+
+@dataclass
+class Stack:
+    auth: procs.ServiceProcess
+    mcp: procs.ServiceProcess
+    db: Path
+    person: procs.PersonClient
+    tokens_file: Path
+
+    def runtime(self, clock: Any = time.time) -> MCPRuntime:
+        entry = {
+            "name": "crm",
+            "url": self.mcp.url,
+            "type": "http",
+            "oauth": {
+                "grant": "authorization_code",
+                "client_id": self.person.client_id,
+                "client_secret": "${CRM_PERSON_SECRET}",
+                "scope": SERVICE.scope,
+                "redirect_uri": self.person.redirect_uri,
+            },
+        }
+        servers = parse_mcp_servers(
+            [entry], "endpoints.yml", env={"CRM_PERSON_SECRET": self.person.client_secret}
+        )
+        store = TokenStore(str(self.tokens_file), Keys.from_secret(KEY.encode()))
+        return MCPRuntime(servers, person_oauth=PersonOAuth(servers, store, clock=clock))
+
+
+def _start(tmp_path: Path, services: procs.Services, ttl: int = 600) -> Stack:
+    db = procs.seed_db(tmp_path / "crm.sqlite3")
+    assert db is not None
+    rest = services.start(procs.crm_rest(db))
+    mcp_port = procs.free_port()
+    mcp_url = f"http://{procs.HOST}:{mcp_port}/mcp"
+    # The callback is not served here: the test reads the code off the redirect, as a browser would
+    # carry it to the action server (tests of the action server's route follow it there).
+    person = procs.PersonClient(
+        "crm-bridge-person", "person-client-secret-for-tests", f"http://{procs.HOST}:1{CALLBACK_PATH}"
+    )
+    auth = services.start(procs.authorization_server(mcp_url, SERVICE, person=person, token_ttl=ttl))
+    mcp = services.start(procs.crm_mcp(rest.url, port=mcp_port, issuer=auth.url, scope=SERVICE.scope))
+    return Stack(auth, mcp, db, person, tmp_path / "tokens.sqlite3")
+
+
+@pytest.fixture
+def stack(tmp_path: Path, services: procs.Services) -> Stack:
+    return _start(tmp_path, services)
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[list[MCPRuntime]]:
+    runtimes: list[MCPRuntime] = []
+    yield runtimes
+    for runtime in runtimes:
+        await runtime.aclose()
+
+
+async def log_in(link: str, account: str, redirect_uri: str) -> dict[str, str]:
+    """What a person does in the browser: open the link, sign in on oidc-provider's login page; the
+    query of the redirect back to ``redirect_uri`` (code, state, iss)."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as browser:
+        url = link
+        for _ in range(12):
+            if url.startswith(redirect_uri):
+                return {key: values[0] for key, values in parse_qs(urlparse(url).query).items()}
+            page = await browser.get(url)
+            if page.is_redirect:
+                url = urljoin(url, page.headers["location"])
+                continue
+            form = re.search(r'<form[^>]*action="([^"]+)"', page.text)
+            assert page.status_code == 200 and form and 'name="login"' in page.text, page.text[-1500:]
+            posted = await browser.post(
+                urljoin(url, form.group(1)), data={"prompt": "login", "login": account, "password": "any"}
+            )
+            assert posted.is_redirect, posted.text[:500]
+            url = urljoin(url, posted.headers["location"])
+    raise AssertionError("the sign-in never came back to the redirect URI")
+
+
+async def _note(runtime: MCPRuntime, stack: Stack, text: str, person: str | None = DANA) -> dict[str, Any]:
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    with acting("conversation-1", person, "log_interaction"):
+        result = await runtime.invoke("crm", "add_timeline_note", {"contact_id": contact, "text": text})
+    assert result.data.get("ok") is True, result
+    return dict(result.data)
+
+
+async def _signed_in(
+    runtime: MCPRuntime, stack: Stack, person: str = DANA, account: str = "dana-agent"
+) -> None:
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never: not signed in", person)
+    assert needed.value.link is not None
+    answer = await log_in(needed.value.link.url, account, stack.person.redirect_uri)
+    assert runtime.person_oauth is not None
+    await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+
+
+async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note_is_the_persons(
+    stack: Stack, closing: list[MCPRuntime], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    runtime = stack.runtime()
+    closing.append(runtime)
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    before = crm_db.count_notes(stack.db, contact)
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never: not signed in")
+    assert needed.value.may_have_run is False
+    link = needed.value.link
+    assert link is not None and link.server == "crm"
+    assert link.domain == urlparse(stack.auth.url).netloc  # shown plainly: 127.0.0.1:<port>
+    query = parse_qs(urlparse(link.url).query)
+    assert link.url.startswith(f"{stack.auth.url}/auth?")  # discovered: PRM, then the AS metadata
+    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
+    assert query["resource"] == [stack.mcp.url]  # RFC 8707, from the protected-resource metadata
+    assert query["client_id"] == [stack.person.client_id] and query["scope"] == [SERVICE.scope]
+    assert "code_verifier" not in link.url and stack.person.client_secret not in link.url
+    assert DANA not in link.url and "conversation-1" not in link.url  # the state is sealed, not readable
+    assert crm_db.count_notes(stack.db, contact) == before  # nothing was sent
+
+    answer = await log_in(link.url, "dana-agent", stack.person.redirect_uri)
+    browser_log = caplog.text  # the test's own HTTP client, standing in for the browser, logs the code
+    assert answer["code"] in browser_log  # (so the check below would see it if the bridge logged it)
+    caplog.clear()
+    assert runtime.person_oauth is not None
+    signed = await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    assert (signed.conversation, signed.person, signed.server, signed.skill) == (
+        "conversation-1",
+        DANA,
+        "crm",
+        "log_interaction",
+    )
+    record = await runtime.person_oauth.store.get(DANA, "crm")
+    assert record is not None
+    access, refresh = record["token"]["access_token"], record["token"]["refresh_token"]
+    raw = stack.tokens_file.read_bytes()
+    for secret in (access, refresh, DANA):
+        assert secret.encode() not in raw, "a token (or the person's name) is readable in the store's file"
+
+    note = await _note(runtime, stack, "Called about the VAT rate, as Dana")
+    assert crm_db.count_notes(stack.db, contact) == before + 1
+    assert (
+        f"note {note['note_id']} on contact {contact} written by client "
+        f"'{stack.person.client_id}' (subject 'dana-agent')"
+    ) in stack.mcp.output()
+
+    # Lee has no token of his own, and Dana's is never his; nobody named gets no link at all.
+    with pytest.raises(SignInRequiredError) as lee:
+        await _note(runtime, stack, "never: Lee is not signed in", LEE)
+    assert lee.value.link is not None
+    with pytest.raises(SignInRequiredError) as nobody:
+        await _note(runtime, stack, "never: nobody to act as", None)
+    assert nobody.value.link is None
+    assert crm_db.count_notes(stack.db, contact) == before + 1
+
+    # The same answer again (a replayed callback) stores nothing and says why.
+    with pytest.raises(SignInError, match="used already"):
+        await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    for where, text in {
+        "bridge log": caplog.text,
+        "CRM MCP log": stack.mcp.output(),
+        "authorization server log": stack.auth.output(),
+    }.items():
+        for secret in (access, refresh, answer["code"]):
+            assert secret not in text, f"a token or code is in the {where}"
+
+
+async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[MCPRuntime]) -> None:
+    now = [time.time()]
+    runtime = stack.runtime(clock=lambda: now[0])
+    closing.append(runtime)
+    person = runtime.person_oauth
+    assert person is not None
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never")
+    assert needed.value.link is not None
+    answer = await log_in(needed.value.link.url, "dana-agent", stack.person.redirect_uri)
+    state = answer["state"]
+    forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+    with pytest.raises(SignInError, match="not valid"):
+        await person.complete(forged, answer["code"], answer.get("iss"))
+    other_key = TokenStore(str(stack.tokens_file), Keys.from_secret(b"another key, 32 bytes or longer!!!!"))
+    sealed_elsewhere = other_key.keys.states.encrypt(
+        b'{"c":"x","p":"socketio:dana","s":"crm","k":null,"n":"x"}'
+    )
+    with pytest.raises(SignInError, match="not valid"):
+        await person.complete(sealed_elsewhere.decode(), answer["code"], answer.get("iss"))
+    now[0] += 11 * 60  # the link was good for ten minutes
+    with pytest.raises(SignInError, match="expired"):
+        await person.complete(state, answer["code"], answer.get("iss"))
+    assert await person.store.get(DANA, "crm") is None
+
+
+async def test_the_token_is_refreshed_and_a_failed_refresh_asks_to_sign_in_again(
+    tmp_path: Path, services: procs.Services, closing: list[MCPRuntime]
+) -> None:
+    stack = _start(tmp_path, services, ttl=4)
+    runtime = stack.runtime()
+    closing.append(runtime)
+    await _signed_in(runtime, stack)
+    assert runtime.person_oauth is not None
+    store = runtime.person_oauth.store
+    await _note(runtime, stack, "with the first token")
+    first = await store.get(DANA, "crm")
+    assert first is not None
+    await asyncio.sleep(4.5)  # the access token has expired
+    await _note(runtime, stack, "with a refreshed token")
+    second = await store.get(DANA, "crm")
+    assert second is not None
+    assert second["token"]["access_token"] != first["token"]["access_token"]
+    assert '"grant_type":"refresh_token"' in stack.auth.output()
+    assert "(subject 'dana-agent')" in stack.mcp.output().rsplit("written by", 1)[1]
+
+    # A refresh token the authorization server does not know: the person signs in again; nothing
+    # goes out under anyone else's identity, and the unusable token is gone.
+    second["token"]["refresh_token"] = "not-a-refresh-token"
+    second["obtained_at"] = 0
+    await store.put(DANA, "crm", second)
+    contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+    before = crm_db.count_notes(stack.db, contact)
+    with pytest.raises(SignInRequiredError) as again:
+        await _note(runtime, stack, "never: the refresh failed")
+    assert again.value.again is True and again.value.link is not None
+    assert await store.get(DANA, "crm") is None
+    assert crm_db.count_notes(stack.db, contact) == before
+
+
+async def test_disconnect_removes_and_revokes_the_token(stack: Stack, closing: list[MCPRuntime]) -> None:
+    runtime = stack.runtime()
+    closing.append(runtime)
+    await _signed_in(runtime, stack)
+    await _signed_in(runtime, stack, LEE, "lee-agent")
+    assert runtime.person_oauth is not None
+    await _note(runtime, stack, "before disconnecting")
+    assert await runtime.person_oauth.disconnect(DANA) == ["crm"]
+    assert await runtime.person_oauth.store.get(DANA, "crm") is None
+    assert '"event":"grant_revoked"' in stack.auth.output()
+    with pytest.raises(SignInRequiredError):
+        await _note(runtime, stack, "never: disconnected")
+    await _note(runtime, stack, "Lee is still signed in", LEE)  # only Dana's token went
+    assert await runtime.person_oauth.disconnect(DANA) == []
+
+
+def test_a_missing_short_or_placeholder_key_is_refused() -> None:
+    for env, reason in (
+        ({}, "MCP_TOKEN_KEY is not set"),
+        ({"MCP_TOKEN_KEY": "short"}, "is 5 bytes long, shorter than 32"),
+        ({"MCP_TOKEN_KEY": "change-me-please-change-me-please-0123"}, "looks like a placeholder"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            token_keys(env)
+    assert isinstance(token_keys({"MCP_TOKEN_KEY": KEY}), Keys)
+
+
+async def test_the_store_on_postgresql_is_shared_encrypted_and_takes_a_sign_in_once(tmp_path: Path) -> None:
+    """The cluster's store: two replicas (two TokenStore objects) on one PostgreSQL database."""
+    if os.geteuid() != 0:
+        pytest.skip("only root runs PostgreSQL as another user here")
+    server = engines.Postgres(tmp_path / "postgres", secrets.token_urlsafe(16), durable=False)
+    with server.service():
+        url = server.create_database("mcp_tokens", "bridge", secrets.token_urlsafe(16))
+        keys = Keys.from_secret(KEY.encode())
+        one, two = TokenStore(url, keys), TokenStore(url, keys)
+        try:
+            token = {"token": {"access_token": "eyJ-access-for-the-test", "refresh_token": "rt-for-the-test"}}
+            await one.put(DANA, "crm", {**token, "obtained_at": 1.0})
+            assert await two.get(DANA, "crm") == {**token, "obtained_at": 1.0}
+            assert await two.get(LEE, "crm") is None
+            raw = server.sql(["SELECT person, sealed FROM mcp_tokens"], database="mcp_tokens")
+            for secret in ("eyJ-access-for-the-test", "rt-for-the-test", DANA):
+                assert secret not in raw, "a token (or the person's name) is readable in the database"
+            await one.begin_sign_in("nonce-1", "the-verifier", time.time() + 60)
+            assert "the-verifier" not in server.sql(
+                ["SELECT sealed FROM mcp_sign_ins"], database="mcp_tokens"
+            )
+            taken = await asyncio.gather(two.take_sign_in("nonce-1"), one.take_sign_in("nonce-1"))
+            assert sorted(taken, key=str) == sorted(["the-verifier", None], key=str)  # once, whoever asks
+            assert await two.delete(DANA, "crm") is True
+            assert await one.get(DANA, "crm") is None
+        finally:
+            await one.close()
+            await two.close()
+
+
+def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refresh_fails_writes_nothing(
+    stack: Stack, services: procs.Services, tmp_path: Path
+) -> None:
+    """Another process (this test, standing in for another replica) stored the person's token; the
+    action server asks with it. The token then lapses and cannot be renewed: the yes writes nothing,
+    the person is asked to sign in again, the question is closed and audited as not run."""
+    person = "rest:operator"
+    runtime = stack.runtime()
+    asyncio.run(_signed_in(runtime, stack, person))
+    endpoints = procs.write_endpoints(
+        tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+    )
+    audit = tmp_path / "audit.jsonl"
+    actions = services.start(
+        procs.action_server(
+            endpoints=endpoints,
+            crm_url=stack.mcp.env["CRM_URL"],
+            mcp_url=stack.mcp.url,
+            mcp_token=None,
+            audit_log=audit,
+            extra_env={
+                "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+                "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+                "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+                "MCP_TOKEN_KEY": KEY,
+                "MCP_TOKEN_STORE": str(stack.tokens_file),
+            },
+        )
+    )
+    note = f"asked with a token stored elsewhere {time.time()}"
+
+    def tracker_of(user: str | None) -> FakeTracker:
+        tracker = FakeTracker(f"person-{time.time()}", contact_email=DANA_EMAIL, note_text=note)
+        tracker.user(f"log a call with {DANA_EMAIL}: {note}", "log_interaction", 0.97)
+        if user is not None:
+            tracker.latest_message["metadata"] = {"mcp_bridge_user": user}
+        return tracker
+
+    status, nobody, _ = call_action(actions.url, "action_log_interaction", tracker_of(None))
+    assert status == 200 and said(nobody) == ["utter_mcp_nobody_to_act_as"], nobody
+    tracker = tracker_of(person)
+    status, asked, _ = call_action(actions.url, "action_log_interaction", tracker)
+    assert status == 200 and said(asked) == ["utter_confirm_note"], asked
+    tracker.apply("action_log_interaction", asked)
+
+    store = TokenStore(str(stack.tokens_file), Keys.from_secret(KEY.encode()))
+    record = asyncio.run(store.get(person, "crm"))
+    assert record is not None
+    record["token"]["refresh_token"], record["obtained_at"] = "not-a-refresh-token", 0
+    asyncio.run(store.put(person, "crm", record))
+    tracker.user("yes", "affirm", 1.0)
+    tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+    status, answered, _ = call_action(actions.url, "action_confirm_tool", tracker)
+    assert status == 200 and said(answered) == ["utter_mcp_sign_in_again"], answered
+    assert {"event": "slot", "name": "pending_confirmation", "value": None} in [
+        {key: event.get(key) for key in ("event", "name", "value")} for event in answered["events"]
+    ]
+    assert notes_for(stack.db, DANA_EMAIL).count(note) == 0
+    assert asyncio.run(store.get(person, "crm")) is None
+    assert "not run: the person must sign in first" in audit.read_text()
+    asyncio.run(runtime.aclose())

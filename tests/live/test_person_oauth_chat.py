@@ -1,0 +1,186 @@
+"""Acting as the person, in the chat: the example bot on a real Rasa server (REST channel, which names
+the person ``rest:operator``), its action server, the real CRM MCP server and oidc-provider.
+
+The person asks to log a note; the bot says they must sign in first and shows the link with its
+domain; they sign in on the authorization server's page; the browser lands on the action server's
+callback, which stores the token and has Rasa go on with the conversation (trigger_intent): the
+question is asked without re-typing, a yes writes the note as that person (the CRM logs the token's
+subject), and "disconnect my CRM" removes the token. No token is in the tracker, the audit trail or
+any process's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from mcp_bridge.person_oauth import CALLBACK_PATH
+from mcp_bridge.token_store import Keys, TokenStore
+from tests.live.proof.chat import RasaChat
+from tests.live.test_person_oauth import KEY, SERVICE, log_in
+from tests.support import procs
+from tests.support.conversation import notes_for
+from tests.support.stack import LoggedStack
+
+DANA_EMAIL = "dana@example.com"
+PERSON = "rest:operator"  # how the REST channel of credentials.yml names whoever holds its token
+
+
+@contextmanager
+def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[str, Any]]:
+    """CRM, oidc-provider (with the person client), the CRM MCP server as a protected resource, the
+    action server with the crm server acting as the person, and Rasa (letting in a chat page on
+    `page_port`, which is then started too)."""
+    stack = LoggedStack(tmp_path)
+    if page_port is not None:
+        stack.allow_pages(page_port)
+    try:
+        db = procs.seed_db(tmp_path / "crm.sqlite3")
+        assert db is not None
+        rest = stack.start_logged(procs.crm_rest(db))
+        actions_port, mcp_port = procs.free_port(), procs.free_port()
+        public = f"http://{procs.HOST}:{actions_port}"
+        mcp_url = f"http://{procs.HOST}:{mcp_port}/mcp"
+        person = procs.PersonClient(
+            "crm-bridge-person", "person-client-secret-for-tests", public + CALLBACK_PATH
+        )
+        auth = stack.start_logged(procs.authorization_server(mcp_url, SERVICE, person=person))
+        mcp = stack.start_logged(procs.crm_mcp(rest.url, port=mcp_port, issuer=auth.url, scope=SERVICE.scope))
+        action_token = "action-server-token-for-tests-0123456789"
+        endpoints = procs.write_endpoints(
+            tmp_path / "endpoints.yml", f"{public}/webhook", action_token, mcp_person=True
+        )
+        stack.start_rasa_in_background(endpoints)
+        audit = tmp_path / "audit.jsonl"
+        tokens = tmp_path / "tokens.sqlite3"
+        assert stack.rasa is not None
+        actions = stack.start_logged(
+            procs.action_server(
+                endpoints=endpoints,
+                crm_url=rest.url,
+                mcp_url=mcp_url,
+                mcp_token=None,
+                audit_log=audit,
+                port=actions_port,
+                extra_env={
+                    "ACTION_SERVER_TOKEN": action_token,
+                    "ACTION_SERVER_PUBLIC_URL": public,
+                    "CRM_PERSON_CLIENT_ID": person.client_id,
+                    "CRM_PERSON_CLIENT_SECRET": person.client_secret,
+                    "MCP_TOKEN_KEY": KEY,
+                    "MCP_TOKEN_STORE": str(tokens),
+                    "RASA_URL": stack.rasa.url,
+                    "RASA_AUTH_TOKEN": stack.access.api_token,
+                },
+            )
+        )
+        rasa_url = stack.wait_for_rasa()
+        page = None
+        if page_port is not None:
+            page = stack.start_logged(
+                procs.chat_page(rasa_url=rasa_url, chat_key=stack.access.chat_key, port=page_port)
+            )
+        yield {
+            "page_url": page.url if page is not None else None,
+            "stack": stack,
+            "chat": RasaChat(rasa_url, stack.access),
+            "rasa_url": rasa_url,
+            "db": db,
+            "auth": auth,
+            "mcp": mcp,
+            "actions": actions,
+            "audit": audit,
+            "tokens": tokens,
+            "person": person,
+        }
+    finally:
+        stack.close()
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with person_stack(tmp_path) as started:
+        yield started
+
+
+def _tracker(live: dict[str, Any], sender: str) -> dict[str, Any]:
+    query = urllib.parse.urlencode({"token": live["stack"].access.api_token})
+    url = f"{live['rasa_url']}/conversations/{urllib.parse.quote(sender)}/tracker?{query}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        tracker: dict[str, Any] = json.loads(answer.read())
+    return tracker
+
+
+def _bot_responses(tracker: dict[str, Any]) -> list[str]:
+    return [
+        str((event.get("metadata") or {}).get("utter_action"))
+        for event in tracker["events"]
+        if event.get("event") == "bot"
+    ]
+
+
+async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_person(
+    live: dict[str, Any],
+) -> None:
+    chat: RasaChat = live["chat"]
+    sender = f"person-{time.time()}"
+    note = f"Called about the VAT rate, signed in as Dana {time.time()}"
+    said = chat.send(sender, f"log a call with {DANA_EMAIL}: {note}")
+    auth_host = urllib.parse.urlparse(live["auth"].url).netloc
+    prompt = next((text for text in said if "sign in at" in text), None)
+    assert prompt is not None, said
+    assert prompt.startswith(f"To write to the CRM as you, sign in at {auth_host} first: ")
+    link = re.search(r"(http://\S+)", prompt)
+    assert link is not None
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+    assert "utter_confirm_note" not in _bot_responses(_tracker(live, sender))  # not asked yet
+
+    # The browser: sign in at oidc-provider, then back to the action server's callback.
+    callback = live["person"].redirect_uri
+    answer = await log_in(link.group(1), "dana-agent", callback)
+    page_url = f"{callback}?{urllib.parse.urlencode(answer)}"
+    async with httpx2.AsyncClient(timeout=60) as browser:
+        page = await browser.get(page_url)  # no action server token: a browser has none
+        assert page.status_code == 200 and "Signed in; go back to the chat." in page.text, page.text
+        # The same callback again (replayed): refused, and nothing changes.
+        replayed = await browser.get(page_url)
+        assert replayed.status_code == 400 and "used already" in replayed.text, replayed.text
+
+    # The conversation went on without re-typing: the question is asked, nothing is written yet.
+    tracker = _tracker(live, sender)
+    assert _bot_responses(tracker)[-1] == "utter_confirm_note", _bot_responses(tracker)
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+    said = chat.send(sender, "yes")
+    assert any("saved" in text.lower() for text in said), said
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 1
+    assert "written by client 'crm-bridge-person' (subject 'dana-agent')" in live["mcp"].output()
+
+    store = TokenStore(str(live["tokens"]), Keys.from_secret(KEY.encode()))
+    record = await store.get(PERSON, "crm")
+    assert record is not None
+    secrets = [record["token"]["access_token"], record["token"]["refresh_token"], answer["code"]]
+
+    said = chat.send(sender, "disconnect my CRM")
+    assert any("forgotten your CRM sign-in" in text for text in said), said
+    assert await store.get(PERSON, "crm") is None
+    assert '"event":"grant_revoked"' in live["auth"].output()
+
+    # No token, refresh token or code in the tracker, the audit trail or any process's output.
+    stack: LoggedStack = live["stack"]
+    places = {"tracker events": json.dumps(_tracker(live, sender)), "audit trail": live["audit"].read_text()}
+    places.update({log.name: log.read_text(errors="replace") for log in stack.logs.glob("*.log")})
+    assert "action-server.log" in places and "rasa-server.log" in places
+    for where, text in places.items():
+        for secret in secrets:
+            assert secret not in text, f"a token or code is in the {where}"
+        assert "eyJ" not in text or where == "authorization-server.log", f"a JWT is in the {where}"
