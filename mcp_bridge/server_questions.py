@@ -52,6 +52,8 @@ class _Resume:
     tool: str
     responses: dict[str, dict[str, Any]]
     request_state: str | None
+    # A 2025-11-25 call held open in this process (mcp_bridge.held_calls), or None.
+    handle: str | None = None
 
 
 # Set around the resumed call; the runtime takes it for the matching call (once, then it is gone).
@@ -60,13 +62,14 @@ resume_input: ContextVar[_Resume | None] = ContextVar("mcp_bridge_resume_input",
 current_round: ContextVar[int] = ContextVar("mcp_bridge_question_round", default=1)
 
 
-def take_resume(server: str, tool: str) -> tuple[dict[str, dict[str, Any]], str | None] | None:
-    """The answers waiting for this call, if the executor is resuming it (used by the runtime)."""
+def take_resume(server: str, tool: str) -> tuple[dict[str, dict[str, Any]], str | None, str | None] | None:
+    """The answers waiting for this call, if the executor is resuming it (used by the runtime): the
+    responses, a 2026-07-28 server's ``request_state`` and a held 2025-11-25 call's handle."""
     waiting = resume_input.get()
     if waiting is None or (waiting.server, waiting.tool) != (server, tool):
         return None
     resume_input.set(None)
-    return waiting.responses, waiting.request_state
+    return waiting.responses, waiting.request_state, waiting.handle
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
+    # A 2025-11-25 server's call held open in the process that asked (mcp_bridge.held_calls).
+    handle: str | None = None
     mac: str = field(default="", compare=False)
 
     def to_slot(self) -> dict[str, Any]:
@@ -99,7 +104,9 @@ class QuestionState:
         if not isinstance(raw, dict):
             return None
         try:
-            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+            # A state from before ``handle`` existed has none.
+            names = [name for name in cls.__dataclass_fields__ if name in raw or name != "handle"]
+            return cls(**{name: raw[name] for name in names})
         except (KeyError, TypeError):
             return None
 
@@ -147,6 +154,7 @@ class ServerQuestions:
             arguments=dict(arguments),
             confirmation=confirmed.to_slot() if confirmed is not None else None,
             request_state=stopped.request_state,
+            handle=stopped.handle,
             waiting=waiting,
             key="",
             asking={},
@@ -242,7 +250,8 @@ class ServerQuestions:
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
         if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
-        token = resume_input.set(_Resume(state.server, state.tool, state.responses, state.request_state))
+        answers = _Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
+        token = resume_input.set(answers)
         rounds = current_round.set(state.rounds + 1)
         try:
             # The confirmed call itself (its sealed arguments and key); a call that needed no
