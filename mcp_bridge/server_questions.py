@@ -19,6 +19,9 @@ Safety:
   the person asked is refused, and nothing is sent.
 * "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
   once more with ``cancel``, so the server ends it its own way.
+* A reply that is plainly not an answer (it does not fit the question, and the confirmation reader
+  reads it as something else) is handed back to the bot, and the question asked again afterwards,
+  as a pending confirmation's is (:func:`_not_an_answer`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from mcp_bridge import elicitation
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.elicitation import Answered, Asked, PendingElicitation
 from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.reader import NluOpinion, Other
 from mcp_bridge.sealing import PendingConfirmation, Seal
 
 if TYPE_CHECKING:
@@ -219,6 +223,9 @@ class ServerQuestions:
         if pending is None:
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
         read = elicitation.reply(pending, turn.text)
+        if isinstance(read, Asked) and _not_an_answer(executor, turn, read):
+            # Handed back to the bot (the question waits, and is asked again afterwards).
+            return Decision("handed_back")
         if isinstance(read, Asked):
             new = replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn)
             return Decision("pending", list(_say(read)), {ELICITATION_SLOT: self._sign(new, turn)})
@@ -269,6 +276,17 @@ class ServerQuestions:
 
     def _verified(self, state: QuestionState, turn: Turn) -> bool:
         return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
+
+
+def _not_an_answer(executor: Executor, turn: Turn, read: Asked) -> bool:
+    """A reply is plainly not an answer when it does not fit the question (the state machine refused
+    it) and the confirmation reader calls it something else (a confident intent that is neither yes
+    nor no, and no yes or no in its words): "who is dana@example.com?" at a date field. A reply that
+    fits is always the answer, so a text field takes any reply."""
+    if not read.say or read.say[0].response != elicitation.INVALID:
+        return False
+    nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+    return isinstance(executor.reader.read(turn.text, nlu), Other)
 
 
 def _response(answered: Answered) -> dict[str, Any]:

@@ -270,3 +270,28 @@ async def test_no_more_calls_are_held_than_the_limit(legacy: procs.ServiceProces
     assert responses(refused) == ["utter_tool_failed"]
     assert refused.say[0].variables["error"] == "no visit booked: the person chose cancel"
     assert len(first.executor.tools.runtime.held) == 1
+
+
+async def test_a_message_that_is_plainly_not_an_answer_is_handed_back_and_the_question_asked_again(
+    era: procs.ServiceProcess, chat_with: Any
+) -> None:
+    chat = chat_with(era, "book_visit")
+    before = writes(era)
+    await chat.start("book_visit")
+    asked(await chat.yes())
+    held = dict(chat.slots[ELICITATION_SLOT])
+    # Does not fit a date, and the NLU is sure it is another request: the bot's to handle.
+    other = await chat.say("who is dana@example.com?", "lookup_contact", 0.95)
+    assert other.outcome == "handed_back" and other.say == [] and other.slots == {}
+    assert chat.slots[ELICITATION_SLOT] == held
+    back = await chat.resume()  # Rasa runs the loop again once the bot has answered
+    assert responses(back) == ["utter_elicitation_field"] and asked(back)["field"] == "Day"
+    # Without a confident other intent, a reply that does not fit is refused with the reason ...
+    unclear = await chat.say("next friday")
+    assert responses(unclear) == ["utter_elicitation_invalid", "utter_elicitation_field"]
+    # ... and a reply that fits is the answer, whatever the NLU thought of it.
+    assert asked(await chat.say("2026-12-03", "lookup_contact", 0.95))["field"] == "Attendees"
+    for answer in ("2", "no"):
+        await chat.say(answer)
+    assert responses(await chat.say("skip")) == ["utter_item_saved"]
+    assert writes(era)[len(before) :] == ["visit dana 2026-12-03 x2 parking=False "]
