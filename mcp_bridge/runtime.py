@@ -481,6 +481,7 @@ class MCPRuntime:
         slots: Mapping[str, Any] | None = None,
         input_responses: Mapping[str, Mapping[str, Any]] | None = None,
         request_state: str | None = None,
+        handle: str | None = None,
     ) -> ToolResult:
         """Validate, call once (see the retry rule above) and normalise the result.
 
@@ -490,7 +491,10 @@ class MCPRuntime:
         A 2026-07-28 server that stops the call to ask the person raises :class:`InputRequiredError`
         (its questions and ``request_state``); the same call sent again with ``input_responses``
         (each ``{"action": ..., "content": ...}``, by the question's key) and that ``request_state``
-        goes on where it stopped.
+        goes on where it stopped. A 2025-11-25 server asks inside the call instead: the call is held
+        open here and the error carries its ``handle`` (no ``request_state``); the same call with
+        ``input_responses`` and that ``handle`` gives the answers to the held call and returns its
+        result (:class:`QuestionLapsedError` when it is no longer held: see mcp_bridge.held_calls).
         """
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
@@ -501,8 +505,7 @@ class MCPRuntime:
         validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
-        handle = None
-        if input_responses is None and request_state is None:
+        if input_responses is None and request_state is None and handle is None:
             # The executor resuming a call a server stopped to ask (mcp_bridge.server_questions).
             waiting = take_resume(server, tool_name)
             if waiting is not None:
