@@ -220,8 +220,9 @@ class _Connection:
                     cache=None,
                     client_info=_CLIENT_INFO,
                     # Declares elicitation (form and URL), so servers may ask the person. On a
-                    # 2026-07-28 server the questions come back as input-required results, asked
-                    # over later turns; this callback answers the 2025-11-25 kind only.
+                    # 2026-07-28 server the questions come back as input-required results; on a
+                    # 2025-11-25 server they reach this callback inside the call, which is then
+                    # held open while the person answers (mcp_bridge.held_calls).
                     elicitation_callback=self._on_elicitation,
                 ) as client,
             ):
