@@ -19,9 +19,9 @@ Safety:
   the person asked is refused, and nothing is sent.
 * "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
   once more with ``cancel``, so the server ends it its own way.
-* A reply that is plainly not an answer (it does not fit the question, and the confirmation reader
-  reads it as something else) is handed back to the bot, and the question asked again afterwards,
-  as a pending confirmation's is (:func:`_not_an_answer`).
+* A reply that is plainly not an answer (it does not fit the question, it asks or requests
+  something, and the confirmation reader reads it as something else) is handed back to the bot,
+  and the question asked again afterwards, as a pending confirmation's is (:func:`_not_an_answer`).
 """
 
 from __future__ import annotations
@@ -279,11 +279,15 @@ class ServerQuestions:
 
 
 def _not_an_answer(executor: Executor, turn: Turn, read: Asked) -> bool:
-    """A reply is plainly not an answer when it does not fit the question (the state machine refused
-    it) and the confirmation reader calls it something else (a confident intent that is neither yes
-    nor no, and no yes or no in its words): "who is dana@example.com?" at a date field. A reply that
-    fits is always the answer, so a text field takes any reply."""
+    """A reply is plainly not an answer when all three hold: it does not fit the question (the state
+    machine refused it), it is a question or a new request (a "?", or "log a ..."), and the
+    confirmation reader calls it something else (a confident intent that is neither yes nor no, and
+    no yes or no in its words): "who is dana@example.com?" at a date field. "next friday" there is a
+    wrong answer, refused with the reason; a reply that fits is always the answer, so a text field
+    takes any reply."""
     if not read.say or read.say[0].response != elicitation.INVALID:
+        return False
+    if not executor.reader.asks_or_requests(turn.text):
         return False
     nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
     return isinstance(executor.reader.read(turn.text, nlu), Other)

@@ -287,8 +287,11 @@ async def test_a_message_that_is_plainly_not_an_answer_is_handed_back_and_the_qu
     back = await chat.resume()  # Rasa runs the loop again once the bot has answered
     assert responses(back) == ["utter_elicitation_field"] and asked(back)["field"] == "Day"
     # Without a confident other intent, a reply that does not fit is refused with the reason ...
-    unclear = await chat.say("next friday")
+    unclear = await chat.say("next friday?")
     assert responses(unclear) == ["utter_elicitation_invalid", "utter_elicitation_field"]
+    # ... and so is one that is no question or request, however sure the NLU is of another intent.
+    wrong = await chat.say("next friday", "goodbye", 0.97)
+    assert responses(wrong) == ["utter_elicitation_invalid", "utter_elicitation_field"]
     # ... and a reply that fits is the answer, whatever the NLU thought of it.
     assert asked(await chat.say("2026-12-03", "lookup_contact", 0.95))["field"] == "Attendees"
     for answer in ("2", "no"):
