@@ -59,17 +59,33 @@ class ToolResultInvalidError(OutcomeUnknownError):
 
 
 class InputRequiredError(ToolCallError):
-    """A 2026-07-28 server stopped the call to ask the person something (elicitation).
+    """A server stopped the call to ask the person something (elicitation).
 
     Under that revision a call that asks for input completes only when it is sent again with the
     answers (``input_responses``) and the server's opaque ``request_state``, so the tool has not
     done its work: nothing ran to completion. ``requests`` are the server's questions by key (each
     the ``elicitation/create`` params as the wire has them); :mod:`mcp_bridge.elicitation` asks them.
+
+    A 2025-11-25 server asks inside the running call instead: the call is held open in this process
+    (:mod:`mcp_bridge.held_calls`) and ``handle`` names it; the answers go to that call, and only this
+    process can give them.
     """
 
     def __init__(
-        self, message: str, *, requests: dict[str, dict[str, object]], request_state: str | None
+        self,
+        message: str,
+        *,
+        requests: dict[str, dict[str, object]],
+        request_state: str | None,
+        handle: str | None = None,
     ) -> None:
         super().__init__(message)
         self.requests = requests
         self.request_state = request_state
+        self.handle = handle
+
+
+class QuestionLapsedError(OutcomeUnknownError):
+    """A 2025-11-25 server's question was answered too late: the call that asked is no longer held
+    here (the wait ran out, the process restarted, or another process got the answer). The server
+    was told ``cancel`` and its tool decided what to do without the answer, so it may have written."""

@@ -65,7 +65,14 @@ from mcp_bridge.approvals import Approvals
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import declared, needs_confirmation
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
-from mcp_bridge.errors import InputRequiredError, ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.errors import (
+    InputRequiredError,
+    QuestionLapsedError,
+    ToolArgumentsError,
+    ToolCallError,
+    ToolNotFoundError,
+    ToolResultInvalidError,
+)
 from mcp_bridge.person_oauth import SignInRequiredError
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import (
@@ -218,6 +225,11 @@ class Responses:
     call_skipped: str = "utter_call_skipped"
     # Said when the person refused every call of the list.
     calls_cancelled: str = "utter_calls_cancelled"
+    # Said when a tool ran but its result breaks the output schema it publishes (variable: tool_name).
+    tool_result_invalid: str = "utter_tool_result_invalid"
+    # Said when the answer to a 2025-11-25 server's question came after the server stopped waiting
+    # (variable: tool_name): it was told cancel, and its tool may have written.
+    elicitation_lapsed: str = "utter_elicitation_lapsed"
 
     def names(self) -> set[str]:
         return set(asdict(self).values())
@@ -979,7 +991,9 @@ class Executor:
             if isinstance(exc, SignInRequiredError) and confirmed is not None:
                 self._record(turn, confirmed, "executed", "not run: the person must sign in first")
             result = self._failure(skill, step, exc, turn)
-            if isinstance(exc, ToolCallError) and exc.may_have_run:
+            if isinstance(exc, QuestionLapsedError):
+                outcome = "outcome unknown: the server stopped waiting for the answer (told cancel)"
+            elif isinstance(exc, ToolCallError) and exc.may_have_run:
                 outcome = "outcome unknown"
         if confirmed is not None:
             try:
@@ -1031,6 +1045,13 @@ class Executor:
             log.warning("tool %r of skill %r: %s", tool, skill.id, exc)
             return _Run("failed", (Say(step.on_error or self.responses.tool_failed, {"error": str(exc)}),))
         log.warning("tool %r of skill %r failed: %s", tool, skill.id, exc)
+        if isinstance(exc, QuestionLapsedError | ToolResultInvalidError):
+            said = (
+                self.responses.elicitation_lapsed
+                if isinstance(exc, QuestionLapsedError)
+                else self.responses.tool_result_invalid
+            )
+            return _Run("unavailable", (Say(said, {"tool_name": tool}),))
         unknown = isinstance(exc, ToolCallError) and exc.may_have_run
         said = self.responses.tool_outcome_unknown if unknown else self.responses.tool_unavailable
         return _Run("unavailable", (Say(said),))

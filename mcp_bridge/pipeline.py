@@ -27,7 +27,14 @@ from typing import Any
 
 from mcp_bridge import metrics
 from mcp_bridge.audit import AuditLog, AuditWriteError
-from mcp_bridge.errors import OutcomeUnknownError, ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.errors import (
+    OutcomeUnknownError,
+    QuestionLapsedError,
+    ToolArgumentsError,
+    ToolCallError,
+    ToolNotFoundError,
+    ToolResultInvalidError,
+)
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import validate_against_schema
 from mcp_bridge.sources import Annotations, Tool
@@ -61,6 +68,11 @@ class Layer:
         return self.inner.honours_idempotency_key()
 
 
+# Reached the tool, which finished its way: a repeat would not tell more (a result that breaks its
+# schema again, or a new question for an answer that came too late), so these are passed on as they are.
+_NOT_REPEATED = (ToolResultInvalidError, QuestionLapsedError)
+
+
 @dataclass(frozen=True)
 class ExactlyOnce(Layer):
     """With a key, repeat once when the outcome is unknown, under the same key, if the tool honours it.
@@ -80,7 +92,7 @@ class ExactlyOnce(Layer):
         try:
             return await self.inner.call(arguments, idempotency_key=idempotency_key, slots=slots)
         except ToolCallError as first:
-            if not (first.may_have_run and idempotency_key):
+            if not (first.may_have_run and idempotency_key) or isinstance(first, _NOT_REPEATED):
                 raise
             if not self.inner.honours_idempotency_key():
                 log.warning(

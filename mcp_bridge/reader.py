@@ -450,6 +450,12 @@ class ConfirmationReader:
         """``text`` is over the limit: a bot's own question (a form) refuses it unread too."""
         return TooLong(len(text), self.max_chars) if len(text) > self.max_chars else None
 
+    def asks_or_requests(self, text: str) -> bool:
+        """``text`` is a question ("?", in any script the reader knows) or starts a new request
+        ("log a call ..."): what a reply that is plainly not an answer looks like."""
+        tokens = _tokens(text[: self.max_chars])
+        return "?" in tokens or self._starts_with(tokens, self.words.new_request)
+
     def read(self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None) -> Answer:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
 

@@ -76,23 +76,25 @@ from mcp_types.jsonrpc import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_bridge import metrics, results, transport
+from mcp_bridge import elicitation, held_calls, metrics, results, transport
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.errors import (
     InputRequiredError,
     NotAuthorisedError,
     OutcomeUnknownError,
+    QuestionLapsedError,
     ServerUnavailableError,
     ToolCallError,
     ToolNotFoundError,
     ToolResultInvalidError,
     ToolTimeoutError,
 )
+from mcp_bridge.held_calls import HeldCall, HeldCalls
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.person_oauth import PersonOAuth, current
 from mcp_bridge.results import ToolResult
 from mcp_bridge.schema import describe_result_problem, validate_against_schema
-from mcp_bridge.server_questions import take_resume
+from mcp_bridge.server_questions import MAX_ROUNDS, take_resume
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
@@ -170,9 +172,15 @@ class _Connection:
     """One initialised MCP session with one server, kept open by a background task."""
 
     def __init__(
-        self, config: MCPServerConfig, on_tools_changed: "asyncio.Event", auth: httpx2.Auth | None = None
+        self,
+        config: MCPServerConfig,
+        on_tools_changed: "asyncio.Event",
+        auth: httpx2.Auth | None = None,
+        held: HeldCalls | None = None,
     ) -> None:
         self.config = config
+        # Calls held open while the person answers a 2025-11-25 server's question (mcp_bridge.held_calls).
+        self._held = held if held is not None else HeldCalls()
         self._auth = auth
         # The session's opening requests (initialize): whether the server refused them unauthenticated.
         self._opening = Delivery()
@@ -238,8 +246,9 @@ class _Connection:
                     cache=None,
                     client_info=_CLIENT_INFO,
                     # Declares elicitation (form and URL), so servers may ask the person. On a
-                    # 2026-07-28 server the questions come back as input-required results, asked
-                    # over later turns; this callback answers the 2025-11-25 kind only.
+                    # 2026-07-28 server the questions come back as input-required results; on a
+                    # 2025-11-25 server they reach this callback inside the call, which is then
+                    # held open while the person answers (mcp_bridge.held_calls).
                     elicitation_callback=self._on_elicitation,
                 ) as client,
             ):
@@ -271,19 +280,24 @@ class _Connection:
     async def _on_elicitation(
         self, context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult:
-        """A 2025-11-25 server's question in the middle of a call: answered ``cancel`` at once.
+        """A 2025-11-25 server's question in the middle of a call: handed to the caller, whose call is
+        then held open here while the person answers over the next turns (mcp_bridge.held_calls).
 
-        That revision wants the answer within the same HTTP exchange, while the action server must
-        answer Rasa before the person can even see a question; holding the call open across turns
-        would tie the conversation to this replica. So the person made no choice, and the server
-        hears exactly that (cancel), and decides what its tool does without the answer."""
-        log.warning(
-            "MCP server %r asked the person a question during a call (%s elicitation); a 2025-11-25 "
-            "server needs the answer within the call, which a chat turn cannot give: answered cancel",
-            self.config.name,
-            params.mode or "form",
-        )
-        return ElicitResult(action="cancel")
+        The callback runs in the context of the call that asked (the SDK carries the caller's
+        context), so :data:`held_calls.current` names it; a question with no call of ours to carry
+        it (none in flight) is answered ``cancel``."""
+        call = held_calls.current.get()
+        if call is None:
+            log.warning(
+                "MCP server %r asked a question outside any call of the bridge: answered cancel",
+                self.config.name,
+            )
+            return ElicitResult(action="cancel")
+        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        unasked = elicitation.begin(self.config.name, asked)
+        if isinstance(unasked, elicitation.Answered):
+            return ElicitResult(action=unasked.action)  # nothing the chat may ask: declined at once
+        return ElicitResult.model_validate(await call.ask(asked))
 
     @staticmethod
     def _listens(session: ClientSession) -> bool:
@@ -341,20 +355,26 @@ class _Connection:
         timeout: float,
         meta: dict[str, Any] | None,
         resume: tuple[dict[str, ElicitResult], str | None] | None = None,
-    ) -> tuple[CallToolResult | InputRequiredResult | None, BaseException | None, Delivery]:
+    ) -> tuple[CallToolResult | InputRequiredResult | HeldCall | None, BaseException | None, Delivery]:
         """Call and return (result, failure, delivery); a dying connection ends the wait at once.
 
-        ``resume``: the answers to a 2026-07-28 server's questions and its ``request_state``."""
+        ``resume``: the answers to a 2026-07-28 server's questions and its ``request_state``. On a
+        2025-11-25 server a question during the call returns the :class:`HeldCall`, still running."""
         session = self._require_session()
         delivery = Delivery()
+        legacy = session.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        held = HeldCall(self.config.name, name, dict(arguments), self._held) if legacy else None
         token = transport.delivery.set(delivery)
+        asking = held_calls.current.set(held)
         responses, state = resume if resume is not None else (None, None)
+        # A held call waits for the person too: the SDK's own deadline leaves room for that.
+        read_timeout = timeout + self._held.wait_seconds * MAX_ROUNDS if legacy else timeout
         try:
             call = asyncio.create_task(
                 session.call_tool(
                     name,
                     arguments,
-                    read_timeout_seconds=timeout,
+                    read_timeout_seconds=read_timeout,
                     meta=meta,  # type: ignore[arg-type]
                     input_responses=responses,  # type: ignore[arg-type]
                     request_state=state,
@@ -362,23 +382,12 @@ class _Connection:
                 )
             )
         finally:
+            held_calls.current.reset(asking)
             transport.delivery.reset(token)
-        waiting: set[asyncio.Future[Any]] = {call, self._ended}
-        done, _ = await asyncio.wait(waiting, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
-        if call in done:
-            if call.cancelled():
-                return None, self._failure or asyncio.CancelledError(), delivery
-            failure = call.exception()
-            if failure is None:
-                answer = call.result()
-                if isinstance(answer, CallToolResult | InputRequiredResult):
-                    return answer, None, delivery
-                return None, RuntimeError(f"unexpected result {type(answer).__name__}"), delivery
-            return None, failure, delivery
-        call.cancel()
-        if not done:
-            return None, TimeoutError(f"no answer within {timeout:g} s"), delivery
-        return None, self._failure or ConnectionError("MCP session closed"), delivery
+        if held is not None:
+            held.task, held.ended, held.delivery = call, self._ended, delivery
+        result, failure = await follow(call, self._ended, held, timeout, lambda: self._failure)
+        return result, failure, delivery
 
     def _require_session(self) -> ClientSession:
         if self._session is None or self._ended.done():
@@ -392,6 +401,42 @@ class _Connection:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
             if not self._task.done():
                 self._task.cancel()
+
+
+async def follow(
+    call: "asyncio.Task[Any]",
+    ended: "asyncio.Future[None]",
+    held: HeldCall | None,
+    timeout: float,
+    failure: Any,
+) -> tuple[CallToolResult | InputRequiredResult | HeldCall | None, BaseException | None]:
+    """Wait for the call's result, the connection's end, or (a held call) the server's question,
+    whichever comes first; ``failure()`` is why the connection ended. A call that asked stays
+    running, watched, in the background; any other call not finished in time is cancelled."""
+    question = asyncio.create_task(held.next_question()) if held is not None else None
+    waiting: set[asyncio.Future[Any]] = {call, ended, *([question] if question else [])}
+    try:
+        done, _ = await asyncio.wait(waiting, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
+    finally:
+        if question is not None and not question.done():
+            question.cancel()
+    if call not in done and question is not None and question in done and held is not None:
+        held_calls.watch(call, held)
+        return held, None
+    if call in done:
+        if call.cancelled():
+            return None, failure() or asyncio.CancelledError()
+        error = call.exception()
+        if error is None:
+            answer = call.result()
+            if isinstance(answer, CallToolResult | InputRequiredResult):
+                return answer, None
+            return None, RuntimeError(f"unexpected result {type(answer).__name__}")
+        return None, error
+    call.cancel()
+    if not done:
+        return None, TimeoutError(f"no answer within {timeout:g} s")
+    return None, failure() or ConnectionError("MCP session closed")
 
 
 class MCPRuntime:
@@ -420,6 +465,8 @@ class MCPRuntime:
         # One OAuth provider per server with an oauth block, kept across sessions: a new session
         # reuses the token.
         self._auth: dict[str, ClientCredentials] = {}
+        # Calls held open while the person answers a 2025-11-25 server's question.
+        self.held = HeldCalls()
         self._connect_timeout = connect_timeout
         self.sessions_opened = 0
 
@@ -472,6 +519,7 @@ class MCPRuntime:
         slots: Mapping[str, Any] | None = None,
         input_responses: Mapping[str, Mapping[str, Any]] | None = None,
         request_state: str | None = None,
+        handle: str | None = None,
     ) -> ToolResult:
         """Validate, call once (see the retry rule above) and normalise the result.
 
@@ -481,7 +529,10 @@ class MCPRuntime:
         A 2026-07-28 server that stops the call to ask the person raises :class:`InputRequiredError`
         (its questions and ``request_state``); the same call sent again with ``input_responses``
         (each ``{"action": ..., "content": ...}``, by the question's key) and that ``request_state``
-        goes on where it stopped.
+        goes on where it stopped. A 2025-11-25 server asks inside the call instead: the call is held
+        open here and the error carries its ``handle`` (no ``request_state``); the same call with
+        ``input_responses`` and that ``handle`` gives the answers to the held call and returns its
+        result (:class:`QuestionLapsedError` when it is no longer held: see mcp_bridge.held_calls).
         """
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")
@@ -492,11 +543,13 @@ class MCPRuntime:
         validate_against_schema(tool.name, tool.input_schema, args)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
-        if input_responses is None and request_state is None:
+        if input_responses is None and request_state is None and handle is None:
             # The executor resuming a call a server stopped to ask (mcp_bridge.server_questions).
             waiting = take_resume(server, tool_name)
             if waiting is not None:
-                input_responses, request_state = waiting
+                input_responses, request_state, handle = waiting
+        if handle is not None:
+            return await self._answer_held(server, tool_name, args, handle, input_responses or {}, timeout)
         if input_responses is not None or request_state is not None:
             answers = {
                 key: ElicitResult.model_validate(dict(value))
@@ -510,6 +563,8 @@ class MCPRuntime:
             )
             if isinstance(result, InputRequiredResult):
                 raise _input_required(server, tool_name, result)
+            if isinstance(result, HeldCall):
+                raise _held_question(server, tool_name, result)
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
@@ -531,6 +586,39 @@ class MCPRuntime:
                 continue
             raise _call_error(server, tool_name, failure, never_arrived, timeout)
         raise AssertionError("unreachable")
+
+    async def _answer_held(
+        self,
+        server: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        handle: str,
+        responses: Mapping[str, Mapping[str, Any]],
+        timeout: float,
+    ) -> ToolResult:
+        """Give the person's answers to the 2025-11-25 call held open here, and follow it again."""
+        where = f"MCP tool {tool_name!r} on server {server!r}"
+        held = self.held.claim(handle, server, tool_name, arguments)
+        if held is None or held.task is None or held.ended is None or not held.answer(responses):
+            raise QuestionLapsedError(
+                f"{where} stopped waiting for the person's answer (the wait ran out, or another "
+                "process holds the call): the server was told cancel and the tool decided without "
+                "the answer, so it may have written"
+            )
+
+        def failure() -> BaseException | None:
+            return None
+
+        result, failed = await follow(held.task, held.ended, held, timeout, failure)
+        if isinstance(result, HeldCall):
+            raise _held_question(server, tool_name, result)
+        if isinstance(result, CallToolResult):
+            return results.from_mcp(tool_name, server, result)
+        invalid = _invalid_result(server, tool_name, failed) if failed is not None else None
+        if invalid is not None:
+            raise invalid
+        # The call was under way at the server: whatever ended it, it may have run.
+        raise _call_error(server, tool_name, failed or RuntimeError("no result"), False, timeout)
 
     async def aclose(self) -> None:
         for server, connection in list(self._connections.items()):
@@ -610,7 +698,7 @@ class MCPRuntime:
             config = self._servers[server]
             if config.oauth is not None and not config.acts_as_person and server not in self._auth:
                 self._auth[server] = ClientCredentials(config.url, config.oauth)
-            connection = _Connection(config, stale, self._auth.get(server))
+            connection = _Connection(config, stale, self._auth.get(server), self.held)
             await connection.open(self._connect_timeout)
             self.sessions_opened += 1
             metrics.opened_session(server)
@@ -649,6 +737,18 @@ def _input_required(server: str, tool: str, result: InputRequiredResult) -> Tool
         f"{where} asks the person {len(asked)} question(s) before it goes on; it has not run to completion",
         requests=asked,
         request_state=result.request_state,
+    )
+
+
+def _held_question(server: str, tool: str, held: HeldCall) -> InputRequiredError:
+    asking = held._asking
+    requests: dict[str, dict[str, object]] = {held_calls.KEY: dict(asking.params) if asking else {}}
+    return InputRequiredError(
+        f"MCP tool {tool!r} on server {server!r} asks the person a question in the middle of the call; "
+        "the call is held open here until the answer comes",
+        requests=requests,
+        request_state=None,
+        handle=held.handle,
     )
 
 

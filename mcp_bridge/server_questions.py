@@ -19,6 +19,9 @@ Safety:
   the person asked is refused, and nothing is sent.
 * "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
   once more with ``cancel``, so the server ends it its own way.
+* A reply that is plainly not an answer (it does not fit the question, it asks or requests
+  something, and the confirmation reader reads it as something else) is handed back to the bot,
+  and the question asked again afterwards, as a pending confirmation's is (:func:`_not_an_answer`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from mcp_bridge import elicitation
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.elicitation import Answered, Asked, PendingElicitation
 from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.reader import NluOpinion, Other
 from mcp_bridge.sealing import PendingConfirmation, Seal
 
 if TYPE_CHECKING:
@@ -52,6 +56,8 @@ class _Resume:
     tool: str
     responses: dict[str, dict[str, Any]]
     request_state: str | None
+    # A 2025-11-25 call held open in this process (mcp_bridge.held_calls), or None.
+    handle: str | None = None
 
 
 # Set around the resumed call; the runtime takes it for the matching call (once, then it is gone).
@@ -60,13 +66,14 @@ resume_input: ContextVar[_Resume | None] = ContextVar("mcp_bridge_resume_input",
 current_round: ContextVar[int] = ContextVar("mcp_bridge_question_round", default=1)
 
 
-def take_resume(server: str, tool: str) -> tuple[dict[str, dict[str, Any]], str | None] | None:
-    """The answers waiting for this call, if the executor is resuming it (used by the runtime)."""
+def take_resume(server: str, tool: str) -> tuple[dict[str, dict[str, Any]], str | None, str | None] | None:
+    """The answers waiting for this call, if the executor is resuming it (used by the runtime): the
+    responses, a 2026-07-28 server's ``request_state`` and a held 2025-11-25 call's handle."""
     waiting = resume_input.get()
     if waiting is None or (waiting.server, waiting.tool) != (server, tool):
         return None
     resume_input.set(None)
-    return waiting.responses, waiting.request_state
+    return waiting.responses, waiting.request_state, waiting.handle
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
+    # A 2025-11-25 server's call held open in the process that asked (mcp_bridge.held_calls).
+    handle: str | None = None
     mac: str = field(default="", compare=False)
 
     def to_slot(self) -> dict[str, Any]:
@@ -99,7 +108,9 @@ class QuestionState:
         if not isinstance(raw, dict):
             return None
         try:
-            return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+            # A state from before ``handle`` existed has none.
+            names = [name for name in cls.__dataclass_fields__ if name in raw or name != "handle"]
+            return cls(**{name: raw[name] for name in names})
         except (KeyError, TypeError):
             return None
 
@@ -147,6 +158,7 @@ class ServerQuestions:
             arguments=dict(arguments),
             confirmation=confirmed.to_slot() if confirmed is not None else None,
             request_state=stopped.request_state,
+            handle=stopped.handle,
             waiting=waiting,
             key="",
             asking={},
@@ -211,6 +223,9 @@ class ServerQuestions:
         if pending is None:
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
         read = elicitation.reply(pending, turn.text)
+        if isinstance(read, Asked) and _not_an_answer(executor, turn, read):
+            # Handed back to the bot (the question waits, and is asked again afterwards).
+            return Decision("handed_back")
         if isinstance(read, Asked):
             new = replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn)
             return Decision("pending", list(_say(read)), {ELICITATION_SLOT: self._sign(new, turn)})
@@ -242,7 +257,8 @@ class ServerQuestions:
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
         if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
             return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
-        token = resume_input.set(_Resume(state.server, state.tool, state.responses, state.request_state))
+        answers = _Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
+        token = resume_input.set(answers)
         rounds = current_round.set(state.rounds + 1)
         try:
             # The confirmed call itself (its sealed arguments and key); a call that needed no
@@ -260,6 +276,21 @@ class ServerQuestions:
 
     def _verified(self, state: QuestionState, turn: Turn) -> bool:
         return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
+
+
+def _not_an_answer(executor: Executor, turn: Turn, read: Asked) -> bool:
+    """A reply is plainly not an answer when all three hold: it does not fit the question (the state
+    machine refused it), it is a question or a new request (a "?", or "log a ..."), and the
+    confirmation reader calls it something else (a confident intent that is neither yes nor no, and
+    no yes or no in its words): "who is dana@example.com?" at a date field. "next friday" there is a
+    wrong answer, refused with the reason; a reply that fits is always the answer, so a text field
+    takes any reply."""
+    if not read.say or read.say[0].response != elicitation.INVALID:
+        return False
+    if not executor.reader.asks_or_requests(turn.text):
+        return False
+    nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+    return isinstance(executor.reader.read(turn.text, nlu), Other)
 
 
 def _response(answered: Answered) -> dict[str, Any]:

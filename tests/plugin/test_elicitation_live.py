@@ -1,8 +1,8 @@
 """A server's questions answered over turns, against real servers: the runtime gets the question
-(a 2026-07-28 input-required result), the state machine asks it and reads the person's replies, and
-the call goes on with the answers and the server's opaque request_state. On 2025-11-25 servers
-(ours and npm's server-everything, nobody's here) the bridge answers cancel at once: the person
-was not asked, and the server's tool writes nothing on its own."""
+(a 2026-07-28 input-required result, or a 2025-11-25 question inside the call, whose call is held
+open meanwhile), the state machine asks it and reads the person's replies, and the call goes on with
+the answers (and the server's opaque request_state, or the held call's handle). On 2025-11-25
+servers (ours and npm's server-everything, nobody's here) the same call completes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.elicitation import Answered, begin, reply
-from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.errors import InputRequiredError, QuestionLapsedError
 from mcp_bridge.results import ToolResult
 from mcp_bridge.runtime import MCPRuntime
 from tests.support import procs
@@ -64,7 +64,11 @@ async def call_and_answer(
                     "action": step.action,
                     **({"content": step.content} if step.content else {}),
                 }
-            state = {"input_responses": responses, "request_state": asked.request_state}
+            state = {
+                "input_responses": responses,
+                "request_state": asked.request_state,
+                "handle": asked.handle,
+            }
     raise AssertionError("the server kept asking")
 
 
@@ -77,19 +81,14 @@ async def test_a_form_answered_over_turns_completes_the_call(
     era, server = era_server
     before = writes(server)
     result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, VISIT_REPLIES)
-    if era == "modern":
-        assert answered == [
-            Answered(
-                "accept", {"day": "2026-12-03", "attendees": 3, "parking": True, "note": "bring the contract"}
-            )
-        ]
-        assert result.ok, result
-        assert writes(server)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True bring the contract"]
-    else:
-        # 2025-11-25: the question came mid-call; the bridge answered cancel without asking.
-        assert answered == []
-        assert result.ok is False and result.error == "no visit booked: the person chose cancel"
-        assert writes(server) == before
+    assert answered == [
+        Answered(
+            "accept", {"day": "2026-12-03", "attendees": 3, "parking": True, "note": "bring the contract"}
+        )
+    ]
+    assert result.ok, result
+    assert writes(server)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True bring the contract"]
+    assert len(runtime.held) == 0  # a 2025-11-25 call was held while asking, and no longer
 
 
 @pytest.mark.parametrize(
@@ -98,12 +97,11 @@ async def test_a_form_answered_over_turns_completes_the_call(
 async def test_a_declined_or_cancelled_form_writes_nothing(
     era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime, replies: tuple[str, ...], action: str
 ) -> None:
-    era, server = era_server
+    _, server = era_server
     before = writes(server)
     result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, replies)
-    expected = action if era == "modern" else "cancel"
-    assert answered == ([Answered(action)] if era == "modern" else [])
-    assert result.ok is False and result.error == f"no visit booked: the person chose {expected}"
+    assert answered == [Answered(action)]
+    assert result.ok is False and result.error == f"no visit booked: the person chose {action}"
     assert writes(server) == before
 
 
@@ -113,16 +111,12 @@ async def test_a_declined_or_cancelled_form_writes_nothing(
 async def test_a_url_needs_the_persons_consent(
     era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime, replies: tuple[str, ...], action: str
 ) -> None:
-    era, server = era_server
+    _, server = era_server
     before = writes(server)
     result, answered = await call_and_answer(runtime, "connect_account", {}, replies)
-    if era == "modern":
-        assert answered == [Answered(action)]
-        assert result.ok is (action == "accept"), result
-        assert writes(server)[len(before) :] == (["connected"] if action == "accept" else [])
-    else:
-        assert answered == [] and result.error == "not connected: the person chose cancel"
-        assert writes(server) == before
+    assert answered == [Answered(action)]
+    assert result.ok is (action == "accept"), result
+    assert writes(server)[len(before) :] == (["connected"] if action == "accept" else [])
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +125,8 @@ def everything() -> Iterator[str]:
         yield server.url
 
 
-async def test_server_everythings_questions_are_answered_cancel_on_its_2025_11_25_session(
-    everything: str, caplog: pytest.LogCaptureFixture
+async def test_server_everythings_questions_are_answered_by_the_person_on_its_2025_11_25_session(
+    everything: str,
 ) -> None:
     runtime = MCPRuntime(
         {"everything": MCPServerConfig(name="everything", url=everything)}, connect_timeout=10.0
@@ -141,13 +135,49 @@ async def test_server_everythings_questions_are_answered_cancel_on_its_2025_11_2
         tools = await runtime.tools("everything")
         # It offers its elicitation tools only to a client that declares elicitation: the bridge does.
         assert {"trigger-elicitation-request", "trigger-url-elicitation"} <= set(tools)
-        form = await runtime.invoke("everything", "trigger-elicitation-request", {})
-        assert "cancel" in form.data["text"].lower()
-        url = await runtime.invoke(
-            "everything", "trigger-url-elicitation", {"url": "https://example.com/connect"}
+        with pytest.raises(InputRequiredError) as form:
+            await runtime.invoke("everything", "trigger-elicitation-request", {})
+        assert form.value.handle and form.value.request_state is None
+        [question] = form.value.requests.values()
+        assert question["requestedSchema"]["required"] == ["name"]
+        declined = await runtime.invoke(
+            "everything",
+            "trigger-elicitation-request",
+            {},
+            input_responses={"elicitation": {"action": "decline"}},
+            handle=form.value.handle,
         )
-        assert "User cancelled the URL elicitation" in url.data["text"]
+        assert "User declined to provide the requested information" in declined.data["text"]
+        arguments = {"url": "https://example.com/connect"}
+        with pytest.raises(InputRequiredError) as url:
+            await runtime.invoke("everything", "trigger-url-elicitation", arguments)
+        [consent] = url.value.requests.values()
+        assert consent["mode"] == "url" and consent["url"] == "https://example.com/connect"
+        accepted = await runtime.invoke(
+            "everything",
+            "trigger-url-elicitation",
+            arguments,
+            input_responses={"elicitation": {"action": "accept"}},
+            handle=url.value.handle,
+        )
+        assert "User completed the URL elicitation flow" in accepted.data["text"]
+        assert len(runtime.held) == 0
     finally:
         await runtime.aclose()
-    assert "asked the person a question during a call (form elicitation)" in caplog.text
-    assert "answered cancel" in caplog.text
+
+
+async def test_an_answer_for_a_call_not_held_here_is_a_lapsed_question(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime
+) -> None:
+    _, server = era_server
+    before = writes(server)
+    with pytest.raises(QuestionLapsedError, match="stopped waiting for the person's answer") as lapsed:
+        await runtime.invoke(
+            "items",
+            "book_visit",
+            {"contact": "dana"},
+            input_responses={"elicitation": {"action": "accept", "content": {"day": "2026-12-03"}}},
+            handle="a-call-held-by-another-process",
+        )
+    assert lapsed.value.may_have_run  # the server heard cancel there, and its tool decided
+    assert writes(server) == before

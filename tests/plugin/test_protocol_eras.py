@@ -230,7 +230,8 @@ async def test_a_confirmed_write_whose_result_breaks_the_schema_says_the_outcome
     decision = await chat.yes()
     # Never "saved" (the result is not trusted), never "nothing was written" (the tool ran).
     assert decision.outcome == "unavailable"
-    assert responses(decision) == ["utter_tool_outcome_unknown"], decision
+    assert responses(decision) == ["utter_tool_result_invalid"], decision
+    assert decision.say[0].variables["tool_name"] == "broken_output"
     assert get(server, "/writes")["count"] == before + 1
     assert (
         "MCP tool 'broken_output' on server 'items' answered with a result that breaks its output schema"

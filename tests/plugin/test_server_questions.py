@@ -1,9 +1,13 @@
-"""A server's questions asked through the executor, against the real test server (2026-07-28 and
-2025-11-25): the confirmation first, then the server's form or URL over the next turns, then the
-same call resumed with the answers, written once (tests/fixtures/era_server.py)."""
+"""A server's questions asked through the executor, against the real test server in both eras
+(tests/fixtures/era_server.py): the confirmation first, then the server's form or URL over the next
+turns, then the call completed with the answers, written once. A 2026-07-28 server's call is sent
+again with the answers (input-required); a 2025-11-25 server's call is held open in this process
+while the person answers (mcp_bridge.held_calls), and an answer that comes after the wait ran out,
+or to a process that does not hold the call, is told so (the server heard cancel)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,13 @@ def legacy() -> Iterator[procs.ServiceProcess]:
         yield server
 
 
+@pytest.fixture(params=["modern", "legacy"])
+def era(request: pytest.FixtureRequest) -> procs.ServiceProcess:
+    """The test server in each era (2026-07-28, then 2025-11-25)."""
+    server: procs.ServiceProcess = request.getfixturevalue(request.param)
+    return server
+
+
 def writes(server: procs.ServiceProcess) -> list[str]:
     texts: list[str] = httpx2.get(procs.base_url(server.url) + "/writes", timeout=5.0).json()["texts"]
     return texts
@@ -68,7 +79,9 @@ def calls(server: procs.ServiceProcess) -> int:
 async def chat_with(tmp_path: Path) -> AsyncIterator[Any]:
     made: list[Executor] = []
 
-    def make(server: procs.ServiceProcess, tool: str, *, user: str | None = "rest:dana") -> Conversation:
+    def make(
+        server: procs.ServiceProcess, tool: str, *, user: str | None = "rest:dana", wait: float | None = None
+    ) -> Conversation:
         skills_dir = tmp_path / f"skills-{len(made)}"
         skills_dir.mkdir()
         arguments = "{contact: {slot: contact}}" if tool == "book_visit" else "{}"
@@ -81,6 +94,8 @@ async def chat_with(tmp_path: Path) -> AsyncIterator[Any]:
             audit=AuditLog(tmp_path / "audit.jsonl"),
             seal=Seal(b"k" * 32),
         )
+        if wait is not None:
+            executor.tools.runtime.held.wait_seconds = wait
         made.append(executor)
         return Conversation(executor, user=user, contact="dana")
 
@@ -96,8 +111,9 @@ def asked(decision: Decision) -> dict[str, Any]:
 
 
 async def test_a_confirmed_call_asks_the_servers_form_over_turns_then_writes_once(
-    modern: procs.ServiceProcess, chat_with: Any
+    era: procs.ServiceProcess, chat_with: Any
 ) -> None:
+    modern = era
     chat = chat_with(modern, "book_visit")
     before, sent = writes(modern), calls(modern)
     assert responses(await chat.start("book_visit")) == ["utter_confirm_item"]
@@ -124,8 +140,9 @@ async def test_a_confirmed_call_asks_the_servers_form_over_turns_then_writes_onc
 
 @pytest.mark.parametrize("how", ["decline", "cancel", "stop rule"])
 async def test_a_declined_or_cancelled_form_goes_back_to_the_server_and_writes_nothing(
-    modern: procs.ServiceProcess, chat_with: Any, how: str
+    era: procs.ServiceProcess, chat_with: Any, how: str
 ) -> None:
+    modern = era
     chat = chat_with(modern, "book_visit")
     before = writes(modern)
     await chat.start("book_visit")
@@ -140,8 +157,9 @@ async def test_a_declined_or_cancelled_form_goes_back_to_the_server_and_writes_n
 
 @pytest.mark.parametrize(("reply", "written"), [("yes", ["connected"]), ("no", [])])
 async def test_a_url_is_shown_with_its_domain_and_opened_only_on_consent(
-    modern: procs.ServiceProcess, chat_with: Any, reply: str, written: list[str]
+    era: procs.ServiceProcess, chat_with: Any, reply: str, written: list[str]
 ) -> None:
+    modern = era
     chat = chat_with(modern, "connect_account")
     before = writes(modern)
     await chat.start("connect_account")
@@ -157,8 +175,9 @@ async def test_a_url_is_shown_with_its_domain_and_opened_only_on_consent(
 
 
 async def test_a_tampered_question_or_another_person_sends_nothing(
-    modern: procs.ServiceProcess, chat_with: Any
+    era: procs.ServiceProcess, chat_with: Any
 ) -> None:
+    modern = era
     chat = chat_with(modern, "book_visit")
     await chat.start("book_visit")
     asked(await chat.yes())
@@ -176,14 +195,106 @@ async def test_a_tampered_question_or_another_person_sends_nothing(
     assert calls(modern) == sent
 
 
-async def test_on_a_2025_11_25_server_the_question_is_answered_cancel_and_nothing_is_written(
+async def test_on_a_2025_11_25_server_the_call_stays_open_while_the_person_answers(
     legacy: procs.ServiceProcess, chat_with: Any
 ) -> None:
     chat = chat_with(legacy, "book_visit")
+    runtime = chat.executor.tools.runtime
+    before, sent = writes(legacy), calls(legacy)
+    await chat.start("book_visit")
+    assert asked(await chat.yes())["field"] == "Day"
+    # One tools/call, open at the server and held here, and nothing written yet.
+    assert calls(legacy) == sent + 1 and len(runtime.held) == 1
+    handle = chat.slots[ELICITATION_SLOT]["handle"]
+    assert handle and chat.slots[ELICITATION_SLOT]["request_state"] is None
+    for answer in ("2026-12-03", "3", "yes"):
+        await chat.say(answer)
+    assert writes(legacy) == before
+    done = await chat.say("skip")
+    assert responses(done) == ["utter_item_saved"], done
+    assert calls(legacy) == sent + 1  # the same call, never sent twice
+    assert writes(legacy)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True "]
+    assert len(runtime.held) == 0
+
+
+async def test_an_answer_after_the_wait_ran_out_is_told_the_server_heard_cancel(
+    legacy: procs.ServiceProcess, chat_with: Any, tmp_path: Path
+) -> None:
+    chat = chat_with(legacy, "book_visit", wait=0.5)
+    runtime = chat.executor.tools.runtime
     before = writes(legacy)
     await chat.start("book_visit")
-    decision = await chat.yes()
-    assert responses(decision) == ["utter_tool_failed"]
-    assert decision.say[0].variables["error"] == "no visit booked: the person chose cancel"
-    assert chat.slots.get(ELICITATION_SLOT) is None
-    assert writes(legacy) == before
+    asked(await chat.yes())
+    await asyncio.sleep(1.5)  # the callback gave up: the server heard cancel, the tool decided
+    assert len(runtime.held) == 0
+    for answer in ("2026-12-03", "3", "yes"):
+        await chat.say(answer)
+    late = await chat.say("skip")
+    assert late.outcome == "unavailable"
+    assert responses(late) == ["utter_elicitation_lapsed"]
+    assert late.say[0].variables["tool_name"] == "book_visit"
+    assert chat.slots[ELICITATION_SLOT] is None
+    assert writes(legacy) == before  # this tool writes nothing on cancel (its choice)
+    audit = (tmp_path / "audit.jsonl").read_text()
+    assert "the server stopped waiting for the answer (told cancel)" in audit
+
+
+async def test_an_answer_that_reaches_another_process_is_told_the_server_stopped_waiting(
+    legacy: procs.ServiceProcess, chat_with: Any
+) -> None:
+    asking = chat_with(legacy, "book_visit")
+    await asking.start("book_visit")
+    asked(await asking.yes())
+    # Another action-server process (same seal key, no held call) gets the answer turn.
+    other = chat_with(legacy, "book_visit")
+    other.slots = dict(asking.slots)
+    other.user_turn = asking.user_turn
+    for answer in ("2026-12-03", "3", "yes"):
+        await other.say(answer)
+    late = await other.say("skip")
+    assert responses(late) == ["utter_elicitation_lapsed"]
+    assert len(asking.executor.tools.runtime.held) == 1  # still held where it was asked ...
+    await asking.executor.aclose()  # ... until that process closes: the call ends, nothing leaks
+    assert len(asking.executor.tools.runtime.held) == 0
+
+
+async def test_no_more_calls_are_held_than_the_limit(legacy: procs.ServiceProcess, chat_with: Any) -> None:
+    first = chat_with(legacy, "book_visit")
+    first.executor.tools.runtime.held.limit = 1
+    await first.start("book_visit")
+    asked(await first.yes())
+    # A second conversation on the same process: its question is answered cancel at once.
+    second = Conversation(first.executor, "second", user="rest:dana", contact="dana")
+    await second.start("book_visit")
+    refused = await second.yes()
+    assert responses(refused) == ["utter_tool_failed"]
+    assert refused.say[0].variables["error"] == "no visit booked: the person chose cancel"
+    assert len(first.executor.tools.runtime.held) == 1
+
+
+async def test_a_message_that_is_plainly_not_an_answer_is_handed_back_and_the_question_asked_again(
+    era: procs.ServiceProcess, chat_with: Any
+) -> None:
+    chat = chat_with(era, "book_visit")
+    before = writes(era)
+    await chat.start("book_visit")
+    asked(await chat.yes())
+    held = dict(chat.slots[ELICITATION_SLOT])
+    # Does not fit a date, and the NLU is sure it is another request: the bot's to handle.
+    other = await chat.say("who is dana@example.com?", "lookup_contact", 0.95)
+    assert other.outcome == "handed_back" and other.say == [] and other.slots == {}
+    assert chat.slots[ELICITATION_SLOT] == held
+    back = await chat.resume()  # Rasa runs the loop again once the bot has answered
+    assert responses(back) == ["utter_elicitation_field"] and asked(back)["field"] == "Day"
+    # Without a confident other intent, a reply that does not fit is refused with the reason ...
+    unclear = await chat.say("next friday?")
+    assert responses(unclear) == ["utter_elicitation_invalid", "utter_elicitation_field"]
+    # ... and so is one that is no question or request, however sure the NLU is of another intent.
+    wrong = await chat.say("next friday", "goodbye", 0.97)
+    assert responses(wrong) == ["utter_elicitation_invalid", "utter_elicitation_field"]
+    # ... and a reply that fits is the answer, whatever the NLU thought of it.
+    assert asked(await chat.say("2026-12-03", "lookup_contact", 0.95))["field"] == "Attendees"
+    for answer in ("2", "no"):
+        await chat.say(answer)
+    assert responses(await chat.say("skip")) == ["utter_item_saved"]
+    assert writes(era)[len(before) :] == ["visit dana 2026-12-03 x2 parking=False "]
