@@ -870,6 +870,9 @@ class Executor:
                 return self._reject(turn, call, "arguments changed after the question", skill)
         said: list[Say] = []
         outcome: Outcome = "done"
+        # A call its server stops to ask the person about keeps its question (the elicitation slot).
+        kept: dict[str, Any] = {}
+        asking: list[Say] = []
         for call, (step, resolved), yes in zip(calls, steps, approved, strict=True):
             if not yes:
                 self._record(turn, call, "denied", None)
@@ -884,9 +887,21 @@ class Executor:
                 outcome = held if outcome == "done" else outcome
                 continue
             run = await self._run_one(skill, step, resolved, call, turn)
-            said.extend(run.say)
+            if ELICITATION_SLOT in kept and run.slots.get(ELICITATION_SLOT) is not None:
+                # One server question waits at a time: this call's is not asked, and the call not
+                # completed (its server hears nothing more; a held call is told cancel when its
+                # wait runs out). The person hears so, and can ask for it again afterwards.
+                self._record(turn, call, "executed", "not completed: another call's question is waiting")
+                error = "it has a question of its own while another is waiting; ask for it again after"
+                said.append(Say(self.responses.tool_failed, {"error": error, "tool_name": call.tool}))
+                continue
+            if run.slots.get(ELICITATION_SLOT) is not None:
+                asking = list(run.say)  # said last: the question the person answers next
+            else:
+                said.extend(run.say)
             outcome = run.outcome if outcome == "done" else outcome
-        return Decision(outcome, said, _ended(skill))
+            kept.update(run.slots)
+        return Decision(outcome, [*said, *asking], {**_ended(skill), **kept})
 
     async def _run_one(
         self, skill: Skill, step: Step, resolved: _Resolved, call: PendingConfirmation, turn: Turn

@@ -298,3 +298,63 @@ async def test_a_message_that_is_plainly_not_an_answer_is_handed_back_and_the_qu
         await chat.say(answer)
     assert responses(await chat.say("skip")) == ["utter_item_saved"]
     assert writes(era)[len(before) :] == ["visit dana 2026-12-03 x2 parking=False "]
+
+
+LIST_SKILL = """
+skill: visits
+action: action_visits
+description: One visit per contact, asked about in one list.
+tools:
+  book_visit: mcp:items
+tool_constraints:
+  - book_visit:
+      requires_confirmation:
+        enabled: true
+        utter_for_confirmation: utter_confirm_item
+        utter_on_user_denial: utter_item_cancelled
+        describe: "Visit {contact}"
+steps:
+  - execute_tool: book_visit
+    for_each: {slot: contacts, as: contact}
+    arguments: {contact: {slot: contact}}
+    on_success: utter_item_saved
+    on_error: utter_tool_failed
+"""
+
+
+async def test_a_call_of_a_list_that_the_server_stops_to_ask_about_keeps_its_question(
+    modern: procs.ServiceProcess, tmp_path: Path
+) -> None:
+    """ "all" to a list of two visits: the server asks about the first; its question stays pending
+    (the elicitation slot survives the list's answer), and answering it writes that visit once. The
+    second call's own question is not asked over it: that call is not completed, and said so."""
+    skills_dir = tmp_path / "skills"
+    skills_dir.mkdir()
+    (skills_dir / "visits.yml").write_text(LIST_SKILL)
+    servers = {"items": MCPServerConfig(name="items", url=modern.url)}
+    skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
+    executor = Executor(
+        skills,
+        ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)),
+        audit=AuditLog(tmp_path / "audit.jsonl"),
+        seal=Seal(b"k" * 32),
+    )
+    try:
+        chat = Conversation(executor, user="rest:dana", contacts=["dana"], contact=None)
+        chat.slots["contacts"] = ["dana", "lee"]
+        before = writes(modern)
+        assert (await chat.start("visits")).outcome == "pending"
+        answered = await chat.say("all", None)
+        assert chat.slots[ELICITATION_SLOT] is not None, answered
+        assert asked(answered)["field"] == "Day"
+        assert writes(modern) == before
+        assert asked(await chat.say("2026-12-03"))["field"] == "Attendees"
+        assert asked(await chat.say("3"))["field"] == "Parking"
+        assert asked(await chat.say("no"))["field"] == "Note"
+        done = await chat.say("skip")
+        assert "utter_item_saved" in responses(done), done
+        # One server question at a time: Lee's visit was not completed, and the person was told.
+        assert responses(answered)[0] == "utter_tool_failed"
+        assert writes(modern)[len(before) :] == ["visit dana 2026-12-03 x3 parking=False "]
+    finally:
+        await executor.aclose()
