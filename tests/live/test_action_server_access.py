@@ -100,6 +100,7 @@ def test_rasa_sdk_serves_exactly_the_plugin_and_bot_actions(
         names = [entry["name"] for entry in json.loads(response.read())]
     assert "" not in names
     assert sorted(names) == [
+        "action_approval_decided",  # the plugin's, for a skill with a second approver
         "action_confirm_tool",
         "action_deny_tool",
         "action_log_interaction",  # one per skill file, named by its `action:`
