@@ -49,7 +49,7 @@ import math
 import os
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -398,30 +398,14 @@ class _Server:
         unknown = [key for key in block if key not in _OAUTH_KEYS and key != "grant"]
         if unknown:
             raise self.fail(f"oauth: unknown key(s) {_listed(unknown)}; it takes {', '.join(_OAUTH_KEYS)}")
-        values: dict[str, str | None] = {}
-        for key in _OAUTH_KEYS[:-1]:
-            if key not in block:
-                if key in _OAUTH_REQUIRED:
-                    raise self.fail(f"oauth: missing {key!r}")
-                continue
-            if block[key] is None:
-                raise self.fail(f"'oauth.{key}' is empty")
-            value = self._expanded(f"oauth.{key}", block[key])
-            if value is not None and not value.strip():
-                raise self.fail(f"'oauth.{key}' is empty")
-            if value is not None and any(ord(char) < 32 or ord(char) == 127 for char in value):
-                # The value stays out of the message: it may be a secret.
-                raise self.fail(f"'oauth.{key}' contains a control character (a line break?)")
-            values[key] = value
+        values = self._oauth_values(block, _OAUTH_KEYS[:-1], _OAUTH_REQUIRED, "")
         token_url = values["token_url"]
         if token_url is not None:
             parsed = urlparse(token_url)
             allowed = ("https",) if self.entry.get("type") == "https" else ("http", "https")
             if parsed.scheme not in allowed or not parsed.netloc:
                 raise self.fail(f"'oauth.token_url' must be an {' or '.join(allowed)} URL, got {token_url!r}")
-        timeout = block.get("timeout", DEFAULT_OAUTH_TIMEOUT)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
-            raise self.fail("'oauth.timeout' must be a positive number of seconds")
+        timeout = self._oauth_timeout(block)
         if any(values.get(key) is None for key in _OAUTH_REQUIRED):
             return None  # a variable is unset (allow_unset): the shape is checked, nothing connects
         return OAuthConfig(
@@ -432,6 +416,33 @@ class _Server:
             audience=values.get("audience"),
             timeout=float(timeout),
         )
+
+    def _oauth_values(
+        self, block: dict[str, Any], keys: Sequence[str], required: Collection[str], missing_note: str
+    ) -> dict[str, str | None]:
+        """The block's string values for ``keys``, expanded; None for a variable left unset."""
+        values: dict[str, str | None] = {}
+        for key in keys:
+            if key not in block:
+                if key in required:
+                    raise self.fail(f"oauth: missing {key!r}{missing_note}")
+                continue
+            if block[key] is None:
+                raise self.fail(f"'oauth.{key}' is empty")
+            value = self._expanded(f"oauth.{key}", block[key])
+            if value is not None and not value.strip():
+                raise self.fail(f"'oauth.{key}' is empty")
+            if value is not None and any(ord(char) < 32 or ord(char) == 127 for char in value):
+                # The value stays out of the message: it may be a secret.
+                raise self.fail(f"'oauth.{key}' contains a control character (a line break?)")
+            values[key] = value
+        return values
+
+    def _oauth_timeout(self, block: dict[str, Any]) -> float:
+        timeout = block.get("timeout", DEFAULT_OAUTH_TIMEOUT)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
+            raise self.fail("'oauth.timeout' must be a positive number of seconds")
+        return float(timeout)
 
     def _person_oauth(self, block: dict[str, Any]) -> OAuthConfig | None:
         """``oauth`` with ``grant: authorization_code``: the person signs in (mcp_bridge.person_oauth)."""
@@ -446,20 +457,9 @@ class _Server:
                 f"oauth: unknown key(s) {_listed(unknown)} with grant {AUTHORIZATION_CODE}{reason}; it takes "
                 f"{', '.join(_PERSON_KEYS)}"
             )
-        values: dict[str, str | None] = {}
-        for key in _PERSON_KEYS[1:-1]:
-            if key not in block:
-                if key in _PERSON_REQUIRED:
-                    raise self.fail(f"oauth: missing {key!r} (grant {AUTHORIZATION_CODE})")
-                continue
-            if block[key] is None:
-                raise self.fail(f"'oauth.{key}' is empty")
-            value = self._expanded(f"oauth.{key}", block[key])
-            if value is not None and not value.strip():
-                raise self.fail(f"'oauth.{key}' is empty")
-            if value is not None and any(ord(char) < 32 or ord(char) == 127 for char in value):
-                raise self.fail(f"'oauth.{key}' contains a control character (a line break?)")
-            values[key] = value
+        values = self._oauth_values(
+            block, _PERSON_KEYS[1:-1], _PERSON_REQUIRED, f" (grant {AUTHORIZATION_CODE})"
+        )
         redirect = values.get("redirect_uri")
         if redirect is not None:
             parsed = urlparse(redirect)
@@ -473,9 +473,7 @@ class _Server:
                     "'oauth.redirect_uri' must be https unless it is on the loopback (RFC 8252): the "
                     f"authorization code travels in it; got {redirect!r}"
                 )
-        timeout = block.get("timeout", DEFAULT_OAUTH_TIMEOUT)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf:
-            raise self.fail("'oauth.timeout' must be a positive number of seconds")
+        timeout = self._oauth_timeout(block)
         if any(values.get(key) is None for key in _PERSON_REQUIRED) or (
             "client_secret" in block and values.get("client_secret") is None
         ):
