@@ -248,6 +248,32 @@ class SQLiteStore:
         finally:
             conn.close()
 
+    def _write_once(
+        self, table: str, contact_id: int, key: str | None, values: dict[str, str]
+    ) -> tuple[sqlite3.Row, bool]:
+        """Insert a row of ``table`` (notes or tasks, our own names) for the contact, unless ``key``
+        was used before: (the new row, False) or (the stored row, True), under one write lock."""
+        columns = ["contact_id", *values, "created_at", "idempotency_key"]
+        insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                stored = None
+                if key is not None:
+                    stored = conn.execute(
+                        f"SELECT * FROM {table} WHERE idempotency_key = ?", (key,)
+                    ).fetchone()
+                if stored is None:
+                    if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
+                        raise NotFoundError(f"There is no contact with id {contact_id}.")
+                    cursor = conn.execute(insert, (contact_id, *values.values(), _utc_now(), key))
+                    row = conn.execute(f"SELECT * FROM {table} WHERE id = ?", (cursor.lastrowid,)).fetchone()
+                conn.execute("COMMIT" if stored is None else "ROLLBACK")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return (stored, True) if stored is not None else (row, False)
+
     async def find_contact_by_email(self, email: str) -> Contact | None:
         address = validate_email(email)
         with self._connect() as conn:
@@ -272,27 +298,9 @@ class SQLiteStore:
     ) -> tuple[Note, bool]:
         body = validate_note_text(text)
         key = validate_idempotency_key(idempotency_key)
-        with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                stored = None
-                if key is not None:
-                    stored = conn.execute("SELECT * FROM notes WHERE idempotency_key = ?", (key,)).fetchone()
-                if stored is None:
-                    if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
-                        raise NotFoundError(f"There is no contact with id {contact_id}.")
-                    cursor = conn.execute(
-                        "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
-                        " VALUES (?, ?, ?, ?)",
-                        (contact_id, body, _utc_now(), key),
-                    )
-                    row = conn.execute("SELECT * FROM notes WHERE id = ?", (cursor.lastrowid,)).fetchone()
-                conn.execute("COMMIT" if stored is None else "ROLLBACK")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        if stored is not None:
-            return replayed_note(stored, contact_id, body), False  # the same request again, or refused
+        row, replayed = self._write_once("notes", contact_id, key, {"text": body})
+        if replayed:
+            return replayed_note(row, contact_id, body), False  # the same request again, or refused
         return note_from_row(row), True
 
     async def add_task(
@@ -300,27 +308,9 @@ class SQLiteStore:
     ) -> tuple[Task, bool]:
         body, due = validate_task_title(title), validate_due_date(due_date)
         key = validate_idempotency_key(idempotency_key)
-        with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                stored = None
-                if key is not None:
-                    stored = conn.execute("SELECT * FROM tasks WHERE idempotency_key = ?", (key,)).fetchone()
-                if stored is None:
-                    if conn.execute("SELECT 1 FROM contacts WHERE id = ?", (contact_id,)).fetchone() is None:
-                        raise NotFoundError(f"There is no contact with id {contact_id}.")
-                    cursor = conn.execute(
-                        "INSERT INTO tasks (contact_id, title, due_date, created_at, idempotency_key)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (contact_id, body, due, _utc_now(), key),
-                    )
-                    row = conn.execute("SELECT * FROM tasks WHERE id = ?", (cursor.lastrowid,)).fetchone()
-                conn.execute("COMMIT" if stored is None else "ROLLBACK")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        if stored is not None:
-            return replayed_task(stored, contact_id, body, due), False
+        row, replayed = self._write_once("tasks", contact_id, key, {"title": body, "due_date": due})
+        if replayed:
+            return replayed_task(row, contact_id, body, due), False
         return task_from_row(row), True
 
     async def list_tasks(self, contact_id: int) -> list[Task]:
