@@ -321,18 +321,7 @@ class Approvals:
         result: str | None,
         **extra: Any,
     ) -> None:
-        self._audit.record(
-            conversation=conversation_id,
-            user=pending.user,
-            skill=pending.skill,
-            tool=pending.tool,
-            source=pending.source,
-            confirmation=pending.id,
-            digest=pending.digest,
-            decision=decision,
-            result=result,
-            **extra,
-        )
+        self._audit.record_question(conversation_id, pending, decision, result, **extra)
 
 
 def _kept(slots: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.sealing import call_digest
+from mcp_bridge.sealing import PendingConfirmation, call_digest
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,24 @@ class AuditLog:
         self._lock = threading.Lock()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record_question(
+        self, conversation: str, pending: PendingConfirmation, decision: str, result: str | None, **extra: Any
+    ) -> None:
+        """An entry about a sealed question: what was decided about it, and what came of it."""
+        self.record(
+            conversation=conversation,
+            # Who was asked (None: the channel names nobody).
+            user=pending.user,
+            skill=pending.skill,
+            tool=pending.tool,
+            source=pending.source,
+            confirmation=pending.id,
+            digest=pending.digest,
+            decision=decision,
+            result=result,
+            **extra,
+        )
 
     def record(self, **entry: Any) -> None:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "pid": os.getpid(), **entry}

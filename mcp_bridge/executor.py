@@ -1151,19 +1151,7 @@ class Executor:
         result: str | None,
         **extra: str | None,
     ) -> None:
-        self._audit.record(
-            conversation=turn.conversation_id,
-            # Who was asked (None: the channel names nobody).
-            user=pending.user,
-            skill=pending.skill,
-            tool=pending.tool,
-            source=pending.source,
-            confirmation=pending.id,
-            digest=pending.digest,
-            decision=decision,
-            result=result,
-            **extra,
-        )
+        self._audit.record_question(turn.conversation_id, pending, decision, result, **extra)
 
 
 # Up to this many calls in a question, each gets an "Only <n>" button; more are answered in words.
