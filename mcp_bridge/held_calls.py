@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -41,18 +40,10 @@ KEY = "elicitation"
 CANCEL: dict[str, Any] = {"action": "cancel"}
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        log.warning("%s=%r is not a number; using %g", name, raw, default)
-        return default
-    return value if value > 0 else default
-
-
-WAIT_SECONDS = _env_number("ELICITATION_WAIT_SECONDS", 120.0)
-MAX_HELD = int(_env_number("ELICITATION_MAX_HELD", 16))
+# Defaults; the action server reads ELICITATION_WAIT_SECONDS and ELICITATION_MAX_HELD at start
+# (mcp_bridge.rasa.build), with its other settings.
+WAIT_SECONDS = 120.0
+MAX_HELD = 16
 
 
 @dataclass

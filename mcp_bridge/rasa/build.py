@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from mcp_bridge import approvals, elicitation, metrics
+from mcp_bridge import approvals, elicitation, held_calls, metrics
 from mcp_bridge.approval_store import open_store
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
@@ -119,9 +119,12 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
                 f"{', '.join(missing)} (`mcp-bridge init` adds them)"
             )
         held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
+    runtime = MCPRuntime(servers, person_oauth=person)
+    runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", held_calls.WAIT_SECONDS)
+    runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", held_calls.MAX_HELD)
     built = Executor(
         skills,
-        ToolBox(local, MCPRuntime(servers, person_oauth=person), audit=audit),  # every call is an entry too
+        ToolBox(local, runtime, audit=audit),  # every call is an entry too
         policy=policy,
         responses=responses,
         audit=audit,

@@ -358,3 +358,36 @@ async def test_a_call_of_a_list_that_the_server_stops_to_ask_about_keeps_its_que
         assert writes(modern)[len(before) :] == ["visit dana 2026-12-03 x3 parking=False "]
     finally:
         await executor.aclose()
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, (120.0, 16)),
+        ({"ELICITATION_WAIT_SECONDS": "30", "ELICITATION_MAX_HELD": "4"}, (30.0, 4)),
+        ({"ELICITATION_WAIT_SECONDS": "soon"}, "ELICITATION_WAIT_SECONDS: 'soon' is not a number"),
+        ({"ELICITATION_MAX_HELD": "0"}, "ELICITATION_MAX_HELD: must be a positive whole number"),
+    ],
+)
+def test_the_held_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
+    settings: dict[str, str], expected: tuple[float, int] | str
+) -> None:
+    from mcp_bridge.errors import ConfigError
+    from mcp_bridge.rasa.build import build_executor
+
+    bot = procs.EXAMPLE_BOT
+    env = {
+        "ENDPOINTS": str(bot / "endpoints.yml"),
+        "SKILLS_DIR": str(bot / "skills"),
+        "DOMAIN": str(bot / "domain.yml"),
+        "AUDIT_LOG": "",
+        "CONFIRMATION_SECRET": "a test secret that is long enough to seal",
+        "CRM_MCP_TOKEN": "offline",
+        **settings,
+    }
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError, match=expected):
+            build_executor(env)
+        return
+    held = build_executor(env).tools.runtime.held
+    assert (held.wait_seconds, held.limit) == expected
