@@ -34,6 +34,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def command_lines() -> list[str]:
+    """Every running process's arguments, as `ps` shows them to any user."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended meanwhile
+            continue
+    return lines
+
+
 def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
     names = (
         "CRM_PORT",
@@ -67,6 +78,15 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
         for secret in (*secrets, "approval_page_key", "approver_sam_password"):
             assert (tmp_path / secret).stat().st_mode & 0o777 == 0o600
             assert (tmp_path / secret).read_text().strip() not in started.stdout + started.stderr
+        # Nor in any process's arguments, which every local user can read (/proc/*/cmdline, ps).
+        values = {
+            name: (tmp_path / name).read_text().strip()
+            for name in (*secrets, "approval_page_key", "approver_sam_password", "action_server_token")
+        }
+        for name, value in values.items():
+            assert value and not [args for args in command_lines() if value in args], (
+                f"{name} in a command line"
+            )
         expected_ports = {
             "crm_rest": "CRM_PORT",
             "crm_mcp": "MCP_PORT",
