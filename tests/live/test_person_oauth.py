@@ -181,6 +181,7 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
 
     note = await _note(runtime, stack, "Called about the VAT rate, as Dana")
     assert crm_db.count_notes(stack.db, contact) == before + 1
+    assert crm_db.note_author(stack.db, note["note_id"]) == "dana-agent"  # the person, not the client
     assert (
         f"note {note['note_id']} on contact {contact} written by client "
         f"'{stack.person.client_id}' (subject 'dana-agent')"
