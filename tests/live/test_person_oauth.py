@@ -30,6 +30,7 @@ from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.token_store import Keys, TokenStore, token_keys
 from scripts import engines
 from tests.support import crm_db, procs
+from tests.support.bots import mcp_bridge
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said
 
@@ -386,3 +387,61 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
     assert asyncio.run(store.get(person, "crm")) is None
     assert "not run: the person must sign in first" in audit.read_text()
     asyncio.run(runtime.aclose())
+
+
+def test_tools_and_check_live_say_where_people_sign_in_or_list_with_an_operators_token(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Before anyone signs in, a server that acts as the person cannot be listed: `mcp-bridge tools`
+    and `check --live` say so (the server, that it acts as the person, the authorization server they
+    discovered, that tools are listed after a sign-in), or list it with MCP_OPERATOR_TOKEN."""
+    endpoints = procs.write_endpoints(
+        tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+    )
+    env: dict[str, str | None] = {
+        "ENDPOINTS": str(endpoints),
+        "CRM_MCP_URL": stack.mcp.url,
+        "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+        "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+        "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+        "MCP_TOKEN_KEY": KEY,
+        "MCP_TOKEN_STORE": str(tmp_path / "check-tokens.sqlite3"),
+        "MCP_OPERATOR_TOKEN": None,
+    }
+    said = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines() == [
+        f"server: crm ({stack.mcp.url})",
+        "auth: oauth acting as the person (authorization code with PKCE; client_id crm-bridge-person, "
+        f"scope crm.notes, redirect_uri {stack.person.redirect_uri})",
+        f"authorization server: {stack.auth.url} (discovered from the server's protected-resource metadata)",
+        "tools: not listed: this server acts as the person in the conversation and answers only with a "
+        "person's token, so its tools are listed after someone signs in (the bot shows the link); to list "
+        "them now, set MCP_OPERATOR_TOKEN to an access token of yours for this server",
+    ]
+    checked = mcp_bridge("check", "--live", cwd=procs.EXAMPLE_BOT, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "live: 0 MCP tool(s) checked" in checked.stdout
+    assert (
+        f"authorization server: {stack.auth.url}" in checked.stdout and "tools: not listed" in checked.stdout
+    )
+
+    # The operator signs in once (as anyone does) and lists the tools with that access token.
+    runtime = stack.runtime()
+    asyncio.run(_signed_in(runtime, stack, "socketio:operator", "lee-agent"))
+    assert runtime.person_oauth is not None
+    record = asyncio.run(runtime.person_oauth.store.get("socketio:operator", "crm"))
+    asyncio.run(runtime.aclose())
+    assert record is not None
+    token = record["token"]["access_token"]
+    env["MCP_OPERATOR_TOKEN"] = token
+    listed = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "listed with the token in MCP_OPERATOR_TOKEN" in listed.stdout
+    assert "add_timeline_note" in listed.stdout and "find_contact_by_email" in listed.stdout
+    checked = mcp_bridge("check", "--live", cwd=procs.EXAMPLE_BOT, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert re.search(r"live: [1-9]\d* MCP tool\(s\) checked", checked.stdout), checked.stdout
+    assert "tools: not listed" not in checked.stdout
+    for output in (said, checked, listed):
+        assert token not in output.stdout + output.stderr and "Traceback" not in output.stderr
