@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -407,6 +408,7 @@ def test_tools_and_check_live_say_where_people_sign_in_or_list_with_an_operators
         "MCP_TOKEN_KEY": KEY,
         "MCP_TOKEN_STORE": str(tmp_path / "check-tokens.sqlite3"),
         "MCP_OPERATOR_TOKEN": None,
+        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
     }
     said = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
     assert said.returncode == 0, said.stderr
@@ -445,3 +447,70 @@ def test_tools_and_check_live_say_where_people_sign_in_or_list_with_an_operators
     assert "tools: not listed" not in checked.stdout
     for output in (said, checked, listed):
         assert token not in output.stdout + output.stderr and "Traceback" not in output.stderr
+
+
+async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tokens(
+    stack: Stack, services: procs.Services, tmp_path: Path
+) -> None:
+    """The cluster's arrangement: replicas share MCP_TOKEN_STORE (PostgreSQL) and MCP_TOKEN_KEY. The
+    link shown by one replica is completed at the other's callback; the token one stored, the other
+    asks and writes with (as the person); a disconnect on one is a sign-out on both."""
+    if os.geteuid() != 0:
+        pytest.skip("only root runs PostgreSQL as another user here")
+    server = engines.Postgres(tmp_path / "postgres", secrets.token_urlsafe(16), durable=False)
+    with server.service():
+        url = server.create_database("mcp_tokens", "bridge", secrets.token_urlsafe(16))
+        endpoints = procs.write_endpoints(
+            tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+        )
+        replicas = [
+            services.start(
+                procs.action_server(
+                    endpoints=endpoints,
+                    crm_url=stack.mcp.env["CRM_URL"],
+                    mcp_url=stack.mcp.url,
+                    mcp_token=None,
+                    audit_log=tmp_path / f"audit-{n}.jsonl",
+                    extra_env={
+                        "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+                        "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+                        "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+                        "MCP_TOKEN_KEY": KEY,
+                        "MCP_TOKEN_STORE": url,
+                        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
+                    },
+                )
+            )
+            for n in (1, 2)
+        ]
+        one, two = (replica.url for replica in replicas)
+        person, note = "rest:operator", f"written on one replica, signed in on the other {time.time()}"
+        tracker = FakeTracker(f"replicas-{time.time()}", contact_email=DANA_EMAIL, note_text=note)
+
+        def ask(webhook: str, action: str, text: str, intent: str) -> dict[str, Any]:
+            tracker.user(text, intent, 1.0)
+            tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+            status, answer, _ = call_action(webhook, action, tracker)
+            assert status == 200, answer
+            return dict(answer)
+
+        shown = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(shown) == ["utter_mcp_sign_in"], shown
+        answer = await log_in(shown["responses"][0]["link"], "dana-agent", stack.person.redirect_uri)
+        callback = one.removesuffix("/webhook") + CALLBACK_PATH
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        assert page.status_code == 200 and "Signed in" in page.text, page.text
+
+        asked = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(asked) == ["utter_confirm_note"], asked
+        tracker.apply("action_log_interaction", asked)
+        saved = ask(one, "action_confirm_tool", "yes", "affirm")
+        assert said(saved) == ["utter_note_saved"], saved
+        assert crm_db.authors_of(stack.db, note) == ["dana-agent"]
+
+        gone = ask(two, "action_mcp_disconnect", "disconnect my CRM", "disconnect_crm")
+        assert said(gone) == ["utter_mcp_disconnected"], gone
+        again = ask(one, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(again) == ["utter_mcp_sign_in"], again
+        assert crm_db.authors_of(stack.db, note) == ["dana-agent"]
