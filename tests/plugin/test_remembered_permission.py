@@ -54,6 +54,7 @@ steps:
     arguments: {contact_id: {slot: contact_id}, text: {slot: note_text}}
     on_success: utter_note_saved
 reset_slots: [contact_email, contact_emails, note_text]
+edits: {text: note_text, email: contact_email}
 """
 
 
@@ -328,3 +329,14 @@ def test_allows_remembering_needs_the_confirmation_it_answers(tmp_path: Path) ->
     skill = skill.replace("        enabled: true\n", "        enabled: false\n")
     with pytest.raises(ConfigError, match="allows_remembering: needs requires_confirmation enabled"):
         World(tmp_path, skill)
+
+
+async def test_an_answer_that_moves_a_question_into_the_scope_is_asked_again(tmp_path: Path) -> None:
+    """Only a new request runs unasked: "no, it's for dana@..." is not a yes, so it asks anew."""
+    world = World(tmp_path)
+    chat = world.chat()
+    await granted(world, chat)
+    assert responses(await log(chat, "priya@example.com", "Moved")) == ["utter_confirm_note"]
+    moved = await chat.say("no, it's for dana@example.com", "deny")
+    assert responses(moved) == ["utter_confirm_note"]
+    assert len(world.notes) == 1
