@@ -70,7 +70,8 @@ def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFix
     with capsys.disabled():
         print(
             f"\nconfirmation reader on {len(labelled())} labelled answers: unsafe writes {len(unsafe)} "
-            f"(must be 0); unsafe grants {len(unsafe_grants)} (must be 0); yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
+            f"(must be 0); unsafe grants {len(unsafe_grants)} (must be 0); "
+            f"yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
         )
     assert unsafe == []
     assert unsafe_grants == []
