@@ -18,6 +18,9 @@ __all__ = [
     "DENY_INTENT",
     "ELICITATION_SLOT",
     "PENDING_SLOT",
+    "PERMISSIONS_SLOT",
+    "REVOKE_ACTION",
+    "REVOKE_INTENT",
     "PLUGIN_ACTIONS",
     "PLUGIN_INTENTS",
     "DISCONNECT_ACTION",
@@ -31,6 +34,9 @@ PENDING_SLOT = "pending_confirmation"
 # The slot that carries a server's pending question (elicitation) and the call it stopped, sealed.
 ELICITATION_SLOT = "pending_elicitation"
 
+# The slot that carries the conversation's remembered permissions, each sealed (mcp_bridge/permissions.py).
+PERMISSIONS_SLOT = "remembered_permissions"
+
 # The intents of a yes and a no; a question's buttons send exactly their payloads.
 AFFIRM_INTENT = "affirm"
 DENY_INTENT = "deny"
@@ -43,6 +49,11 @@ CONFIRMATION_LOOP = "action_confirm_tool"
 # The action that drops a pending question without running anything (for a bot's own "stop" rule).
 DENY_ACTION = "action_deny_tool"
 PLUGIN_ACTIONS = (CONFIRMATION_LOOP, DENY_ACTION)
+
+# "stop saving without asking": the intent (examples from `mcp-bridge init`) and the action that
+# withdraws every remembered permission of the person in the conversation (mcp_bridge/permissions.py).
+REVOKE_INTENT = "revoke_permissions"
+REVOKE_ACTION = "action_revoke_permissions"
 
 # A second approver's decision reaches the requester's conversation as this intent, sent with Rasa's
 # HTTP API (`POST /conversations/<id>/trigger_intent`) with the request's id as this entity; a rule

@@ -45,6 +45,11 @@ The rules, in order of importance:
 7. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
    person with the role, never the requester, and runs (once, with the question's key) only when
    the conversation is told it was approved in time (:mod:`mcp_bridge.approvals`).
+8. A skill may let the person answer one call's question with "yes, and don't ask again today" (the
+   reader's grant, or the question's third button): the call runs as rule 3 says, and a sealed
+   permission is kept in the tracker. A later new request whose one call it covers runs that call
+   unasked, saying so; a list of several calls, an edit, a second approver or a destructive tool
+   is asked about as before (:mod:`mcp_bridge.permissions` says which calls a permission covers).
 
 A server that acts as the person (:mod:`mcp_bridge.person_oauth`) and has no usable sign-in of the
 person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
@@ -61,11 +66,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from mcp_bridge import approvals, templating
+from mcp_bridge import approvals, permissions, templating
 from mcp_bridge.approvals import Approvals
 from mcp_bridge.audit import AuditLog, AuditWriteError
 from mcp_bridge.confirmation import declared, needs_confirmation
-from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.contract import (
+    AFFIRM_INTENT,
+    DENY_INTENT,
+    ELICITATION_SLOT,
+    PENDING_SLOT,
+    PERMISSIONS_SLOT,
+)
 from mcp_bridge.errors import (
     InputRequiredError,
     QuestionLapsedError,
@@ -74,6 +85,7 @@ from mcp_bridge.errors import (
     ToolNotFoundError,
     ToolResultInvalidError,
 )
+from mcp_bridge.permissions import Permission
 from mcp_bridge.person_oauth import SignInRequiredError, acting
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import (
@@ -81,11 +93,13 @@ from mcp_bridge.reader import (
     ConfirmationReader,
     Edit,
     EditCall,
+    Grant,
     NluOpinion,
     No,
     Other,
     Redirect,
     TooLong,
+    Unclear,
     Yes,
 )
 from mcp_bridge.results import ToolResult
@@ -99,6 +113,7 @@ from mcp_bridge.sealing import (
 )
 from mcp_bridge.server_questions import ServerQuestions
 from mcp_bridge.skills import (
+    AllowsRemembering,
     RequiresApproval,
     RequiresConfirmation,
     ResultArgument,
@@ -220,6 +235,8 @@ class Responses:
     # A question about several calls (variables: calls, the numbered list; count), with Yes / No
     # buttons for all of them; the executor adds one "Only <n>" button per call.
     confirm_calls: str = "utter_confirm_calls"
+    # The same for a list of one (one call of a request that made several; variable: calls).
+    confirm_one_call: str = "utter_confirm_one_call"
     # Said before the list again when the answer did not decide each call.
     answer_each_call: str = "utter_answer_each_call"
     # Said for each call the person refused when others were approved (variables: place, call).
@@ -231,9 +248,19 @@ class Responses:
     # Said when the answer to a 2025-11-25 server's question came after the server stopped waiting
     # (variable: tool_name): it was told cancel, and its tool may have written.
     elicitation_lapsed: str = "utter_elicitation_lapsed"
+    # Rule 8. Said after the call a permission was given with (variables: permission, until).
+    permission_granted: str = "utter_permission_granted"
+    # Said after a call that ran unasked because a permission covers it (variables: permission, until).
+    permission_used: str = "utter_permission_used"
+    # Said when the person withdraws their permissions (variable: count, how many were withdrawn).
+    permissions_revoked: str = "utter_permissions_revoked"
 
     def names(self) -> set[str]:
-        return set(asdict(self).values())
+        """The responses every bot needs (those of rule 8 only a bot whose skills allow it)."""
+        return set(asdict(self).values()) - self.permission_names()
+
+    def permission_names(self) -> set[str]:
+        return {self.permission_granted, self.permission_used, self.permissions_revoked}
 
 
 @dataclass(frozen=True)
@@ -360,7 +387,7 @@ class Executor:
                 for call in left_behind:
                     self._record(turn, call, "dropped", "the person started something else")
                 said = [Say(self.responses.question_dropped)]
-        run = await self._run(skill, 0, turn)
+        run = await self._run(skill, 0, turn, permitted=True)
         return self._decision(skill, run, said=said, slots=cleared, owns_question=not turn.loop_active)
 
     async def answer(self, turn: Turn) -> Decision:
@@ -397,6 +424,11 @@ class Executor:
         reading = self.reader.read(turn.text, nlu, pending.arguments)
         if isinstance(reading, Yes):
             return await self._confirmed(skill, step, resolved, pending, turn)
+        if isinstance(reading, Grant):
+            allowed = await self._may_remember(skill, pending.tool, resolved, pending.arguments)
+            if allowed is not None:
+                return await self._confirmed(skill, step, resolved, pending, turn, remember=allowed)
+            reading = Unclear("a permission this call cannot be given")
         if isinstance(reading, No):
             return await self.deny(turn)
         if isinstance(reading, Other):
@@ -462,10 +494,18 @@ class Executor:
         return await self._ask_again(bound[0], pending, turn, [Say(self.responses.confirm_again)])
 
     async def _confirmed(
-        self, skill: Skill, step: Step, resolved: _Resolved, pending: PendingConfirmation, turn: Turn
+        self,
+        skill: Skill,
+        step: Step,
+        resolved: _Resolved,
+        pending: PendingConfirmation,
+        turn: Turn,
+        *,
+        remember: AllowsRemembering | None = None,
     ) -> Decision:
         """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
-        what the step's tool name resolved to when the question was checked."""
+        what the step's tool name resolved to when the question was checked. ``remember``: the yes
+        also gives a permission, as the skill allows it (rule 8)."""
         if self._late(pending):
             return await self._expired(skill, pending, turn)
         if turn.user_turn != pending.user_turn + 1:
@@ -479,7 +519,111 @@ class Executor:
         if second is not None:
             return await self._hold(skill, second, pending, turn)
         run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
-        return self._decision(skill, run, slots={PENDING_SLOT: None})
+        if remember is None:
+            return self._decision(skill, run, slots={PENDING_SLOT: None})
+        granted, slot = self._grant(skill, remember, pending, turn)
+        said = Say(self.responses.permission_granted, self._permission_variables(granted))
+        decision = self._decision(skill, run, slots={PENDING_SLOT: None})
+        return replace(decision, say=[*decision.say, said], slots={**decision.slots, PERMISSIONS_SLOT: slot})
+
+    # -- rule 8: remembered permission --------------------------------------------------------
+
+    async def _may_remember(
+        self, skill: Skill, tool: str, resolved: _Resolved, arguments: Mapping[str, Any]
+    ) -> AllowsRemembering | None:
+        found = None if isinstance(resolved, ToolNotFoundError) else resolved
+        return await permissions.may_remember(skill, tool, found, arguments)
+
+    def _held_permissions(self, turn: Turn) -> list[Permission]:
+        return permissions.from_slot(turn.slots.get(PERMISSIONS_SLOT), self._seal, turn.conversation_id)
+
+    def _grant(
+        self, skill: Skill, allowed: AllowsRemembering, pending: PendingConfirmation, turn: Turn
+    ) -> tuple[Permission, list[dict[str, Any]] | None]:
+        """A new permission for calls like ``pending``, sealed, and the slot with it (expired ones
+        dropped)."""
+        now = self._clock()
+        variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
+        label = pending.tool
+        if allowed.describe:
+            try:
+                label = allowed.describe.format_map(variables)
+            except (KeyError, ValueError, IndexError, AttributeError):
+                pass  # a variable this call does not have: named by its tool instead
+        permission = permissions.sign(
+            Permission(
+                id=uuid.uuid4().hex,
+                skill=skill.id,
+                tool=pending.tool,
+                source=pending.source,
+                scope=permissions.scope_of(allowed, pending.arguments),
+                user=turn.user,
+                granted_at=now,
+                expires_at=now + allowed.seconds,
+                label=label,
+            ),
+            self._seal,
+            turn.conversation_id,
+        )
+        kept = [p for p in self._held_permissions(turn) if p.expires_at > now]
+        self._record(turn, pending, "permission_granted", None, permission=permission.id)
+        return permission, permissions.to_slot([*kept, permission])
+
+    def _permission_variables(self, permission: Permission) -> dict[str, Any]:
+        until = permissions.until(permission.expires_at, self._clock())
+        return {"permission": permission.label, "until": until}
+
+    async def _covered(self, skill: Skill, one: _Planned, turn: Turn) -> Permission | None:
+        """The permission that lets this one call run unasked (rule 8), or None."""
+        held = self._held_permissions(turn)
+        if not held:
+            return None
+        allowed = await self._may_remember(skill, one.step.execute_tool, one.resolved, one.arguments)
+        if allowed is None:
+            return None
+        return permissions.covering(
+            held,
+            allowed,
+            skill=skill.id,
+            tool=one.step.execute_tool,
+            source=str(skill.tools[one.step.execute_tool]),
+            arguments=one.arguments,
+            user=turn.user,
+            now=self._clock(),
+        )
+
+    async def _run_permitted(self, skill: Skill, one: _Planned, permission: Permission, turn: Turn) -> _Run:
+        """Rule 8: a call a permission covers runs unasked, once, with a key of its own, from its step."""
+        unsigned = self._pending(skill, one.index, one.step, one.arguments, turn, None)
+        pending = self._seal.sign(unsigned, turn.conversation_id)
+        self._record(turn, pending, "permission_used", None, permission=permission.id)
+        then = replace(turn, slots=one.slots)
+        run = await self._run(skill, one.index, then, confirmed=pending, resolved=one.resolved)
+        used = Say(self.responses.permission_used, {**self._permission_variables(permission)})
+        return replace(run, say=(*run.say, used))
+
+    async def revoke(self, turn: Turn) -> Decision:
+        """ "stop saving without asking": every permission of this person in the conversation is
+        withdrawn (audited each); anyone else's stay."""
+        held = self._held_permissions(turn)
+        now = self._clock()
+        mine = [p for p in held if p.user == turn.user]
+        for permission in mine:
+            self._audit.record(
+                conversation=turn.conversation_id,
+                user=turn.user,
+                skill=permission.skill,
+                tool=permission.tool,
+                source=permission.source,
+                confirmation=None,
+                digest="",
+                decision="permission_revoked",
+                result="expired" if permission.expires_at <= now else None,
+                permission=permission.id,
+            )
+        rest = [p for p in held if p.user != turn.user and p.expires_at > now]
+        said = Say(self.responses.permissions_revoked, {"count": sum(p.expires_at > now for p in mine)})
+        return Decision("done", [said], {PERMISSIONS_SLOT: permissions.to_slot(rest)})
 
     def _late(self, pending: PendingConfirmation) -> bool:
         return self._clock() - pending.asked_at > self.policy.ttl_seconds
@@ -611,10 +755,12 @@ class Executor:
         confirmed: PendingConfirmation | None = None,
         asked_before: PendingConfirmation | None = None,
         resolved: _Resolved | None = None,
+        permitted: bool = False,
     ) -> _Run:
         """Run ``skill`` from step ``start`` with the turn's slots; ``confirmed`` is the call a yes just
         authorised, ``asked_before`` the question a new one replaces (the same call keeps its key),
-        ``resolved`` what the first step's tool name resolved to, if that is known already.
+        ``resolved`` what the first step's tool name resolved to, if that is known already;
+        ``permitted``: a new request, whose one call a remembered permission may cover (rule 8).
 
         Constrained calls are gathered, not run (rule 1): the run goes on past them while the next
         steps are constrained too and need nothing the gathered calls would give, then asks about
@@ -667,6 +813,10 @@ class Executor:
         if planned:
             if len(planned) == 1 and len(lines) == 1:
                 one = planned[0]
+                permission = await self._covered(skill, one, turn) if permitted else None
+                if permission is not None:
+                    ran = await self._run_permitted(skill, one, permission, turn)
+                    return replace(ran, say=(*said, *ran.say), slots={**_filled(lines), **ran.slots})
                 asked = await self._ask(
                     skill,
                     one.index,
@@ -722,11 +872,34 @@ class Executor:
                 pass
             except _FAILURES as exc:
                 return self._failure(skill, step, exc, turn)
+        pending = self._seal.sign(
+            self._pending(skill, index, step, arguments, turn, asked_before), turn.conversation_id
+        )
+        assert rule.utter_for_confirmation is not None
+        variables = templating.variables(slots, arguments, tool=step.execute_tool)
+        # Rule 8: a third button gives a permission, where the skill allows one for this call.
+        remember = await self._may_remember(skill, step.execute_tool, resolved, arguments)
+        buttons = (permissions.GRANT_BUTTON,) if remember else ()
+        question = Say(rule.utter_for_confirmation, variables, buttons)
+        self._record(turn, pending, "asked", None)
+        return _Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, (pending,))
+
+    def _pending(
+        self,
+        skill: Skill,
+        index: int,
+        step: Step,
+        arguments: Mapping[str, Any],
+        turn: Turn,
+        asked_before: PendingConfirmation | None,
+    ) -> PendingConfirmation:
+        """The exact call of ``step``, unsigned, as a question about it (or a permission's use) holds
+        it; the same call as ``asked_before`` keeps its idempotency key."""
         source = str(skill.tools[step.execute_tool])
         digest = call_digest(skill.id, step.execute_tool, source, arguments)
         question_id = uuid.uuid4().hex
         same_call = asked_before is not None and asked_before.digest == digest
-        pending = PendingConfirmation(
+        return PendingConfirmation(
             id=question_id,
             skill=skill.id,
             tool=step.execute_tool,
@@ -739,12 +912,6 @@ class Executor:
             key=asked_before.key if same_call and asked_before is not None else question_id,
             user=turn.user,
         )
-        pending = self._seal.sign(pending, turn.conversation_id)
-        assert rule.utter_for_confirmation is not None
-        variables = templating.variables(slots, arguments, tool=step.execute_tool)
-        question = Say(rule.utter_for_confirmation, variables)
-        self._record(turn, pending, "asked", None)
-        return _Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, (pending,))
 
     async def _ask_calls(
         self, skill: Skill, planned: Sequence[_Planned], turn: Turn, asked_before: Question
@@ -800,6 +967,8 @@ class Executor:
         """The question about several calls: each on its numbered line, and a button per call."""
         lines = "\n".join(f"{call.place}. {self._describe(skill, call, slots)}" for call in calls)
         buttons = tuple({"title": f"Only {call.place}", "payload": f"only {call.place}"} for call in calls)
+        if len(calls) == 1:
+            return Say(self.responses.confirm_one_call, {"calls": lines, "count": 1})
         return Say(
             self.responses.confirm_calls,
             {"calls": lines, "count": len(calls)},

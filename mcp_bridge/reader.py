@@ -9,7 +9,12 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
   polite filler, there is no question mark, no number the pending call does not contain, nothing
   that makes the yes-words ironic (below), and the NLU also read it as the affirm intent. Anything
   else is never a yes.
-* :class:`No`: every word is a plain no or a filler ("no", "nope, cancel", "👎", "never mind").
+* :class:`Grant`: a yes, read exactly as above (the NLU agreeing), that also says not to ask again:
+  every word is a yes-word, a filler or a ``remember`` phrase, with at least one of each ("yes, and
+  don't ask again today", "yes, always allow this"). A ``remember`` phrase alone ("don't ask again")
+  is unclear, and beside a no it is a no ("no, and don't ask again"): only a plain yes grants.
+* :class:`No`: every word is a plain no or a filler ("no", "nope, cancel", "👎", "never mind",
+  "definitely not").
 * :class:`Edit`: "change it to: ...", "make it say ...", "actually: ..." replace the call's text.
 * :class:`Redirect`: an email address beside a redirecting word ("no, it's for x@y.com",
   "save it to x@y.com instead") moves the call to that contact.
@@ -38,7 +43,7 @@ naming another intent or carrying entities is not a yes.
 A question about several calls (a numbered list) is read by :meth:`ConfirmationReader.read_calls`:
 
 * a plain yes or no, read exactly as above (the NLU agreeing to a yes), or the Yes / No button,
-  answers every call alike;
+  answers every call alike; a :class:`Grant` is unclear here (a permission is given for one call);
 * :class:`Choices`: a yes or no for each call, in words ("yes to 1, no to 2", "only the first",
   "all", "none", "both but not the task"; the grammar is :mod:`mcp_bridge.choices`'s). The words
   decide alone: the NLU cannot express a per-call answer, and the grammar takes nothing it does not
@@ -76,6 +81,13 @@ DEFAULT_WORDS = Path(__file__).with_name("confirmation_words.yml")
 @dataclass(frozen=True)
 class Yes:
     kind: Literal["yes"] = "yes"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A plain yes that also says not to ask again (a remembered permission, if the skill allows one)."""
+
+    kind: Literal["grant"] = "grant"
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,7 @@ class Unclear:
     kind: Literal["unclear"] = "unclear"
 
 
-Answer = Yes | No | Edit | Redirect | Other | Unclear | TooLong
+Answer = Yes | Grant | No | Edit | Redirect | Other | Unclear | TooLong
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,7 @@ class _WordFile(BaseModel):
     ironic: list[str] = Field(default_factory=list)
     drawn_out: list[str] = Field(default_factory=list)
     instruction: list[str] = Field(default_factory=list)
+    remember: list[str] = Field(default_factory=list)
     edit: list[str] = Field(default_factory=list)
     edit_with_colon: list[str] = Field(default_factory=list)
     edit_lead_in: list[str] = Field(default_factory=list)
@@ -187,6 +200,7 @@ class Words:
     ironic: frozenset[tuple[str, ...]]
     drawn_out: frozenset[str]
     instruction: frozenset[tuple[str, ...]]
+    remember: frozenset[tuple[str, ...]]
     edit: tuple[str, ...]
     edit_with_colon: tuple[str, ...]
     edit_lead_in: frozenset[str]
@@ -248,6 +262,7 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
         ironic=phrases("ironic"),
         drawn_out=frozenset(" ".join(_tokens(v)) for v in lists.get("drawn_out", [])),
         instruction=phrases("instruction"),
+        remember=phrases("remember"),
         edit=longest_first("edit"),
         edit_with_colon=longest_first("edit_with_colon"),
         edit_lead_in=frozenset(" ".join(_tokens(v)) for v in lists.get("edit_lead_in", [])),
@@ -400,12 +415,19 @@ class ConfirmationReader:
         # Words of the lists that decide yes and no: never "corrected" into another word.
         self._vocabulary = {
             token
-            for phrases in (self.words.yes, self.words.no, self.words.not_a_yes, self.words.ironic)
+            for phrases in (
+                self.words.yes,
+                self.words.no,
+                self.words.not_a_yes,
+                self.words.ironic,
+                self.words.remember,
+            )
             for phrase in phrases
             for token in phrase
         } | {token for phrase in self.words.polite for token in phrase}
         self._phrases = _PhraseIndex(
             [
+                ("remember", self.words.remember),
                 ("no", self.words.no),
                 ("not_a_yes", self.words.not_a_yes),
                 ("ironic", self.words.ironic),
@@ -469,7 +491,7 @@ class ConfirmationReader:
         if stripped.startswith("/"):
             return self._payload(stripped)
         text_answer = self._read_text(stripped, nlu, call or {})
-        if isinstance(text_answer, Yes) and nlu is not None and not self._nlu_says_yes(nlu):
+        if isinstance(text_answer, Yes | Grant) and nlu is not None and not self._nlu_says_yes(nlu):
             return Unclear("the NLU did not read it as a yes")
         return text_answer
 
@@ -501,6 +523,8 @@ class ConfirmationReader:
             return edit
         # As one answer to all of them. No call's numbers count as known: "yes 1" names a call.
         whole = self.read(stripped, nlu, {})
+        if isinstance(whole, Grant):
+            return Unclear("a permission for several calls at once")
         if isinstance(whole, Yes | No):
             return Choices((isinstance(whole, Yes),) * count)
         if isinstance(whole, TooLong):
@@ -651,11 +675,16 @@ class ConfirmationReader:
             return self._with_email(text, addresses, nlu)
         found = self._label(tokens, call)
         kinds = {label for label, _ in found} - {"polite"}
-        if kinds == {"yes"}:
+        if kinds in ({"yes"}, {"yes", "remember"}):
             doubt = self._irony(found) or _tone(text)
-            return Unclear(doubt) if doubt else Yes()
-        if "no" in kinds and kinds <= {"no", "not_a_yes", "ironic"}:
-            return No()  # "no", "actually no", "no, not now": plainly a no, hedged or not
+            if doubt:
+                return Unclear(doubt)
+            return Grant() if "remember" in kinds else Yes()
+        if "no" in kinds and kinds <= {"no", "not_a_yes", "ironic", "remember"}:
+            # "no", "actually no", "no, not now", "no, and don't ask again": a no, hedged or not
+            return No()
+        if kinds == {"remember"}:
+            return Unclear("not to ask again, without a yes")
         if not kinds & {"yes", "no", "not_a_yes", "ironic"} and self._nlu_says_other(nlu):
             return Other()
         return Unclear(_why(kinds))

@@ -16,6 +16,12 @@ tool_constraints:
         role: supervisor
         when: {argument: text, contains_any: [refund, write-off]}   # absent: every call
         expires_after: 30m                                          # s, m, h or d; at most 7d
+      # Optional: the person may answer "yes, and don't ask again today" (mcp_bridge/permissions.py).
+      allows_remembering:
+        same_arguments: [contact_id]   # unasked only for the same contact (or any_arguments: true)
+        expires_after: 8h              # the longest a permission lasts; at most 1d
+        describe: "notes to {contact_name}"                          # how the permission is named
+        # even_if_destructive: true    # needed for a tool its server annotates as destructive
 steps:
   - execute_tool: find_contact_by_email
     arguments: {email: {slot: contact_email}}
@@ -126,9 +132,46 @@ class RequiresApproval(_Strict):
         return int(match[1]) * _SECONDS[match[2]]
 
 
+MAX_PERMISSION_SECONDS = 86400
+
+
+class AllowsRemembering(_Strict):
+    """The person may let later calls of the tool run without a question, for at most
+    ``expires_after``: calls with the same values of ``same_arguments``, or with any arguments
+    (``any_arguments: true``; exactly one of the two). Never for a tool its server annotates as
+    destructive, unless ``even_if_destructive`` says so."""
+
+    same_arguments: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=20
+    )
+    any_arguments: StrictBool = False
+    expires_after: str
+    even_if_destructive: StrictBool = False
+    # How the permission is named to the person ("notes to {contact_name}"); the variables of the
+    # tool's responses, for the call that was allowed.
+    describe: str | None = Field(default=None, max_length=500)
+
+    @field_validator("expires_after")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise ValueError("a duration like '90s', '30m', '2h' or '1d'")
+        if int(match[1]) * _SECONDS[match[2]] > MAX_PERMISSION_SECONDS:
+            raise ValueError("at most one day ('1d'): a permission is for today, not for good")
+        return value
+
+    @property
+    def seconds(self) -> int:
+        match = _DURATION.fullmatch(self.expires_after)
+        assert match is not None  # checked when read
+        return int(match[1]) * _SECONDS[match[2]]
+
+
 class ToolConstraint(_Strict):
     requires_confirmation: RequiresConfirmation | None = None
     requires_approval_from: RequiresApproval | None = None
+    allows_remembering: AllowsRemembering | None = None
 
 
 class SlotArgument(_Strict):
@@ -380,6 +423,36 @@ def _check(
                     f"{there}.when.argument",
                     f"{approval.when.argument!r} is not an argument of a step calling {tool!r} ({known})",
                 )
+        remembering = constraint.allows_remembering
+        if remembering is not None:
+            there = f"{where}.allows_remembering"
+            if rule is None or not rule.enabled:
+                raise fail(
+                    there,
+                    "needs requires_confirmation enabled on the same tool: a permission is given in "
+                    "answer to its question",
+                )
+            if remembering.any_arguments == bool(remembering.same_arguments):
+                raise fail(
+                    there,
+                    "give exactly one of same_arguments (the arguments a later call must share) and "
+                    "any_arguments: true",
+                )
+            arguments = {
+                name for step in parsed.steps if step.execute_tool == tool for name in step.arguments
+            }
+            for place, name in enumerate(remembering.same_arguments):
+                if name not in arguments:
+                    known = ", ".join(sorted(arguments)) or "none"
+                    raise fail(
+                        f"{there}.same_arguments[{place}]",
+                        f"{name!r} is not an argument of a step calling {tool!r} ({known})",
+                    )
+            if remembering.describe is not None:
+                try:
+                    remembering.describe.format_map(_AnyValue())
+                except (ValueError, IndexError, AttributeError) as exc:
+                    raise fail(f"{there}.describe", str(exc)) from None
         constraints[tool] = constraint
 
     for index, step in enumerate(parsed.steps):

@@ -38,6 +38,9 @@ class Annotations:
     read_only: bool = False
     # Its source is vouched for: the bot's own code, or an MCP server marked ``trusted``.
     vouched: bool = False
+    # The tool may destroy or overwrite data (MCP's ``destructiveHint``, true unless a vouched-for
+    # server says false or read-only): no remembered permission covers it unless the skill says so.
+    destructive: bool = True
 
 
 class Tool(Protocol):
@@ -100,7 +103,8 @@ class LocalTool:
         return local_input_schema(self.function)
 
     async def annotations(self) -> Annotations:
-        return Annotations(read_only=False, vouched=True)  # the bot's own code, which claims nothing
+        # The bot's own code, which claims nothing: the skill that calls it decides.
+        return Annotations(read_only=False, vouched=True, destructive=False)
 
     def honours_idempotency_key(self) -> bool:
         return _takes_idempotency_key(self.function)  # declared by its signature
@@ -145,7 +149,10 @@ class MCPTool:
             return Annotations()  # claims from a server nobody vouched for count for nothing: not read
         info = await self.runtime.get_tool(self.server, self.name)
         read_only = info.annotations is not None and info.annotations.read_only_hint is True
-        return Annotations(read_only=read_only, vouched=True)
+        destructive = not read_only and (
+            info.annotations is None or info.annotations.destructive_hint is not False
+        )
+        return Annotations(read_only=read_only, vouched=True, destructive=destructive)
 
     def honours_idempotency_key(self) -> bool:
         return self.runtime.servers[self.server].honours_idempotency_key

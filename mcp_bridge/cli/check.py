@@ -46,8 +46,11 @@ from mcp_bridge.contract import (
     APPROVAL_INTENT,
     ELICITATION_SLOT,
     PENDING_SLOT,
+    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
+    REVOKE_ACTION,
+    REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
@@ -135,6 +138,14 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
         needed = [f"action {APPROVAL_ACTION}"] if APPROVAL_ACTION not in actions else []
         needed += [f"intent {APPROVAL_INTENT}"] if APPROVAL_INTENT not in intents else []
         missing += [f"{need} (for requires_approval_from in {', '.join(approving)})" for need in needed]
+    remembering = [
+        s.path.name for s in skills.values() if any(c.allows_remembering for c in s.constraints.values())
+    ]
+    if remembering:
+        needed = [f"action {REVOKE_ACTION}"] if REVOKE_ACTION not in actions else []
+        needed += [f"intent {REVOKE_INTENT}"] if REVOKE_INTENT not in intents else []
+        needed += [f"slot {PERMISSIONS_SLOT}"] if PERMISSIONS_SLOT not in slots else []
+        missing += [f"{need} (for allows_remembering in {', '.join(remembering)})" for need in needed]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")
 

@@ -9,7 +9,12 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
 * the confirmation loop's rule and the second approver's (``data/mcp_bridge.yml``), unless the bot
   has the loop's rule already; then only the second approver's, if missing
   (``data/mcp_bridge_approvals.yml``);
-* examples for ``affirm``/``deny`` (``data/mcp_bridge_nlu.yml``), only for an intent without any;
+* when a skill has ``allows_remembering``: the ``revoke_permissions`` intent, the
+  ``remembered_permissions`` slot, ``action_revoke_permissions``, their responses, and the rule from
+  the intent to the action (in ``data/mcp_bridge.yml``, or ``data/mcp_bridge_permissions.yml`` for a
+  bot that has the loop's rule already);
+* examples for ``affirm``/``deny`` (``data/mcp_bridge_nlu.yml``), only for an intent without any (and
+  for ``revoke_permissions``, when a skill has ``allows_remembering``);
 * ``mcp_servers:`` (and an ``action_endpoint:`` if there is none) in ``endpoints.yml``;
 * when a server there acts as the person (``oauth: {grant: authorization_code}``): the intent,
   actions and responses of the sign-in (``person_domain.yml``) and the rule that goes on after it
@@ -59,9 +64,12 @@ from mcp_bridge.contract import (
     BUTTON_PAYLOADS,
     CONFIRMATION_LOOP,
     PENDING_SLOT,
+    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
     RESUME_ACTION,
+    REVOKE_ACTION,
+    REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills import ACTION_NAME
@@ -70,6 +78,7 @@ DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
 NLU_FILE = Path("data") / "mcp_bridge_nlu.yml"
 APPROVAL_RULE_FILE = Path("data") / "mcp_bridge_approvals.yml"
+PERMISSIONS_RULE_FILE = Path("data") / "mcp_bridge_permissions.yml"
 PERSON_FILE = Path("data") / "mcp_bridge_person.yml"
 SAMPLE_SKILL = Path("skills") / "save_reminder.yml.example"
 _SECTIONS = ("intents", "slots", "actions", "responses")
@@ -243,8 +252,9 @@ def plan(bot: Path, domain: Path | None = None) -> Plan:
     result = Plan(bot)
     problems: list[str] = []
     approving = approving_skills(bot / "skills")
-    _plan_domain(bot, domain_location(bot, domain), result, problems, approving)
-    _plan_data(bot, result, problems, approving)
+    remembering = skills_using(bot / "skills", "allows_remembering")
+    _plan_domain(bot, domain_location(bot, domain), result, problems, approving, remembering)
+    _plan_data(bot, result, problems, approving, remembering)
     _plan_endpoints(bot, result, problems)
     skills = bot / "skills"
     has_skills = bool([*skills.glob("*.yml"), *skills.glob("*.yaml")])
@@ -271,6 +281,11 @@ def _read_domain(location: Path) -> list[_DomainFile]:
 def approving_skills(skills_dir: Path) -> bool:
     """Some skill file of ``skills_dir`` has ``requires_approval_from`` (a second approver): the bot
     then needs the approval pieces of the fragments, and only then gets them."""
+    return skills_using(skills_dir, "requires_approval_from")
+
+
+def skills_using(skills_dir: Path, key: str) -> bool:
+    """Some skill file of ``skills_dir`` has the constraint option ``key`` on a tool."""
     for path in sorted([*skills_dir.glob("*.yml"), *skills_dir.glob("*.yaml")]):
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
@@ -279,7 +294,7 @@ def approving_skills(skills_dir: Path) -> bool:
         entries = document.get("tool_constraints") if isinstance(document, dict) else None
         for entry in entries if isinstance(entries, list) else []:
             for constraint in entry.values() if isinstance(entry, dict) else []:
-                if isinstance(constraint, dict) and constraint.get("requires_approval_from"):
+                if isinstance(constraint, dict) and constraint.get(key):
                     return True
     return False
 
@@ -290,9 +305,18 @@ _APPROVAL_PIECES = {
     "actions": {APPROVAL_ACTION},
     "responses": RESPONSES.names(),
 }
+# The pieces for remembered permissions, added only for a bot whose skills allow them.
+_REMEMBERING_PIECES = {
+    "intents": {REVOKE_INTENT},
+    "slots": {PERMISSIONS_SLOT},
+    "actions": {REVOKE_ACTION},
+    "responses": {"utter_permission_granted", "utter_permission_used", "utter_permissions_revoked"},
+}
 
 
-def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str], approving: bool) -> None:
+def _plan_domain(
+    bot: Path, location: Path, result: Plan, problems: list[str], approving: bool, remembering: bool
+) -> None:
     fragment = Fragment.read("domain.yml", _SECTIONS, entry_name)
     files = _read_domain(location)
     defined: dict[str, set[str]] = {section: set() for section in (*_SECTIONS, "entities", "forms")}
@@ -305,7 +329,8 @@ def _plan_domain(bot: Path, location: Path, result: Plan, problems: list[str], a
         section: {
             name: block
             for name, block in fragment.blocks[section].items()
-            if approving or name not in _APPROVAL_PIECES.get(section, set())
+            if (approving or name not in _APPROVAL_PIECES.get(section, set()))
+            and (remembering or name not in _REMEMBERING_PIECES.get(section, set()))
         }
         for section in _SECTIONS
     }
@@ -416,10 +441,11 @@ def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:
     return problems
 
 
-def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) -> None:
+def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool, remembering: bool) -> None:
     data = bot / "data"
     with_examples: set[str] = set()
-    has_rule = has_approval_rule = has_resume_rule = False
+    has_rule = has_approval_rule = has_resume_rule = has_revoke_rule = False
+    nlu_intents = (*PLUGIN_INTENTS, REVOKE_INTENT) if remembering else PLUGIN_INTENTS
     for path in _yaml_files(data):
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
@@ -429,7 +455,7 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
         if not isinstance(document, dict):
             continue
         for item in document.get("nlu") or []:
-            if isinstance(item, dict) and item.get("intent") in PLUGIN_INTENTS and item.get("examples"):
+            if isinstance(item, dict) and item.get("intent") in nlu_intents and item.get("examples"):
                 with_examples.add(str(item["intent"]))
         has_rule = has_rule or any(_is_loop_rule(rule) for rule in document.get("rules") or [])
         has_approval_rule = has_approval_rule or any(
@@ -437,6 +463,9 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
         )
         has_resume_rule = has_resume_rule or any(
             _is_resume_rule(rule) for rule in document.get("rules") or []
+        )
+        has_revoke_rule = has_revoke_rule or any(
+            _is_revoke_rule(rule) for rule in document.get("rules") or []
         )
 
     if acts_as_person(bot) and not has_resume_rule:
@@ -459,8 +488,14 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
             text = fragment_text("rules.yml")
             if not approving:
                 text = text[: text.index(_APPROVAL_RULE_COMMENT)].rstrip("\n") + "\n"
+            if not remembering:
+                start, end = text.index(_REVOKE_RULE_COMMENT), text.find(_APPROVAL_RULE_COMMENT)
+                text = text[:start] + (text[end:] if end != -1 else "")
+                text = text.rstrip("\n") + "\n"
             result.files[bot / RULE_FILE] = text
             result.added.append(f"{RULE_FILE}: the rule for the confirmation loop")
+            if remembering:
+                result.added.append(f'{RULE_FILE}: the rule for "stop saving without asking"')
             if approving:
                 result.added.append(f"{RULE_FILE}: the rule for a second approver's decision")
     elif approving and not has_approval_rule and not (bot / APPROVAL_RULE_FILE).exists():
@@ -470,7 +505,14 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
         result.files[bot / APPROVAL_RULE_FILE] = f'version: "3.1"\n\nrules:\n{rule}'
         result.added.append(f"{APPROVAL_RULE_FILE}: the rule for a second approver's decision")
 
-    lacking = [intent for intent in PLUGIN_INTENTS if intent not in with_examples]
+    if has_rule and remembering and not has_revoke_rule and not (bot / PERMISSIONS_RULE_FILE).exists():
+        # A bot initialised before remembered permissions: their rule alone, as the fragment has it.
+        text = fragment_text("rules.yml")
+        rule = text[text.index(_REVOKE_RULE_COMMENT) : text.index(_APPROVAL_RULE_COMMENT)].rstrip("\n")
+        result.files[bot / PERMISSIONS_RULE_FILE] = f'version: "3.1"\n\nrules:\n{rule}\n'
+        result.added.append(f'{PERMISSIONS_RULE_FILE}: the rule for "stop saving without asking"')
+
+    lacking = [intent for intent in nlu_intents if intent not in with_examples]
     if lacking:
         if (bot / NLU_FILE).exists():
             problems.append(f"{bot / NLU_FILE}: exists but has no examples for {', '.join(lacking)}")
@@ -483,6 +525,12 @@ def _plan_data(bot: Path, result: Plan, problems: list[str], approving: bool) ->
 
 
 _APPROVAL_RULE_COMMENT = "  # A second approver decided"
+_REVOKE_RULE_COMMENT = '  # "stop saving without asking"'
+
+
+def _is_revoke_rule(rule: Any) -> bool:
+    steps = rule.get("steps") if isinstance(rule, dict) else None
+    return isinstance(steps, list) and steps[:2] == [{"intent": REVOKE_INTENT}, {"action": REVOKE_ACTION}]
 
 
 def _is_approval_rule(rule: Any) -> bool:

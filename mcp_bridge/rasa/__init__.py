@@ -30,6 +30,7 @@ from mcp_bridge.rasa.actions import (
     ConfirmTool,
     DenyTool,
     ExecutorAction,
+    RevokePermissions,
     SkillAction,
     serve_skills,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "DisconnectPerson",
     "ExecutorAction",
     "ResumeAfterSignIn",
+    "RevokePermissions",
     "SkillAction",
     "apply_decision",
     "build_executor",

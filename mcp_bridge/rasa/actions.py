@@ -26,6 +26,7 @@ from mcp_bridge.contract import (
     CONFIRMATION_LOOP,
     DENY_ACTION,
     PENDING_SLOT,
+    REVOKE_ACTION,
 )
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import Decision, Turn
@@ -133,6 +134,15 @@ class ApprovalDecided(ExecutorAction):
 
     async def decide(self, turn: Turn) -> Decision:
         return Decision("nothing_pending")  # run() decides, with the request's id
+
+
+class RevokePermissions(ExecutorAction):
+    """ "stop saving without asking": withdraws the person's remembered permissions."""
+
+    action_name = REVOKE_ACTION
+
+    async def decide(self, turn: Turn) -> Decision:
+        return await executor().revoke(turn)
 
 
 _APPROVAL_ID = re.compile(r"[0-9a-f]{32}")

@@ -91,7 +91,14 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     skills = check_skills(
         skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
     )
-    questions = {responses.confirm_tool_call, responses.confirm_calls} | {
+    if any(c.allows_remembering for skill in skills.values() for c in skill.constraints.values()):
+        missing = sorted(responses.permission_names() - known_responses)
+        if missing:
+            raise ConfigError(
+                f"{domain}: a skill allows remembered permissions, and these responses are missing: "
+                f"{', '.join(missing)} (`mcp-bridge init` adds them)"
+            )
+    questions = {responses.confirm_tool_call, responses.confirm_calls, responses.confirm_one_call} | {
         rule.utter_for_confirmation
         for skill in skills.values()
         for tool in skill.constraints

@@ -132,6 +132,7 @@ def test_the_cases_catch_a_deny_action_that_writes(stack: E2EStack, tmp_path: Pa
         "user denies the note",
         "unclear answer, asked again, nothing written",
         "an answer over the limit is refused, the question asked again, nothing written",
+        "a no with don't ask again grants nothing",
         "an answer that does not decide each call writes nothing and is asked again",  # ends in "none"
     }, report
     for result in failed.values():

@@ -17,6 +17,7 @@ import yaml
 
 from mcp_bridge import approvals
 from mcp_bridge.cli.init import fragment_text
+from mcp_bridge.executor import Responses
 from tests.support.bots import (
     DATA_BLOCK,
     SKILL_BLOCK,
@@ -30,13 +31,17 @@ from tests.support.bots import (
 from tests.support.procs import RASA, child_env
 
 ALL_OF_FRAGMENT = yaml.safe_load(fragment_text("domain.yml"))
-# What a bot without a second approver gets: the fragment without the approval pieces.
+# What a bot without a second approver or remembered permissions gets: the fragment without their pieces.
 FRAGMENT = {
     **ALL_OF_FRAGMENT,
     "responses": {
         name: value
         for name, value in ALL_OF_FRAGMENT["responses"].items()
-        if name not in approvals.RESPONSES.names()
+        if name not in approvals.RESPONSES.names() | Responses().permission_names()
+    },
+    # ... and without the remembered permissions' slot.
+    "slots": {
+        name: value for name, value in ALL_OF_FRAGMENT["slots"].items() if name != "remembered_permissions"
     },
 }
 
@@ -392,8 +397,36 @@ def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) 
     assert validate.returncode == 0, output
     unused, other = rasa_warnings(output)
     assert unused == expected_unused_responses()
-    assert len(unused) == 26  # what the guide's step 8 says
+    assert len(unused) == 27  # what the guide's step 8 says
     assert other == [], other
+
+
+def test_a_bot_whose_skill_allows_remembering_gets_its_pieces_at_the_first_init(bot: Path) -> None:
+    skills = bot / "skills"
+    skills.mkdir(exist_ok=True)
+    skill = fragment_text("skill.yml").replace(
+        "        utter_on_user_denial: utter_reminder_cancelled\n",
+        "        utter_on_user_denial: utter_reminder_cancelled\n"
+        "      allows_remembering: {any_arguments: true, expires_after: 8h}\n",
+    )
+    assert "allows_remembering" in skill
+    (skills / "save_reminder.yml").write_text(skill)
+    result = init(bot)
+    assert result.returncode == 0, result.stderr
+    domain = yaml.safe_load((bot / "domain.yml").read_text())
+    assert "revoke_permissions" in domain["intents"] and "action_revoke_permissions" in domain["actions"]
+    assert "remembered_permissions" in domain["slots"] and "approval_decided" not in domain["intents"]
+    assert Responses().permission_names() <= set(domain["responses"])
+    rules = yaml.safe_load((bot / "data" / "mcp_bridge.yml").read_text())["rules"]
+    assert [step for rule in rules for step in rule["steps"] if "intent" in step] == [
+        {"intent": "revoke_permissions"}
+    ]
+    nlu = yaml.safe_load((bot / "data" / "mcp_bridge_nlu.yml").read_text())["nlu"]
+    assert (
+        "stop saving without asking"
+        in next(i for i in nlu if i["intent"] == "revoke_permissions")["examples"]
+    )
+    assert "nothing to change" in init(bot).stdout
 
 
 def test_a_bot_whose_skill_has_a_second_approver_gets_its_pieces_at_the_first_init(bot: Path) -> None:

@@ -19,6 +19,7 @@ from mcp_bridge.reader import (
     ConfirmationReader,
     Edit,
     EditCall,
+    Grant,
     NluOpinion,
     No,
     Other,
@@ -36,7 +37,8 @@ READER = ConfirmationReader()
 
 
 def labelled() -> list[tuple[str, str]]:
-    pairs = [(text, label) for label in ("yes", "no", "unclear", "sarcasm") for text in ANSWERS[label]]
+    labels = ("yes", "no", "unclear", "sarcasm", "grant", "grant_traps")
+    pairs = [(text, label) for label in labels for text in ANSWERS[label]]
     return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
 
 
@@ -50,13 +52,16 @@ def test_the_answer_set_covers_every_class() -> None:
 
 def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
     unsafe: list[tuple[str, str, str]] = []
+    unsafe_grants: list[tuple[str, str, str]] = []
     missed: list[str] = []
     yes_total = 0
     for text, label in labelled():
         for opinion_name, opinion in (("no NLU", None), ("NLU says affirm", OVERCONFIDENT)):
             reading = READER.read(text, opinion, CALL)
-            if label != "yes" and isinstance(reading, Yes):
+            if label not in ("yes", "grant") and isinstance(reading, Yes | Grant):
                 unsafe.append((text, label, opinion_name))
+            if label != "grant" and isinstance(reading, Grant):
+                unsafe_grants.append((text, label, opinion_name))
             if label == "yes" and opinion is OVERCONFIDENT:
                 yes_total += 1
                 if not isinstance(reading, Yes):
@@ -65,10 +70,33 @@ def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFix
     with capsys.disabled():
         print(
             f"\nconfirmation reader on {len(labelled())} labelled answers: unsafe writes {len(unsafe)} "
-            f"(must be 0); yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
+            f"(must be 0); unsafe grants {len(unsafe_grants)} (must be 0); "
+            f"yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
         )
     assert unsafe == []
+    assert unsafe_grants == []
     assert recall >= 0.95
+
+
+@pytest.mark.parametrize("text", ANSWERS["grant"])
+def test_a_yes_that_says_not_to_ask_again_is_a_grant(text: str) -> None:
+    assert READER.read(text, None, CALL) == Grant()
+    assert READER.read(text, OVERCONFIDENT, CALL) == Grant()
+    # A grant is a yes: the NLU must agree, as for a yes.
+    assert isinstance(READER.read(text, NluOpinion("deny", 0.99), CALL), Unclear)
+
+
+@pytest.mark.parametrize("text", ANSWERS["grant_traps"])
+def test_what_only_looks_like_a_grant_is_asked_again(text: str) -> None:
+    for opinion in (None, OVERCONFIDENT):
+        assert isinstance(READER.read(text, opinion, CALL), Unclear | No), (text, opinion)
+
+
+def test_a_grant_is_not_an_answer_to_several_calls() -> None:
+    for text in ANSWERS["grant"]:
+        reading = READER.read_calls(text, OVERCONFIDENT, [{}, {}], ["note", "note"])
+        assert isinstance(reading, Unclear), text
+    assert READER.read_calls("no, and don't ask again", None, [{}, {}]) == Choices((False, False))
 
 
 @pytest.mark.parametrize("text", ANSWERS["no"])

@@ -403,8 +403,10 @@ async def test_one_call_of_several_lines_is_a_list_of_one(tmp_path: Path) -> Non
     chat = Conversation(Executor(skills, ToolBox(local, None)), "one-of-two", due="2026-12-04")
     chat.slots["contact_emails"] = ["dana@example.com", "priya@example.com"]
     decision = await chat.start("tasks")
-    assert responses(decision) == ["utter_confirm_calls"]
+    # Its own wording ("Shall I do this?"), not "Shall I do these 1?", and no "Only 1" button.
+    assert responses(decision) == ["utter_confirm_one_call"]
     assert decision.say[0].variables["calls"] == "1. Task for Priya Raman, due 2026-12-04"
+    assert decision.say[0].buttons == ()
     (call,) = calls_of(chat)
     assert (call["tool"], call["arguments"]["contact_id"], call["count"]) == ("create_task", 2, 1)
     decision = await chat.say("yes", "affirm", 0.99)

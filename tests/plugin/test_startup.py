@@ -16,10 +16,14 @@ from mcp_bridge.contract import (
     BUTTON_PAYLOADS,
     ELICITATION_SLOT,
     PENDING_SLOT,
+    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
+    REVOKE_ACTION,
+    REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.executor import Responses
 from mcp_bridge.skills import check_skills
 from mcp_bridge.yamlfile import load_yaml
 
@@ -73,11 +77,13 @@ def test_the_skill_directory_is_read_once_and_the_actions_served_are_the_skills_
 
 def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     domain = yaml.safe_load(fragment_text("domain.yml"))
-    assert tuple(domain["intents"]) == (*PLUGIN_INTENTS, APPROVAL_INTENT)
-    assert tuple(domain["actions"]) == (*PLUGIN_ACTIONS, APPROVAL_ACTION)
+    assert tuple(domain["intents"]) == (*PLUGIN_INTENTS, APPROVAL_INTENT, REVOKE_INTENT)
+    assert tuple(domain["actions"]) == (*PLUGIN_ACTIONS, APPROVAL_ACTION, REVOKE_ACTION)
     # A second approver's responses, which the executor says (added only for a skill that uses one).
     assert approvals.RESPONSES.names() <= set(domain["responses"])
-    assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT]
+    # The executor's remembered-permission responses (added only for a skill that allows one).
+    assert Responses().permission_names() <= set(domain["responses"])
+    assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT, PERMISSIONS_SLOT]
     question = domain["responses"]["utter_confirm_tool_call"][0]
     assert {button["payload"] for button in question["buttons"]} == BUTTON_PAYLOADS
 

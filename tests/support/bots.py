@@ -23,6 +23,7 @@ import yaml
 from mcp_bridge import approvals
 from mcp_bridge.cli.init import _entry_blocks, fragment_text
 from mcp_bridge.cli.yaml_splice import Splice, compose, entry_name, top_level
+from mcp_bridge.executor import Responses
 from tests.support.procs import REPO_ROOT, child_env
 
 RASA_SITE = next((REPO_ROOT / ".venv-rasa" / "lib").glob("python3*/site-packages"), None)
@@ -117,6 +118,7 @@ def expected_unused_responses() -> set[str]:
     the starter bot after the guide (step 8): the plugin's (from init) and the skill's, which the
     plugin's actions say themselves."""
     plugin = set(yaml.safe_load(fragment_text("domain.yml"))["responses"]) - approvals.RESPONSES.names()
+    plugin -= Responses().permission_names()
     skill = yaml.safe_load(guide_block(RESPONSES_BLOCK))["responses"]
     return set(plugin) | set(skill)
 

@@ -28,8 +28,10 @@ def confirmation_switched_off(target: Path, source: str) -> Path:
     constraint = document["tool_constraints"][0]["add_timeline_note"]
     if mutated == text or constraint["requires_confirmation"]["enabled"] is not False:
         raise RuntimeError(f"{path}: could not switch the confirmation off; has the skill file changed?")
-    if constraint.pop("requires_approval_from", None) is not None:
-        # A second approver needs the confirmation (the skill would be refused): off with it.
+    # A second approver and a remembered permission need the confirmation (the skill would be
+    # refused): off with them.
+    dropped = [constraint.pop(key, None) for key in ("requires_approval_from", "allows_remembering")]
+    if any(value is not None for value in dropped):
         mutated = yaml.safe_dump(document, sort_keys=False)
     path.write_text(mutated)
     return skills
