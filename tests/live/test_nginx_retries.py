@@ -83,7 +83,9 @@ def replicas() -> Iterator[tuple[Replica, Replica, str]]:
 
 def send(url: str, method: str) -> int:
     data = b'{"sender": "a", "message": "yes"}' if method == "POST" else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status
