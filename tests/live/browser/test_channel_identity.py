@@ -305,7 +305,8 @@ async def test_a_yes_from_anyone_but_the_person_asked_writes_nothing(
     await person.expect("What should the note say?")
     await person.say(note)
     question = await person.expect(question_for(note))
-    assert [reply["payload"] for reply in question["quick_replies"]] == ["/deny", "/affirm"]
+    payloads = [reply["payload"] for reply in question["quick_replies"]]
+    assert payloads == ["/deny", "/affirm", "yes, and don't ask again today"]  # the skill allows remembering
 
     # The REST channel's holder answers for the conversation, pretending in the metadata to be the page.
     forged = {USER_KEY: f"socketio:{conversation}"}
@@ -318,6 +319,8 @@ async def test_a_yes_from_anyone_but_the_person_asked_writes_nothing(
     await other_user.session()
     await other_user.say("/affirm")
     await other_user.expect(NOT_YOURS)
+    await other_user.say(payloads[2])  # nor can they give the person's permission to skip asking
+    await other_user.expect(NOT_YOURS)
     assert chat_stack.store.notes_after(mark) == []  # nothing written
 
     refused = [
@@ -328,6 +331,12 @@ async def test_a_yes_from_anyone_but_the_person_asked_writes_nothing(
     assert [(e["user"], e["answered_by"]) for e in refused] == [
         (f"socketio:{conversation}", "rest:operator"),
         (f"socketio:{conversation}", "socketio:mallory"),
+        (f"socketio:{conversation}", "socketio:mallory"),
+    ]
+    assert not [
+        e
+        for e in map(json.loads, chat_stack.audit_log.read_text().splitlines())
+        if e["conversation"] == conversation and e["decision"] == "permission_granted"
     ]
 
     # The person's own yes: asked again (other messages came in between), then saved once.
