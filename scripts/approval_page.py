@@ -26,7 +26,9 @@ plugin's action there runs an approved call once, or says the refusal. A sweep (
 not yet told (again after 30 s, until the conversation's action has told it).
 
 Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
-`/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}), `/health`.
+`/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}; answers
+{"decided": "approved"|"refused"}, or an error with its ``reason``: own_request, not_allowed,
+already_decided, unknown), `/health`.
 """
 
 from __future__ import annotations
@@ -359,8 +361,9 @@ def make_app(
             max_age=session_seconds,
         )
 
-    def deny(status: int, error: str) -> web.Response:
-        return web.json_response({"error": error}, status=status, headers=headers)
+    def deny(status: int, error: str, reason: str | None = None) -> web.Response:
+        body = {"error": error} if reason is None else {"error": error, "reason": reason}
+        return web.json_response(body, status=status, headers=headers)
 
     async def body(request: web.Request) -> dict[str, Any] | None:
         try:
@@ -472,7 +475,7 @@ def make_app(
             "unknown": (404, "no such request"),
         }
         status, reason = reasons[decided.kind]
-        return deny(status, reason)
+        return deny(status, reason, decided.kind)
 
     async def health(request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok", headers=headers)
