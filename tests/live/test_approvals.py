@@ -452,3 +452,36 @@ def _pending_id(stack: Stack, conversation: str) -> str:
             (conversation,),
         ).fetchall()
     return str(found)
+
+
+def test_the_e2e_runner_logs_in_at_the_openid_provider_and_decides_on_the_page(
+    stack: Stack, oidc_page: str
+) -> None:
+    """`mcp-bridge test e2e`'s approval steps against a page whose approvers log in at the provider:
+    the runner fills the provider's login form, comes back with the page's session, and decides."""
+    import asyncio
+
+    from mcp_bridge.cli.e2e.approvals import ApprovalPage, ApproverError
+
+    note = f"Refund of 7 EUR for Dana ({secrets.token_hex(4)})."
+    held(stack, "oidc-runner", note)
+    request_id = _pending_id(stack, "oidc-runner")
+
+    async def drive() -> tuple[list[str], str, str]:
+        page = ApprovalPage(oidc_page, {"sam": PASSWORDS["sam"], "carol": PASSWORDS["operator"]})
+        wrong = ApprovalPage(oidc_page, {"sam": "not the password"})
+        try:
+            listed = [item["id"] for item in await page.pending("sam")]
+            clerk = await page.decide("carol", request_id, True)
+            with pytest.raises(ApproverError, match="refused 'sam'"):
+                await wrong.pending("sam")
+            return listed, str(clerk.kind), str((await page.decide("sam", request_id, True)).kind)
+        finally:
+            await page.aclose()
+            await wrong.aclose()
+
+    listed, clerk, sam = asyncio.run(drive())
+    assert request_id in listed
+    assert (clerk, sam) == ("not_allowed", "decided")
+    stack.wait_said("oidc-runner", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
