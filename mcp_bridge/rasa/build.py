@@ -118,7 +118,8 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
                 f"{domain}: a skill requires a second approver, and these responses are missing: "
                 f"{', '.join(missing)} (`mcp-bridge init` adds them)"
             )
-        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
+        lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
+        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease)
     runtime = MCPRuntime(servers, person_oauth=person)
     runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", held_calls.WAIT_SECONDS)
     runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", held_calls.MAX_HELD)
