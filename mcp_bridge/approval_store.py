@@ -73,19 +73,21 @@ _EXPIRE = (
     f"WHERE status = 'pending' AND expires_at <= ? RETURNING {_COLUMNS}"
 )
 # Decided and untold, or running past its lease (its action server died before the outcome was
-# recorded): the conversation is told (again), and its action takes it up.
+# recorded): the conversation is told (again), and its action takes it up. A take clears notified_at,
+# so a lost run is told at once, then again only every retry_after.
 _UNTOLD = (
     "UPDATE approval_requests SET notified_at = ? WHERE ((status IN ('approved', 'refused', 'expired') "
     "AND told = 0) OR (status = 'running' AND running_until <= ?)) "
     f"AND (notified_at IS NULL OR notified_at <= ?) RETURNING {_COLUMNS}"
 )
 _RUN = (
-    "UPDATE approval_requests SET status = 'running', told = 1, running_until = ?, attempts = attempts + 1 "
+    "UPDATE approval_requests SET status = 'running', told = 1, notified_at = NULL, running_until = ?, "
+    "attempts = attempts + 1 "
     f"WHERE id = ? AND conversation_id = ? AND status = 'approved' AND expires_at > ? RETURNING {_COLUMNS}"
 )
 # A run whose lease passed without an outcome: taken again, by one caller, with a new lease.
 _RESUME = (
-    "UPDATE approval_requests SET running_until = ?, attempts = attempts + 1 "
+    "UPDATE approval_requests SET notified_at = NULL, running_until = ?, attempts = attempts + 1 "
     f"WHERE id = ? AND conversation_id = ? AND status = 'running' AND running_until <= ? RETURNING {_COLUMNS}"
 )
 _LATE = (
