@@ -4,6 +4,7 @@ waiting for their role, approve or refuse them; the requester's conversation is 
     APPROVAL_PAGE_KEY=... APPROVALS_DATABASE=... RASA_AUTH_TOKEN=... \\
         python scripts/approval_page.py --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
         [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
+        [--retry-seconds 30]
 
 Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's OpenID provider
 (authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
@@ -23,7 +24,8 @@ on the requester's conversation through Rasa's HTTP API (``POST /conversations/<
 with the API token), whichever Rasa replica answers (they share the tracker and lock stores); the
 plugin's action there runs an approved call once, or says the refusal. A sweep (every
 ``--sweep-seconds``) refuses requests whose expiry passed undecided and tells every decided request
-not yet told (again after 30 s, until the conversation's action has told it).
+not yet told (again after ``--retry-seconds``, 30, until the conversation's action has told it), and
+every approved call whose run was lost (running past its lease: its action server died) once more.
 
 Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
 `/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}; answers
@@ -317,6 +319,7 @@ def make_app(
     oidc: OIDCLogin | None = None,
     session_seconds: int = SESSION_SECONDS,
     sweep_seconds: float = 2.0,
+    retry_seconds: float = RETRY_TELL_SECONDS,
 ) -> web.Application:
     """The page's server. Approvers log in with a password checked against ``accounts`` (their
     roles read from there at every request), or, with ``oidc``, at the OpenID provider (their
@@ -488,7 +491,7 @@ def make_app(
             while True:
                 try:
                     await approvals.expire_due()
-                    for request in await approvals.store.untold(time.time(), RETRY_TELL_SECONDS):
+                    for request in await approvals.store.untold(time.time(), retry_seconds):
                         await notifier.tell(client, request)
                 except Exception:  # a database hiccup must not end the sweep
                     log.exception("approval page: the sweep failed; trying again")
@@ -543,6 +546,12 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--session-seconds", type=int, default=SESSION_SECONDS)
     parser.add_argument("--sweep-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=RETRY_TELL_SECONDS,
+        help="tell a conversation again after this long when it has not taken up its decision",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     env = os.environ
@@ -569,6 +578,7 @@ def main() -> int:
         oidc=oidc,
         session_seconds=args.session_seconds,
         sweep_seconds=args.sweep_seconds,
+        retry_seconds=args.retry_seconds,
     )
     print(f"approval page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
