@@ -6,7 +6,9 @@ confirmations; give every replica the same value, or a question asked before a r
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
-when a skill has ``requires_approval_from``); with a server that acts as the person, MCP_TOKEN_KEY
+when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
+approved call may go unrecorded before it counts as lost and is resumed; :mod:`mcp_bridge.approvals`
+rule 5); with a server that acts as the person, MCP_TOKEN_KEY
 (encrypts the people's tokens; required, long and random, the same on every replica) and
 MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.

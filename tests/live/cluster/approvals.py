@@ -2,8 +2,9 @@
 
 Conversations log a note about a refund (the example's log skill holds it for a supervisor) and say
 yes: each call waits in the approvals database (PostgreSQL, shared by both action servers). Then sam
-decides them on the approval page over HTTP (half approve, half refuse): the first half, then
-action-1 is killed (SIGKILL), the second half while it is down, then it is started again. The page
+decides them on the approval page over HTTP (half approve, half refuse): the first half at once, then
+action-1 is killed (SIGKILL) while the page is still telling those conversations, the second half
+while it is down, then it is started again. The page
 tells each conversation through nginx and Rasa; whichever action server nginx picks runs the approved
 call once. A run lost with action-1 stays `running` until its lease (APPROVAL_RUN_LEASE_SECONDS, short
 here) passes; the page then tells the conversation again and the other replica resumes it under its
@@ -111,10 +112,13 @@ def told(cluster: Cluster, sender: str) -> list[str]:
 
 
 async def decide_all(page: ApprovalPage, held: list[Held]) -> None:
-    for item in held:
+    """Every decision at once, as several approvers clicking together."""
+
+    async def one(item: Held) -> None:
         assert item.request_id is not None
-        answer = await page.decide(APPROVER, item.request_id, item.approve)
-        item.page_answer = str(answer)
+        item.page_answer = str(await page.decide(APPROVER, item.request_id, item.approve))
+
+    await asyncio.gather(*(one(item) for item in held))
 
 
 async def _decide_with_a_kill(cluster: Cluster, held: list[Held], passwords: dict[str, str]) -> float:
@@ -127,6 +131,7 @@ async def _decide_with_a_kill(cluster: Cluster, held: list[Held], passwords: dic
             raise AssertionError(f"not on {APPROVER}'s list on the approval page: {missing}")
         half = len(held) // 2
         await decide_all(page, held[:half])
+        # At once: the page is telling these conversations now, and some runs are on action-1.
         cluster.kill("action-1")
         print(f"    killed action-1 (SIGKILL) after {half} of {len(held)} approvals were decided", flush=True)
         await decide_all(page, held[half:])
