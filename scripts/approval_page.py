@@ -78,6 +78,8 @@ COOKIE = "approver_session"
 LOGIN_COOKIE = "approver_login"
 SESSION_SECONDS = 8 * 3600
 RETRY_TELL_SECONDS = 30.0
+# Conversations told at the same time (each a request to Rasa that lasts as long as its turn).
+TELLING = 16
 _USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _ID = re.compile(r"[0-9a-f]{32}")
 # scrypt's cost: n=2**15, r=8, p=1 (about 32 MB and 50 ms a check).
@@ -486,13 +488,23 @@ def make_app(
     async def sweep(app: web.Application) -> AsyncIterator[None]:
         client_session.append(aiohttp.ClientSession())
 
+        # Each conversation is told in a task of its own (at most TELLING at once), so one that Rasa
+        # is slow to answer (its action is running a call) holds up no other.
+        telling: set[asyncio.Task[bool]] = set()
+        gate = asyncio.Semaphore(TELLING)
+
+        async def tell(request: ApprovalRequest) -> bool:
+            async with gate:
+                return await notifier.tell(client_session[0], request)
+
         async def loop() -> None:
-            client = client_session[0]
             while True:
                 try:
                     await approvals.expire_due()
                     for request in await approvals.store.untold(time.time(), retry_seconds):
-                        await notifier.tell(client, request)
+                        task = asyncio.create_task(tell(request))
+                        telling.add(task)
+                        task.add_done_callback(telling.discard)
                 except Exception:  # a database hiccup must not end the sweep
                     log.exception("approval page: the sweep failed; trying again")
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -501,9 +513,10 @@ def make_app(
 
         task = asyncio.create_task(loop())
         yield
-        task.cancel()
+        for running in [task, *telling]:
+            running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await task
+            await asyncio.gather(task, *telling, return_exceptions=True)
         await approvals.store.aclose()
         await client_session[0].close()
 

@@ -2,9 +2,10 @@
 
 Conversations log a note about a refund (the example's log skill holds it for a supervisor) and say
 yes: each call waits in the approvals database (PostgreSQL, shared by both action servers). Then sam
-decides them on the approval page over HTTP (half approve, half refuse): the first half at once, then
-action-1 is killed (SIGKILL) while the page is still telling those conversations, the second half
-while it is down, then it is started again. The page
+decides them on the approval page over HTTP (half approve, half refuse): the first half at once while
+the CRM is stopped (SIGSTOP), so the approved calls are running, on both action servers, when action-1
+is killed (SIGKILL); the CRM goes on (it writes those calls: the lost runs did reach it); the second
+half is decided while action-1 is down; then it is started again. The page
 tells each conversation through nginx and Rasa; whichever action server nginx picks runs the approved
 call once. A run lost with action-1 stays `running` until its lease (APPROVAL_RUN_LEASE_SECONDS, short
 here) passes; the page then tells the conversation again and the other replica resumes it under its
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 import urllib.parse
 import urllib.request
@@ -30,6 +33,7 @@ import asyncpg
 
 from mcp_bridge.cli.e2e.approvals import ApprovalPage
 from scripts.cluster import Cluster
+from scripts.services import descendants
 from tests.live.cluster.scenario import Conversation, Person
 
 CONTACTS = ["dana@example.com", "priya@example.com", "tom@example.org", "lena.fischer@example.net"]
@@ -121,23 +125,51 @@ async def decide_all(page: ApprovalPage, held: list[Held]) -> None:
     await asyncio.gather(*(one(item) for item in held))
 
 
-async def _decide_with_a_kill(cluster: Cluster, held: list[Held], passwords: dict[str, str]) -> float:
-    """The first half decided, action-1 killed, the second half decided, action-1 back; its restart time."""
+def _signal(cluster: Cluster, name: str, signum: int) -> None:
+    """``signum`` to the process ``name`` and everything it started."""
+    pid = cluster.running[name].pid
+    assert pid is not None
+    for each in [pid, *(child for child, _ in descendants(pid))]:
+        os.kill(each, signum)
+
+
+async def _running(cluster: Cluster, ids: list[str], timeout: float = 30.0) -> int:
+    """Waits (at most ``timeout``) until every request of ``ids`` is running; how many are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await statuses(cluster.approvals_database_url, ids)
+        count = sum(1 for status, _ in found.values() if status == "running")
+        if count == len(ids) or time.monotonic() > deadline:
+            return count
+        await asyncio.sleep(0.2)
+
+
+async def _decide_with_a_kill(
+    cluster: Cluster, held: list[Held], passwords: dict[str, str]
+) -> tuple[float, int]:
+    """The first half decided at once while the CRM is stopped (SIGSTOP), so the approved calls hang
+    on their way to it, some on action-1 (nginx deals requests round robin, one worker); action-1
+    killed; the CRM goes on; the second half decided while action-1 is down; action-1 back. Its
+    restart time, and how many runs were in flight when it was killed."""
     page = ApprovalPage(cluster.approval_page_url, {APPROVER: passwords[APPROVER]})
     try:
         listed = {item["id"] for item in await page.pending(APPROVER)}
         missing = [h.chat.sender for h in held if h.request_id not in listed]
         if missing:
             raise AssertionError(f"not on {APPROVER}'s list on the approval page: {missing}")
-        half = len(held) // 2
-        await decide_all(page, held[:half])
-        # At once: the page is telling these conversations now, and some runs are on action-1.
-        cluster.kill("action-1")
-        print(f"    killed action-1 (SIGKILL) after {half} of {len(held)} approvals were decided", flush=True)
-        await decide_all(page, held[half:])
+        first, second = held[: len(held) // 2], held[len(held) // 2 :]
+        _signal(cluster, "crm-rest", signal.SIGSTOP)
+        try:
+            await decide_all(page, first)
+            in_flight = await _running(cluster, [h.request_id for h in first if h.approve and h.request_id])
+            cluster.kill("action-1")
+        finally:
+            _signal(cluster, "crm-rest", signal.SIGCONT)
+        print(f"    killed action-1 (SIGKILL) with {in_flight} approved call(s) running", flush=True)
+        await decide_all(page, second)
         began = time.monotonic()
         await asyncio.to_thread(cluster.restart, "action-1")
-        return time.monotonic() - began
+        return time.monotonic() - began, in_flight
     finally:
         await page.aclose()
 
@@ -158,12 +190,13 @@ def run_approvals(cluster: Cluster, run_id: str, count: int) -> tuple[list[str],
     began = time.monotonic()
     broken = hold(person, chats)
     ids = asyncio.run(request_ids(cluster.approvals_database_url, [c.sender for c in chats]))
-    # Alternate, so each half has both kinds.
-    held = [Held(c, approve=i % 2 == 0, request_id=ids.get(c.sender)) for i, c in enumerate(chats)]
+    # 4 approvals and 2 refusals decided around the kill, then 2 and 4 while action-1 is down.
+    pattern = [True, True, False, True, False, True, True, False, False, True, False, False]
+    held = [Held(c, pattern[i % len(pattern)], ids.get(c.sender)) for i, c in enumerate(chats)]
     held = [h for h in held if h.request_id is not None]
     if len(held) != count:
         broken.append(f"only {len(held)} of {count} calls were held for approval")
-    restart = asyncio.run(_decide_with_a_kill(cluster, held, cluster.approver_passwords()))
+    restart, in_flight = asyncio.run(_decide_with_a_kill(cluster, held, cluster.approver_passwords()))
     # Every conversation told: approved ones after their run (or its resumption, past the lease).
     deadline = time.monotonic() + RUN_LEASE_SECONDS + 60
     while True:
@@ -206,11 +239,14 @@ def run_approvals(cluster: Cluster, run_id: str, count: int) -> tuple[list[str],
         broken.append(f"refused conversations not told the refusal exactly once: {refused_told}")
     if page_refused:
         broken.append(f"the approval page did not take these decisions: {page_refused}")
+    if resumed == 0:
+        broken.append("no approved run was lost with action-1 and resumed: the kill missed them all")
     if wrong_end:
         broken.append(f"requests that did not end done (approved) or refused: {wrong_end}")
     figures = [
         f"approvals: {len(held)} calls held, {len(approved)} approved, {len(refused)} refused on the page, "
-        f"half of them while action-1 was down (back after {restart:.1f} s)",
+        f"action-1 killed with {in_flight} approved calls running (held at the stopped CRM), the other "
+        f"half decided while it was down (back after {restart:.1f} s)",
         f"approved notes written once: {len(approved) - len(not_once)} of {len(approved)}; "
         f"refused notes written: {len(after_refusal)}",
         f"requests ended: {', '.join(f'{s} {n}' for s, n in sorted(end_states.items()))}; "
