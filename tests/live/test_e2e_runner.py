@@ -288,7 +288,8 @@ def test_a_wrong_audit_trail_is_pointed_out(stack: E2EStack, tmp_path: Path) -> 
 
 
 def test_an_unreachable_rasa_is_an_error_never_a_pass(tmp_path: Path) -> None:
-    target = Target(rasa_url=f"http://{procs.HOST}:{procs.free_port()}", audit_log=tmp_path / "a.jsonl")
+    nowhere = f"http://{procs.HOST}:{procs.free_port()}"
+    target = Target(rasa_url=nowhere, audit_log=tmp_path / "a.jsonl", approval_page=nowhere)
     results = asyncio.run(run_cases(load_paths([E2E / "cases"]), target))
     assert results and all(not r.passed and r.error and "Connect" in r.error for r in results)
     assert text_report(results).rstrip().endswith(f"0 passed, {len(results)} failed")
