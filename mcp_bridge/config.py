@@ -190,6 +190,11 @@ class MCPServerConfig:
 
     def auth_description(self) -> str:
         """Which authentication the bridge uses for this server, never a secret: for the CLI."""
+        if self.oauth is not None and self.oauth.acts_as_person:
+            parts = [f"client_id {self.oauth.client_id}"]
+            parts += [f"scope {self.oauth.scope}"] if self.oauth.scope else []
+            parts += [f"redirect_uri {self.oauth.redirect_uri}"]
+            return f"oauth acting as the person (authorization code with PKCE; {', '.join(parts)})"
         if self.oauth is not None:
             parts = [f"client_id {self.oauth.client_id}", f"token_url {self.oauth.token_url}"]
             parts += [f"scope {self.oauth.scope}"] if self.oauth.scope else []

@@ -49,6 +49,7 @@ The rules, in order of importance:
 A server that acts as the person (:mod:`mcp_bridge.person_oauth`) and has no usable sign-in of the
 person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
 sign-in link; the skill runs again after the sign-in and asks as usual (a sign-in is never a yes).
+A held call released by its approver (rule 7) runs as the requester, whose yes was sealed with it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ from mcp_bridge.errors import (
     ToolNotFoundError,
     ToolResultInvalidError,
 )
-from mcp_bridge.person_oauth import SignInRequiredError
+from mcp_bridge.person_oauth import SignInRequiredError, acting
 from mcp_bridge.pipeline import check_arguments
 from mcp_bridge.reader import (
     Choices,
@@ -547,10 +548,20 @@ class Executor:
             log.warning("approval %s: its run was lost; not repeated (no tool keeps its key)", request.id)
             await self.approvals.finish(request, "outcome unknown: its run was lost, not repeated")
             return Decision("unavailable", [Say(self.responses.tool_outcome_unknown, variables)])
-        if pending.in_batch:  # one call of a list: that call alone, with the context it was planned in
-            run = await self._run_one(skill, step, resolved, pending, then)
-        else:
-            run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
+        # Told by the approval page, not said by anyone: a server that acts as the person is called as
+        # the requester, the person whose yes was sealed with the call; never as nobody or another.
+        then = replace(then, user=pending.user)
+        try:
+            with acting(turn.conversation_id, pending.user, skill.id):
+                if pending.in_batch:  # one call of a list: alone, with the context it was planned in
+                    run = await self._run_one(skill, step, resolved, pending, then)
+                else:
+                    run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
+        except SignInRequiredError:
+            # The requester's sign-in is gone (disconnected, or it could not be renewed): nothing was
+            # sent, and the request is done; the action shows them the link, and the skill asks anew.
+            await self.approvals.finish(request, "not run: the requester must sign in first")
+            raise
         try:
             await self.approvals.finish(request, run.outcome)
         except Exception:  # the store failed after the call: the person hears what the call did

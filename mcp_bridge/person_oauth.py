@@ -63,7 +63,7 @@ from mcp.shared.auth import (
 )
 
 from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.errors import BridgeError, NotAuthorisedError
+from mcp_bridge.errors import BridgeError, NotAuthorisedError, ServerUnavailableError
 from mcp_bridge.token_store import TokenStore
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,61 @@ class _Discovered:
     metadata: OAuthMetadata
 
 
+async def discover(config: MCPServerConfig) -> _Discovered:
+    """Where people sign in for the server, as the MCP specification says: its 401's hint, its
+    protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414).
+    NotAuthorisedError when none is found."""
+    async with _http(config) as http:
+        challenge = await http.post(
+            config.url,
+            json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
+            headers={"accept": "application/json, text/event-stream"},
+        )
+        hint = extract_resource_metadata_from_www_auth(challenge)
+        resource: ProtectedResourceMetadata | None = None
+        for url in build_protected_resource_metadata_discovery_urls(hint, config.url):
+            resource = await handle_protected_resource_response(
+                await http.send(create_oauth_metadata_request(url))
+            )
+            if resource is not None:
+                break
+        issuer = (
+            str(resource.authorization_servers[0]) if resource and resource.authorization_servers else None
+        )
+        metadata: OAuthMetadata | None = None
+        for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, config.url):
+            go_on, metadata = await handle_auth_metadata_response(
+                await http.send(create_oauth_metadata_request(url))
+            )
+            if metadata is not None or not go_on:
+                break
+    if metadata is None:
+        raise NotAuthorisedError(
+            f"MCP server {config.name!r}: no authorization server metadata found (protected-resource "
+            "metadata, RFC 9728, then RFC 8414); nobody can sign in"
+        )
+    if issuer is not None:
+        validate_metadata_issuer(metadata, issuer)
+    return _Discovered(resource, metadata)
+
+
+async def authorization_server(config: MCPServerConfig) -> str:
+    """The issuer of the authorization server where people sign in for ``config``'s server (discovered;
+    nothing of anyone's is sent). NotAuthorisedError when none is found, ServerUnavailableError when
+    the server cannot be reached."""
+    try:
+        return str((await discover(config)).metadata.issuer)
+    except httpx2.HTTPError as exc:
+        raise ServerUnavailableError(
+            f"MCP server {config.name!r} at {config.url} could not be reached ({type(exc).__name__})"
+        ) from exc
+
+
+def _http(config: MCPServerConfig) -> httpx2.AsyncClient:
+    timeout = config.oauth.timeout if config.oauth is not None else 10.0
+    return httpx2.AsyncClient(timeout=timeout, follow_redirects=False)
+
+
 class _OneShotStorage:
     """The SDK's TokenStorage for one provider object: what its handlers store, kept for the caller."""
 
@@ -188,44 +243,8 @@ class PersonOAuth:
 
     async def _discover(self, server: str) -> _Discovered:
         found = self._discovered.get(server)
-        if found is not None:
-            return found
-        config = self._servers[server]
-        async with self._http(config) as http:
-            challenge = await http.post(
-                config.url,
-                json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
-                headers={"accept": "application/json, text/event-stream"},
-            )
-            hint = extract_resource_metadata_from_www_auth(challenge)
-            resource: ProtectedResourceMetadata | None = None
-            for url in build_protected_resource_metadata_discovery_urls(hint, config.url):
-                resource = await handle_protected_resource_response(
-                    await http.send(create_oauth_metadata_request(url))
-                )
-                if resource is not None:
-                    break
-            issuer = (
-                str(resource.authorization_servers[0])
-                if resource and resource.authorization_servers
-                else None
-            )
-            metadata: OAuthMetadata | None = None
-            for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, config.url):
-                go_on, metadata = await handle_auth_metadata_response(
-                    await http.send(create_oauth_metadata_request(url))
-                )
-                if metadata is not None or not go_on:
-                    break
-        if metadata is None:
-            raise NotAuthorisedError(
-                f"MCP server {server!r}: no authorization server metadata found (protected-resource "
-                "metadata, RFC 9728, then RFC 8414); nobody can sign in"
-            )
-        if issuer is not None:
-            validate_metadata_issuer(metadata, issuer)
-        found = _Discovered(resource, metadata)
-        self._discovered[server] = found
+        if found is None:
+            found = self._discovered[server] = await discover(self._servers[server])
         return found
 
     async def _provider(self, server: str) -> tuple[OAuthClientProvider, _OneShotStorage]:
@@ -314,7 +333,7 @@ class PersonOAuth:
         except Exception:
             raise SignInError("the sign-in answer came from another authorization server") from None
         request = await provider._exchange_token_authorization_code(code, verifier)
-        async with self._http(self._servers[signed.server]) as http:
+        async with _http(self._servers[signed.server]) as http:
             response = await http.send(request)
             try:
                 await provider._handle_token_response(response)
@@ -375,7 +394,7 @@ class PersonOAuth:
         provider, storage = await self._provider(server)
         provider.context.current_tokens = OAuthToken.model_validate(record["token"])
         request = await provider._refresh_token()
-        async with self._http(self._servers[server]) as http:
+        async with _http(self._servers[server]) as http:
             try:
                 response = await http.send(request)
             except httpx2.HTTPError as exc:
@@ -414,7 +433,7 @@ class PersonOAuth:
         if endpoint is None:
             return
         token = record["token"]
-        async with self._http(self._servers[server]) as http:
+        async with _http(self._servers[server]) as http:
             for value, hint in (
                 (token.get("refresh_token"), "refresh_token"),
                 (token.get("access_token"), "access_token"),
@@ -431,10 +450,6 @@ class PersonOAuth:
                     log.info("MCP server %r: %s revoked (HTTP %s)", server, hint, response.status_code)
                 except httpx2.HTTPError as exc:
                     log.warning("MCP server %r: %s not revoked (%s)", server, hint, type(exc).__name__)
-
-    def _http(self, config: MCPServerConfig) -> httpx2.AsyncClient:
-        timeout = config.oauth.timeout if config.oauth is not None else 10.0
-        return httpx2.AsyncClient(timeout=timeout, follow_redirects=False)
 
     async def aclose(self) -> None:
         await self._store.close()

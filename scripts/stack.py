@@ -15,7 +15,13 @@ Rasa's signed socket.io channel; with --without-rasa it is served all the same a
 reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
 bridge tokens by client credentials, its client secret CRM_OAUTH_CLIENT_SECRET or one generated
-once into var/crm_oauth_client_secret. MCP_AUTH=token keeps the static bearer token instead:
+once into var/crm_oauth_client_secret. MCP_AUTH=person makes the bridge act as the person in the
+conversation instead (authorization code with PKCE): the first note asks them to sign in at the
+authorization server (dana-agent or lee-agent, any password), whose second client
+(crm-bridge-person) has CRM_PERSON_CLIENT_SECRET or one generated once into
+var/crm_person_client_secret; their tokens are kept encrypted in var/mcp_tokens.sqlite3
+(MCP_TOKEN_STORE) under MCP_TOKEN_KEY (var/mcp_token_key), and the callback on the action server
+resumes the conversation through Rasa's HTTP API. MCP_AUTH=token keeps the static bearer token instead:
 CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token. Likewise ACTION_SERVER_TOKEN
 (var/action_server_token), which Rasa sends to the action server, CONFIRMATION_SECRET
 (var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the REST channel's bearer
@@ -42,6 +48,8 @@ sys.path.insert(0, str(REPO))
 
 from scripts import services as procs  # noqa: E402
 
+CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.person_oauth.CALLBACK_PATH
+
 # Everything the stack writes (database, tokens, logs, PIDs) goes here; tests point it elsewhere.
 VAR = Path(os.environ.get("STACK_VAR", REPO / "var"))
 DEFAULT_STATE = VAR / "run" / "stack.json"
@@ -67,8 +75,23 @@ def up(state: Path, with_rasa: bool) -> int:
             print(f"already running (see {state}); run `make down` first", file=sys.stderr)
             return 1
         state.unlink()  # left behind by a run that was killed; nothing of it is running
-    oauth = os.environ.get("MCP_AUTH", "oauth") != "token"
+    mode = os.environ.get("MCP_AUTH", "oauth")
+    if mode not in MCP_AUTH_MODES:
+        print(f"MCP_AUTH={mode!r}: use one of {', '.join(MCP_AUTH_MODES)}", file=sys.stderr)
+        return 2
+    oauth = mode != "token"
     token = None if oauth else secret("CRM_MCP_TOKEN", "crm_mcp_token")
+    action_port = port("ACTION_SERVER_PORT", 5055)
+    rasa_port = port("RASA_PORT", 5005)
+    person = (
+        procs.PersonClient(
+            "crm-bridge-person",
+            secret("CRM_PERSON_CLIENT_SECRET", "crm_person_client_secret"),
+            f"http://{procs.HOST}:{action_port}{CALLBACK_PATH}",
+        )
+        if mode == "person"
+        else None
+    )
     client = (
         procs.OAuthClient("crm-bridge", secret("CRM_OAUTH_CLIENT_SECRET", "crm_oauth_client_secret"))
         if oauth
@@ -119,6 +142,7 @@ def up(state: Path, with_rasa: bool) -> int:
                         client,
                         port=port("AUTH_PORT", 8300),
                         login=approver_login,
+                        person=person,
                     ),
                     logs / "authorization-server.log",
                 ),
@@ -126,6 +150,10 @@ def up(state: Path, with_rasa: bool) -> int:
             )
             services["authorization_server"] = auth
             bridge_env = procs.oauth_env(client, auth.url)
+        if person is not None:
+            bridge_env |= person_env(
+                person, action_port, f"http://{procs.HOST}:{rasa_port}", access.api_token
+            )
         mcp = start(
             _detached(
                 procs.crm_mcp(
@@ -139,12 +167,12 @@ def up(state: Path, with_rasa: bool) -> int:
             "CRM MCP server",
         )
         services["crm_mcp"] = mcp
-        action_port = port("ACTION_SERVER_PORT", 5055)
         endpoints = procs.write_endpoints(
             VAR / "run" / "endpoints.yml",
             f"http://127.0.0.1:{action_port}/webhook",
             action_token,
             mcp_oauth=oauth,
+            mcp_person=person is not None,
         )
         skills = Path(os.environ.get("SKILLS_DIR", REPO / "examples" / "crm_bot" / "skills"))
         approvals_db = os.environ.get("APPROVALS_DATABASE", str(VAR / "approvals.sqlite3"))
@@ -169,7 +197,6 @@ def up(state: Path, with_rasa: bool) -> int:
             f"action server (skills from {skills})",
         )
         services["action_server"] = actions
-        rasa_port = port("RASA_PORT", 5005)
         if with_rasa:
             rasa = start(
                 procs.rasa_server(
@@ -227,6 +254,11 @@ def up(state: Path, with_rasa: bool) -> int:
     for name, service in services.items():
         print(f"  {name:<14} {service.url}")
     print(f"\nopen the chat page: {services['chat_page'].url}")
+    if person is not None:
+        print(
+            "the bridge acts as the person: the first note asks you to sign in "
+            f"({', '.join(person.accounts)}, any password); `disconnect my CRM` forgets it"
+        )
     print(
         f"approval page: {services['approval_page'].url} (log in as sam or alice; passwords in "
         f"{VAR}/approver_<name>_password)"
@@ -241,6 +273,24 @@ def up(state: Path, with_rasa: bool) -> int:
 
 
 APPROVERS = REPO / "examples" / "crm_bot" / "approvers.yml"
+# MCP_AUTH: oauth (client credentials, the default), person (authorization code), token (static).
+MCP_AUTH_MODES = ("oauth", "person", "token")
+
+
+def person_env(
+    person: procs.PersonClient, action_port: int, rasa_url: str, rasa_token: str
+) -> dict[str, str]:
+    """The action server's environment for acting as the person (PERSON_OAUTH_BLOCK's variables, the
+    token store and its key, and Rasa's HTTP API, which the sign-in callback resumes through)."""
+    return {
+        "CRM_PERSON_CLIENT_ID": person.client_id,
+        "CRM_PERSON_CLIENT_SECRET": person.client_secret,
+        "ACTION_SERVER_PUBLIC_URL": f"http://{procs.HOST}:{action_port}",
+        "MCP_TOKEN_KEY": secret("MCP_TOKEN_KEY", "mcp_token_key"),
+        "MCP_TOKEN_STORE": os.environ.get("MCP_TOKEN_STORE") or str(VAR / "mcp_tokens.sqlite3"),
+        "RASA_URL": rasa_url,
+        "RASA_AUTH_TOKEN": rasa_token,
+    }
 
 
 def approver_hashes() -> dict[str, str]:

@@ -15,7 +15,9 @@ step's arguments give every property its input schema requires and literal argum
 and it publishes an output schema (a tool annotated ``-> dict`` sends text blocks only, and the
 ``ok``/``error`` keys the steps branch on do not survive the wire). After the summary it prints,
 for each of those servers, the protocol revision negotiated, the authentication configured (never a
-secret) and the server's capabilities.
+secret) and the server's capabilities. A server that acts as the person is checked with the token in
+MCP_OPERATOR_TOKEN; without one its tools are not checked, and the check says so, naming the
+authorization server it discovered (see ``mcp-bridge tools``).
 
 Exit status 0 with a one-line summary; 1 with the file, the place and the reason.
 """
@@ -37,6 +39,7 @@ import jsonschema
 
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
+from mcp_bridge.cli.tools import as_operator, before_sign_in, with_operator
 from mcp_bridge.config import MCPServerConfig
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
@@ -48,7 +51,7 @@ from mcp_bridge.contract import (
 )
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import ServerDescription
+from mcp_bridge.runtime import MCPRuntime, ServerDescription
 from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
 from mcp_bridge.tools import registered_local_tools
 
@@ -171,44 +174,66 @@ def _names(value: Any) -> set[str]:
     return set()
 
 
-async def check_live(executor: Executor) -> tuple[list[str], int, list[ServerDescription]]:
+async def check_live(
+    executor: Executor, env: Mapping[str, str] | None = None
+) -> tuple[list[str], int, list[ServerDescription], list[str]]:
     """Problems found at the MCP servers (file, place, reason each), how many tools were checked,
-    and what each server reached is (protocol revision, auth, capabilities)."""
+    what each server reached is (protocol revision, auth, capabilities), and what is said of each
+    server that acts as the person and could not be listed (no operator's token: see cli.tools)."""
     runtime = executor.tools.runtime
     assert runtime is not None
+    env = os.environ if env is None else env
     problems: list[str] = []
     checked = 0
     unreachable: set[str] = set()
     described: dict[str, ServerDescription] = {}
-    for skill in executor.skills.values():
-        for tool_name, server in skill.mcp_imports().items():
-            if server in unreachable:
-                continue
-            where = f"{skill.path}: tools.{tool_name}"
-            try:
-                catalogue = await runtime.tools(server)
-                if server not in described:
-                    described[server] = await runtime.describe(server)
-            except ToolCallError as exc:
-                unreachable.add(server)
-                problems.append(f"{where}: {exc} (url {runtime.servers[server].url})")
-                continue
-            tool = catalogue.get(tool_name)
-            if tool is None:
-                served = ", ".join(sorted(catalogue)) or "none"
-                problems.append(f"{where}: MCP server {server!r} has no tool named {tool_name!r} ({served})")
-                continue
-            checked += 1
-            if tool.output_schema is None:
-                problems.append(
-                    f"{where}: MCP tool {tool_name!r} on server {server!r} publishes no output schema, "
-                    "so its result arrives as text blocks and the keys the steps read (ok, error, ...) are "
-                    "lost; "
-                    "fix the server: return a pydantic model (e.g. `-> ReminderResult`, not `-> dict`) so it "
-                    "publishes outputSchema and answers with structuredContent"
-                )
-            problems.extend(_check_steps(skill, tool_name, dict(tool.input_schema)))
-    return problems, checked, list(described.values())
+    not_listed: dict[str, list[str]] = {}
+    # A server that acts as the person is listed with the operator's token, on a runtime of its own.
+    operators: dict[str, MCPRuntime] = {}
+    try:
+        for skill in executor.skills.values():
+            for tool_name, server in skill.mcp_imports().items():
+                if server in unreachable or server in not_listed:
+                    continue
+                where = f"{skill.path}: tools.{tool_name}"
+                config = runtime.servers[server]
+                asks = runtime
+                try:
+                    if config.acts_as_person:
+                        operator = as_operator(config, env)
+                        if operator is None:
+                            not_listed[server] = await before_sign_in(config)
+                            continue
+                        asks = operators.setdefault(server, MCPRuntime({server: operator}))
+                    catalogue = await asks.tools(server)
+                    if server not in described:
+                        found = await asks.describe(server)
+                        described[server] = with_operator(found, config) if asks is not runtime else found
+                except ToolCallError as exc:
+                    unreachable.add(server)
+                    problems.append(f"{where}: {exc} (url {config.url})")
+                    continue
+                tool = catalogue.get(tool_name)
+                if tool is None:
+                    served = ", ".join(sorted(catalogue)) or "none"
+                    problems.append(
+                        f"{where}: MCP server {server!r} has no tool named {tool_name!r} ({served})"
+                    )
+                    continue
+                checked += 1
+                if tool.output_schema is None:
+                    problems.append(
+                        f"{where}: MCP tool {tool_name!r} on server {server!r} publishes no output schema, "
+                        "so its result arrives as text blocks and the keys the steps read (ok, error, ...) "
+                        "are lost; fix the server: return a pydantic model (e.g. `-> ReminderResult`, not "
+                        "`-> dict`) so it publishes outputSchema and answers with structuredContent"
+                    )
+                problems.extend(_check_steps(skill, tool_name, dict(tool.input_schema)))
+    finally:
+        for operator_runtime in operators.values():
+            await operator_runtime.aclose()
+    lines = [line for server in not_listed.values() for line in ["", *server]]
+    return problems, checked, list(described.values()), lines
 
 
 def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[str]:
@@ -254,8 +279,9 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
         check_domain(env["DOMAIN"], executor.skills)
         checked = 0
         described: list[ServerDescription] = []
+        not_listed: list[str] = []
         if live:
-            problems, checked, described = await check_live(executor)
+            problems, checked, described, not_listed = await check_live(executor)
             if problems:
                 raise ConfigError("\n".join(problems))
     finally:
@@ -272,7 +298,7 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
     lines = [summary] + [f"the action server needs these environment variables: {needed}"] * bool(needed)
     for server in described:
         lines += ["", *server.lines()]
-    return "\n".join(lines)
+    return "\n".join(lines + not_listed)
 
 
 def needed_variables(servers: Iterable[MCPServerConfig], env: Mapping[str, str]) -> str:

@@ -7,6 +7,11 @@ for it (none, token, api_key or oauth client credentials; never a secret) and it
 SERVER is a name under ``mcp_servers:`` in the bot's endpoints.yml (ENDPOINTS overrides the file;
 its ``${...}`` values are expanded as for the action server) or a URL. The hints are the server's
 own claims; only a server marked ``trusted: true`` lets a read-only tool run unconfirmed.
+
+A server that acts as the person (``grant: authorization_code``) answers only with a person's token,
+so before anyone signs in its tools cannot be listed: the command says so, with the authorization
+server it discovered (where people sign in), unless MCP_OPERATOR_TOKEN holds an access token for the
+server (an operator's own, from that authorization server), which it then lists the tools with.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +30,11 @@ from mcp.types import Tool
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError, ToolCallError
+from mcp_bridge.person_oauth import authorization_server
 from mcp_bridge.runtime import MCPRuntime, ServerDescription
 
+# An access token for a server that acts as the person, to list its tools with (never printed).
+OPERATOR_TOKEN = "MCP_OPERATOR_TOKEN"
 HEADERS = ("name", "read-only", "destructive", "idempotent", "output schema", "description")
 
 
@@ -60,6 +69,32 @@ async def list_tools(config: MCPServerConfig) -> tuple[ServerDescription, list[T
         await runtime.aclose()
 
 
+def as_operator(config: MCPServerConfig, env: Mapping[str, str]) -> MCPServerConfig | None:
+    """A server that acts as the person, reached with the operator's token (MCP_OPERATOR_TOKEN) in
+    place of a person's; None when no operator's token is given."""
+    token = env.get(OPERATOR_TOKEN) or None
+    return replace(config, oauth=None, api_key=None, token=token) if token else None
+
+
+def with_operator(described: ServerDescription, config: MCPServerConfig) -> ServerDescription:
+    """The description of a server listed with the operator's token, saying so."""
+    return replace(described, auth=f"{config.auth_description()}; listed with the token in {OPERATOR_TOKEN}")
+
+
+async def before_sign_in(config: MCPServerConfig) -> list[str]:
+    """What can be said of a server that acts as the person before anyone signs in: where people
+    sign in (discovered), and that its tools are listed after a sign-in."""
+    issuer = await authorization_server(config)
+    return [
+        f"server: {config.name} ({config.url})",
+        f"auth: {config.auth_description()}",
+        f"authorization server: {issuer} (discovered from the server's protected-resource metadata)",
+        "tools: not listed: this server acts as the person in the conversation and answers only with a "
+        "person's token, so its tools are listed after someone signs in (the bot shows the link); to "
+        f"list them now, set {OPERATOR_TOKEN} to an access token of yours for this server",
+    ]
+
+
 def _hint(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
 
@@ -89,10 +124,16 @@ def table(tools: Sequence[Tool], width: int = 60) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         config = server_config(args.server, Path(args.dir).resolve())
-        described, tools = asyncio.run(list_tools(config))
+        operator = as_operator(config, os.environ) if config.acts_as_person else None
+        if config.acts_as_person and operator is None:
+            print("\n".join(asyncio.run(before_sign_in(config))))
+            return 0
+        described, tools = asyncio.run(list_tools(operator or config))
     except (ConfigError, ToolCallError) as exc:
         print(f"mcp-bridge tools: {exc}", file=sys.stderr)
         return 1
+    if operator is not None:
+        described = with_operator(described, config)
     print("\n".join(described.lines()) + "\n")
     print(table(tools))
     if any(tool.output_schema is None for tool in tools):

@@ -92,7 +92,8 @@ def test_add_note_then_list_shows_it_verbatim_and_newest_first(crm_rest: str, cr
     status, second = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": second_text})
     assert status == 201, second
 
-    assert set(second) == {"note_id", "contact_id", "text", "created_at"}
+    assert set(second) == {"note_id", "contact_id", "text", "created_at", "author"}
+    assert second["author"] is None  # nobody named
     assert second["contact_id"] == contact_id and second["text"] == second_text
     created_at = datetime.fromisoformat(second["created_at"])
     assert created_at.utcoffset() == timedelta(0)
@@ -104,6 +105,34 @@ def test_add_note_then_list_shows_it_verbatim_and_newest_first(crm_rest: str, cr
     assert status == 200
     assert listing["contact_id"] == contact_id
     assert listing["notes"][:2] == [second, first]
+
+
+def test_the_caller_names_the_author_in_a_header_and_a_bad_one_writes_nothing(
+    crm_rest: str, crm_db: Path
+) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "tom@example.org")
+    url = f"{crm_rest}/contacts/{contact_id}"
+    text = f"as Dana {uuid.uuid4()}"
+    status, note = request_json(
+        "POST", f"{url}/notes", {"text": text}, headers={"X-CRM-Author": "dana-agent"}
+    )
+    assert status == 201 and note["author"] == "dana-agent", note
+    status, task = request_json(
+        "POST",
+        f"{url}/tasks",
+        {"title": "Call back", "due_date": "2026-12-01"},
+        headers={"X-CRM-Author": "lee"},
+    )
+    assert status == 201 and task["author"] == "lee", task
+    status, listing = request_json("GET", f"{url}/notes")
+    assert listing["notes"][0] == note
+    before = sqlite_check.count_notes(crm_db, contact_id)
+    status, body = request_json(
+        "POST", f"{url}/notes", {"text": "never"}, headers={"X-CRM-Author": "x" * 201}
+    )
+    assert_error(status, body, 400)
+    assert "author" in body["error"]
+    assert sqlite_check.count_notes(crm_db, contact_id) == before
 
 
 def test_list_notes_limit(fresh_crm_db: Path, services: procs.Services) -> None:

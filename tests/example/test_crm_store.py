@@ -183,6 +183,92 @@ async def test_a_key_reused_for_another_request_is_refused_and_writes_nothing(
     assert await store.add_note(dana, "Dana called", idempotency_key="conf-1") == (first, False)
 
 
+async def test_notes_and_tasks_keep_their_author_and_a_key_is_its_authors(store: CRMStore) -> None:
+    dana = await _dana(store)
+    note, _ = await store.add_note(dana, "Dana called", idempotency_key="conf-1", author="dana-agent")
+    anonymous, _ = await store.add_note(dana, "written by nobody named")
+    task, _ = await store.add_task(dana, "Call back", "2026-12-01", "task-1", author=" crm-bridge ")
+    assert (note.author, anonymous.author, task.author) == ("dana-agent", None, "crm-bridge")
+    assert [n.author for n in await store.list_notes(dana)] == [None, "dana-agent"]
+    assert (await store.list_tasks(dana))[0].as_dict()["author"] == "crm-bridge"
+    # The same key, contact and text from someone else is another request: refused, nothing written.
+    for author in ("lee-agent", None):
+        with pytest.raises(ConflictError, match="another contact, text or author"):
+            await store.add_note(dana, "Dana called", idempotency_key="conf-1", author=author)
+    with pytest.raises(ConflictError):
+        await store.add_task(dana, "Call back", "2026-12-01", "task-1", author="lee-agent")
+    assert await store.add_note(dana, "Dana called", "conf-1", author="dana-agent") == (note, False)
+    for bad in ("x" * 201, "dana\nagent", 7):
+        with pytest.raises(ValidationError, match="author"):
+            await store.add_note(dana, "never", author=bad)  # type: ignore[arg-type]
+    assert await store.count_notes() == 2
+
+
+_OLD_NOTES = (
+    "CREATE TABLE notes (id {id} PRIMARY KEY, contact_id {ref} NOT NULL REFERENCES contacts(id),"
+    " text TEXT NOT NULL, created_at TEXT NOT NULL, idempotency_key TEXT UNIQUE)"
+)
+_OLD_TASKS = (
+    "CREATE TABLE tasks (id {id} PRIMARY KEY, contact_id {ref} NOT NULL REFERENCES contacts(id),"
+    " title TEXT NOT NULL, due_date TEXT NOT NULL, created_at TEXT NOT NULL, idempotency_key TEXT UNIQUE)"
+)
+
+
+async def test_a_database_from_before_authors_is_migrated_and_keeps_its_notes(
+    engine: tuple[str, str],
+) -> None:
+    """A file (or database) made before notes had an author: opening it adds the column, the old
+    notes stay as they were (no author), and new ones carry theirs."""
+    kind, where = engine
+    old = [("an old note", "2026-01-02T03:04:05.000+00:00", "old-key")]
+    if kind == "sqlite":
+        with closing(sqlite3.connect(where)) as conn, conn:
+            conn.execute(
+                "CREATE TABLE contacts (id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE COLLATE NOCASE,"
+                " name TEXT NOT NULL, company TEXT)"
+            )
+            conn.execute(_OLD_NOTES.format(id="INTEGER", ref="INTEGER"))
+            conn.execute(_OLD_TASKS.format(id="INTEGER", ref="INTEGER"))
+            conn.execute("INSERT INTO contacts (email, name) VALUES (?, 'Dana')", (DANA,))
+            conn.executemany(
+                "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES (1, ?, ?, ?)", old
+            )
+    else:
+        conn = await asyncpg.connect(where)
+        try:
+            await conn.execute(
+                "CREATE TABLE contacts (id BIGSERIAL PRIMARY KEY, email TEXT NOT NULL, name TEXT NOT NULL,"
+                " company TEXT)"
+            )
+            await conn.execute(_OLD_NOTES.format(id="BIGSERIAL", ref="BIGINT"))
+            await conn.execute(_OLD_TASKS.format(id="BIGSERIAL", ref="BIGINT"))
+            await conn.execute("INSERT INTO contacts (email, name) VALUES ($1, 'Dana')", DANA)
+            await conn.executemany(
+                "INSERT INTO notes (contact_id, text, created_at, idempotency_key) VALUES (1, $1, $2, $3)",
+                old,
+            )
+        finally:
+            await conn.close()
+    for _ in range(2):  # opening it again finds the column there and changes nothing
+        store = _make(engine)
+        await store.open()
+        try:
+            [kept] = await store.list_notes(1)
+            assert (kept.text, kept.created_at, kept.author) == ("an old note", old[0][1], None)
+            assert await store.add_note(1, "an old note", "old-key") == (kept, False)  # its key still holds
+        finally:
+            await store.close()
+    store = _make(engine)
+    await store.open()
+    try:
+        note, created = await store.add_note(1, "a new note", author="dana-agent")
+        task, _ = await store.add_task(1, "Call back", "2026-12-01", author="dana-agent")
+        assert created and note.author == task.author == "dana-agent"
+        assert [n.author for n in await store.list_notes(1)] == ["dana-agent", None]
+    finally:
+        await store.close()
+
+
 async def test_two_stores_racing_with_one_key_leave_one_note(engine: tuple[str, str]) -> None:
     # Two stores are two processes' worth of connections (two pools on PostgreSQL).
     stores = [_make(engine), _make(engine)]

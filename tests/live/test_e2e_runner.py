@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,12 @@ def run(stack: E2EStack, variant: Variant, *paths: Path) -> list[CaseResult]:
     return asyncio.run(run_cases(load_paths(paths), target, concurrency=4))
 
 
+def authors(db: Path) -> list[str | None]:
+    """Who each note in the CRM was stored as written by."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return [row[0] for row in conn.execute("SELECT author FROM notes")]
+
+
 def failures(results: list[CaseResult]) -> dict[str, CaseResult]:
     return {result.case.name: result for result in results if not result.passed}
 
@@ -83,11 +91,15 @@ def test_the_bots_cases_pass_over_mcp_tools_with_mcp_down_and_over_local_tools(s
     finally:
         stack.start_mcp()
     assert not failures(mcp_down), text_report(mcp_down)
+    # Over MCP the bridge holds an OAuth client-credentials token, and the CRM stores its notes as
+    # written by that client; the local tools name nobody.
+    assert set(authors(stack.db)) == {"crm-bridge"}
     expiring = run(stack, stack.short_approvals(), E2E / "approval_expiry")
     assert not failures(expiring) and len(expiring) == 1, text_report(expiring)
     over_local = run(stack, stack.local_tools(), E2E / "cases")
     assert not failures(over_local), text_report(over_local)
     assert len(over_mcp) == len(over_local) >= 14
+    assert set(authors(stack.db)) == {"crm-bridge", None}
 
 
 # -- the mutation check ---------------------------------------------------------------------------

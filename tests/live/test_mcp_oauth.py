@@ -162,7 +162,7 @@ def _provider(runtime: MCPRuntime) -> ClientCredentials:
     return runtime._auth["crm"]
 
 
-async def test_a_note_is_written_with_a_token_and_logged_with_its_client(
+async def test_a_note_is_written_with_a_token_and_stored_as_its_client(
     stack: Stack, closing: list[MCPRuntime], caplog_all: pytest.LogCaptureFixture
 ) -> None:
     # audience: sent as Rasa Pro sends it (Auth0 reads it); oidc-provider goes by the resource indicator.
@@ -176,6 +176,9 @@ async def test_a_note_is_written_with_a_token_and_logged_with_its_client(
     assert crm_db.count_notes(stack.db, crm_db.contact_id(stack.db, DANA)) >= 3
     assert f"note {note['note_id']} on contact" in stack.mcp.output()
     assert f"written by client {CLIENT.client_id!r}" in stack.mcp.output()
+    # Client credentials: the token's subject is the service client, and the CRM stores it so.
+    assert note["author"] == CLIENT.client_id
+    assert crm_db.note_author(stack.db, note["note_id"]) == CLIENT.client_id
     token = _provider(runtime).context.current_tokens
     assert token is not None
     for where, text in {

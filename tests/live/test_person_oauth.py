@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.token_store import Keys, TokenStore, token_keys
 from scripts import engines
 from tests.support import crm_db, procs
+from tests.support.bots import mcp_bridge
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said
 
@@ -181,6 +183,7 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
 
     note = await _note(runtime, stack, "Called about the VAT rate, as Dana")
     assert crm_db.count_notes(stack.db, contact) == before + 1
+    assert crm_db.note_author(stack.db, note["note_id"]) == "dana-agent"  # the person, not the client
     assert (
         f"note {note['note_id']} on contact {contact} written by client "
         f"'{stack.person.client_id}' (subject 'dana-agent')"
@@ -385,3 +388,129 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
     assert asyncio.run(store.get(person, "crm")) is None
     assert "not run: the person must sign in first" in audit.read_text()
     asyncio.run(runtime.aclose())
+
+
+def test_tools_and_check_live_say_where_people_sign_in_or_list_with_an_operators_token(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Before anyone signs in, a server that acts as the person cannot be listed: `mcp-bridge tools`
+    and `check --live` say so (the server, that it acts as the person, the authorization server they
+    discovered, that tools are listed after a sign-in), or list it with MCP_OPERATOR_TOKEN."""
+    endpoints = procs.write_endpoints(
+        tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+    )
+    env: dict[str, str | None] = {
+        "ENDPOINTS": str(endpoints),
+        "CRM_MCP_URL": stack.mcp.url,
+        "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+        "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+        "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+        "MCP_TOKEN_KEY": KEY,
+        "MCP_TOKEN_STORE": str(tmp_path / "check-tokens.sqlite3"),
+        "MCP_OPERATOR_TOKEN": None,
+        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
+    }
+    said = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines() == [
+        f"server: crm ({stack.mcp.url})",
+        "auth: oauth acting as the person (authorization code with PKCE; client_id crm-bridge-person, "
+        f"scope crm.notes, redirect_uri {stack.person.redirect_uri})",
+        f"authorization server: {stack.auth.url} (discovered from the server's protected-resource metadata)",
+        "tools: not listed: this server acts as the person in the conversation and answers only with a "
+        "person's token, so its tools are listed after someone signs in (the bot shows the link); to list "
+        "them now, set MCP_OPERATOR_TOKEN to an access token of yours for this server",
+    ]
+    checked = mcp_bridge("check", "--live", cwd=procs.EXAMPLE_BOT, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "live: 0 MCP tool(s) checked" in checked.stdout
+    assert (
+        f"authorization server: {stack.auth.url}" in checked.stdout and "tools: not listed" in checked.stdout
+    )
+
+    # The operator signs in once (as anyone does) and lists the tools with that access token.
+    runtime = stack.runtime()
+    asyncio.run(_signed_in(runtime, stack, "socketio:operator", "lee-agent"))
+    assert runtime.person_oauth is not None
+    record = asyncio.run(runtime.person_oauth.store.get("socketio:operator", "crm"))
+    asyncio.run(runtime.aclose())
+    assert record is not None
+    token = record["token"]["access_token"]
+    env["MCP_OPERATOR_TOKEN"] = token
+    listed = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "listed with the token in MCP_OPERATOR_TOKEN" in listed.stdout
+    assert "add_timeline_note" in listed.stdout and "find_contact_by_email" in listed.stdout
+    checked = mcp_bridge("check", "--live", cwd=procs.EXAMPLE_BOT, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert re.search(r"live: [1-9]\d* MCP tool\(s\) checked", checked.stdout), checked.stdout
+    assert "tools: not listed" not in checked.stdout
+    for output in (said, checked, listed):
+        assert token not in output.stdout + output.stderr and "Traceback" not in output.stderr
+
+
+async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tokens(
+    stack: Stack, services: procs.Services, tmp_path: Path
+) -> None:
+    """The cluster's arrangement: replicas share MCP_TOKEN_STORE (PostgreSQL) and MCP_TOKEN_KEY. The
+    link shown by one replica is completed at the other's callback; the token one stored, the other
+    asks and writes with (as the person); a disconnect on one is a sign-out on both."""
+    if os.geteuid() != 0:
+        pytest.skip("only root runs PostgreSQL as another user here")
+    server = engines.Postgres(tmp_path / "postgres", secrets.token_urlsafe(16), durable=False)
+    with server.service():
+        url = server.create_database("mcp_tokens", "bridge", secrets.token_urlsafe(16))
+        endpoints = procs.write_endpoints(
+            tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook", mcp_person=True
+        )
+        replicas = [
+            services.start(
+                procs.action_server(
+                    endpoints=endpoints,
+                    crm_url=stack.mcp.env["CRM_URL"],
+                    mcp_url=stack.mcp.url,
+                    mcp_token=None,
+                    audit_log=tmp_path / f"audit-{n}.jsonl",
+                    extra_env={
+                        "CRM_PERSON_CLIENT_ID": stack.person.client_id,
+                        "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
+                        "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
+                        "MCP_TOKEN_KEY": KEY,
+                        "MCP_TOKEN_STORE": url,
+                        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
+                    },
+                )
+            )
+            for n in (1, 2)
+        ]
+        one, two = (replica.url for replica in replicas)
+        person, note = "rest:operator", f"written on one replica, signed in on the other {time.time()}"
+        tracker = FakeTracker(f"replicas-{time.time()}", contact_email=DANA_EMAIL, note_text=note)
+
+        def ask(webhook: str, action: str, text: str, intent: str) -> dict[str, Any]:
+            tracker.user(text, intent, 1.0)
+            tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+            status, answer, _ = call_action(webhook, action, tracker)
+            assert status == 200, answer
+            return dict(answer)
+
+        shown = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(shown) == ["utter_mcp_sign_in"], shown
+        answer = await log_in(shown["responses"][0]["link"], "dana-agent", stack.person.redirect_uri)
+        callback = one.removesuffix("/webhook") + CALLBACK_PATH
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        assert page.status_code == 200 and "Signed in" in page.text, page.text
+
+        asked = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(asked) == ["utter_confirm_note"], asked
+        tracker.apply("action_log_interaction", asked)
+        saved = ask(one, "action_confirm_tool", "yes", "affirm")
+        assert said(saved) == ["utter_note_saved"], saved
+        assert crm_db.authors_of(stack.db, note) == ["dana-agent"]
+
+        gone = ask(two, "action_mcp_disconnect", "disconnect my CRM", "disconnect_crm")
+        assert said(gone) == ["utter_mcp_disconnected"], gone
+        again = ask(one, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
+        assert said(again) == ["utter_mcp_sign_in"], again
+        assert crm_db.authors_of(stack.db, note) == ["dana-agent"]

@@ -11,6 +11,7 @@ any process's output.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -24,12 +25,15 @@ from typing import Any
 import httpx2
 import pytest
 
+from mcp_bridge.approval_store import open_store as open_approval_store
+from mcp_bridge.approvals import Approvals, Approver
 from mcp_bridge.person_oauth import CALLBACK_PATH
 from mcp_bridge.token_store import Keys, TokenStore
 from tests.live.proof.chat import RasaChat
 from tests.live.test_person_oauth import KEY, SERVICE, log_in
 from tests.support import procs
 from tests.support.conversation import notes_for
+from tests.support.crm_db import authors_of
 from tests.support.stack import LoggedStack
 
 DANA_EMAIL = "dana@example.com"
@@ -79,6 +83,7 @@ def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[
                     "CRM_PERSON_CLIENT_SECRET": person.client_secret,
                     "MCP_TOKEN_KEY": KEY,
                     "MCP_TOKEN_STORE": str(tokens),
+                    "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
                     "RASA_URL": stack.rasa.url,
                     "RASA_AUTH_TOKEN": stack.access.api_token,
                 },
@@ -101,15 +106,16 @@ def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[
             "actions": actions,
             "audit": audit,
             "tokens": tokens,
+            "approvals": tmp_path / "approvals.sqlite3",
             "person": person,
         }
     finally:
         stack.close()
 
 
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    with person_stack(tmp_path) as started:
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with person_stack(tmp_path_factory.mktemp("person-chat")) as started:
         yield started
 
 
@@ -163,7 +169,10 @@ async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_pe
     said = chat.send(sender, "yes")
     assert any("saved" in text.lower() for text in said), said
     assert notes_for(live["db"], DANA_EMAIL).count(note) == 1
+    assert authors_of(live["db"], note) == ["dana-agent"]  # the note is stored as written by the person
     assert "written by client 'crm-bridge-person' (subject 'dana-agent')" in live["mcp"].output()
+    said = chat.send(sender, f"show the recent notes for {DANA_EMAIL}")
+    assert any(f", by dana-agent: {note}" in text for text in said), said
 
     store = TokenStore(str(live["tokens"]), Keys.from_secret(KEY.encode()))
     record = await store.get(PERSON, "crm")
@@ -184,3 +193,101 @@ async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_pe
         for secret in secrets:
             assert secret not in text, f"a token or code is in the {where}"
         assert "eyJ" not in text or where == "authorization-server.log", f"a JWT is in the {where}"
+
+
+async def _sign_in(live: dict[str, Any], said: list[str], account: str = "dana-agent") -> None:
+    """What the person does with the link the bot showed: sign in, land on the callback."""
+    prompt = next(text for text in said if "sign in at" in text)
+    link = re.search(r"(http://\S+)", prompt)
+    assert link is not None
+    callback = live["person"].redirect_uri
+    answer = await log_in(link.group(1), account, callback)
+    async with httpx2.AsyncClient(timeout=60) as browser:
+        page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        assert page.status_code == 200, page.text
+
+
+def _said_soon(live: dict[str, Any], sender: str, response: str, after: int) -> list[str]:
+    """The bot's responses once ``response`` is among those said after the first ``after``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        said = _bot_responses(_tracker(live, sender))
+        if response in said[after:]:
+            return said
+        time.sleep(0.25)
+    raise AssertionError(f"{response} not said: {_bot_responses(_tracker(live, sender))}")
+
+
+async def _approve(live: dict[str, Any], sender: str) -> str:
+    """A supervisor approves the conversation's held call (the approval page's own calls), and the
+    page tells the conversation through Rasa's HTTP API, which names nobody as the sender."""
+    store = open_approval_store(str(live["approvals"]))
+    try:
+        [request] = [
+            r for r in await store.pending({"supervisor"}, time.time()) if r.conversation_id == sender
+        ]
+        assert request.requester == PERSON
+        decided = await Approvals(store).decide(request.id, Approver("sam", frozenset({"supervisor"})), True)
+        assert decided.kind == "approved"
+    finally:
+        await store.aclose()
+    _trigger(live, sender, request.id)
+    return request.id
+
+
+def _trigger(live: dict[str, Any], sender: str, approval_id: str) -> None:
+    query = urllib.parse.urlencode({"token": live["stack"].access.api_token, "output_channel": "latest"})
+    body = json.dumps({"name": "approval_decided", "entities": {"approval_id": approval_id}}).encode()
+    url = f"{live['rasa_url']}/conversations/{urllib.parse.quote(sender)}/trigger_intent?{query}"
+    trigger = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(trigger, timeout=30) as answer:
+        assert answer.status == 200
+
+
+async def _held(live: dict[str, Any], sender: str, note: str) -> None:
+    """The person asks for a note that needs a supervisor, signs in if asked, says yes: it is held."""
+    chat: RasaChat = live["chat"]
+    said = chat.send(sender, f"log a call with {DANA_EMAIL}: {note}")
+    if any("sign in at" in text for text in said):
+        await _sign_in(live, said)
+    _said_soon(live, sender, "utter_confirm_note", 0)
+    chat.send(sender, "yes")
+    assert _bot_responses(_tracker(live, sender))[-1] == "utter_awaiting_approval"
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+
+
+async def test_a_held_call_released_by_its_approver_is_written_as_the_requester_or_not_at_all(
+    live: dict[str, Any],
+) -> None:
+    """The approval reaches the conversation with no person on it (Rasa's API): the call is made as
+    the requester whose yes was sealed with it. Once they have disconnected, nothing is written and
+    they are shown the sign-in link instead."""
+    sender = f"approval-{time.time()}"
+    note = f"Dana asked for a refund of invoice 4471 ({time.time()})"
+    await _held(live, sender, note)
+    before = len(_bot_responses(_tracker(live, sender)))
+    await _approve(live, sender)
+    _said_soon(live, sender, "utter_note_saved", before)
+    assert authors_of(live["db"], note) == ["dana-agent"]
+
+    refund = f"Another refund for Dana, never written ({time.time()})"
+    await _held(live, sender, refund)
+    said = live["chat"].send(sender, "disconnect my CRM")
+    assert any("forgotten your CRM sign-in" in text for text in said), said
+    before = len(_bot_responses(_tracker(live, sender)))
+    approval = await _approve(live, sender)
+    said = _said_soon(live, sender, "utter_mcp_sign_in", before)
+    assert "utter_note_saved" not in said[before:]
+    assert notes_for(live["db"], DANA_EMAIL).count(refund) == 0
+    store = open_approval_store(str(live["approvals"]))
+    try:
+        finished = await store.get(approval)
+    finally:
+        await store.aclose()
+    # Done with, never to run later under anyone's identity; told again, nothing more happens.
+    assert finished is not None and finished.result == "not run: the requester must sign in first"
+    _trigger(live, sender, approval)
+    await asyncio.sleep(0.5)  # trigger_intent answers once the action ran; a margin all the same
+    assert _bot_responses(_tracker(live, sender)) == said
+    assert notes_for(live["db"], DANA_EMAIL).count(refund) == 0
+    assert "not run: the person must sign in first" in live["audit"].read_text()

@@ -6,16 +6,25 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import httpx2
 import yaml
 
+from mcp_bridge.person_oauth import CALLBACK_PATH
+from tests.live.test_person_oauth import log_in
 from tests.support import procs
+from tests.support.crm_db import authors_of
+from tests.support.rasa_calls import FakeTracker, call_action, said
+
+DANA = "dana@example.com"
 
 
-def stack(command: str, var: Path, ports: dict[str, int]) -> subprocess.CompletedProcess[str]:
-    env = procs.child_env({"STACK_VAR": str(var), **{name: str(port) for name, port in ports.items()}})
+def stack(command: str, var: Path, ports: dict[str, int | str]) -> subprocess.CompletedProcess[str]:
+    env = procs.child_env({"STACK_VAR": str(var), **{name: str(value) for name, value in ports.items()}})
     return subprocess.run(
         [sys.executable, "scripts/stack.py", command, "--without-rasa"],
         cwd=procs.REPO_ROOT,
@@ -32,6 +41,17 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def command_lines() -> list[str]:
+    """Every running process's arguments, as `ps` shows them to any user."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended meanwhile
+            continue
+    return lines
 
 
 def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> None:
@@ -67,6 +87,15 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
         for secret in (*secrets, "approval_page_key", "approver_sam_password"):
             assert (tmp_path / secret).stat().st_mode & 0o777 == 0o600
             assert (tmp_path / secret).read_text().strip() not in started.stdout + started.stderr
+        # Nor in any process's arguments, which every local user can read (/proc/*/cmdline, ps).
+        values = {
+            name: (tmp_path / name).read_text().strip()
+            for name in (*secrets, "approval_page_key", "approver_sam_password", "action_server_token")
+        }
+        for name, value in values.items():
+            assert value and not [args for args in command_lines() if value in args], (
+                f"{name} in a command line"
+            )
         expected_ports = {
             "crm_rest": "CRM_PORT",
             "crm_mcp": "MCP_PORT",
@@ -128,3 +157,45 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
     assert stopped.returncode == 0
     assert not state.exists()
     assert not any(alive(int(info["pid"])) for info in services.values())
+
+
+async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(tmp_path: Path) -> None:
+    """MCP_AUTH=person: the action server asks the person to sign in at the stack's authorization
+    server; after the callback (on the action server) their token is in var/mcp_tokens.sqlite3,
+    encrypted under var/mcp_token_key, and a yes writes the note as them."""
+    names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT", "AUTH_PORT")
+    ports = {name: procs.free_port() for name in (*names, "APPROVAL_PAGE_PORT")}
+    started = stack("up", tmp_path, {**ports, "MCP_AUTH": "person"})
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "the bridge acts as the person" in started.stdout
+        (crm,) = yaml.safe_load((tmp_path / "run" / "endpoints.yml").read_text())["mcp_servers"]
+        assert crm["oauth"]["grant"] == "authorization_code"
+        webhook = f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}/webhook"
+        headers = {"Authorization": f"Bearer {(tmp_path / 'action_server_token').read_text().strip()}"}
+        note = f"Written as Dana through make up {time.time()}"
+        tracker = FakeTracker(f"make-up-{time.time()}", contact_email=DANA, note_text=note)
+        tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
+        tracker.latest_message["metadata"] = {"mcp_bridge_user": "rest:operator"}
+        status, asked, _ = call_action(webhook, "action_log_interaction", tracker, headers=headers)
+        assert status == 200 and said(asked) == ["utter_mcp_sign_in"], asked
+        link = asked["responses"][0]["link"]
+        assert link.startswith(f"http://127.0.0.1:{ports['AUTH_PORT']}/auth?")
+        callback = f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}{CALLBACK_PATH}"
+        answer = await log_in(link, "dana-agent", callback)
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        assert page.status_code == 200 and "Signed in" in page.text, page.text
+        store = tmp_path / "mcp_tokens.sqlite3"
+        assert store.exists() and (tmp_path / "mcp_token_key").stat().st_mode & 0o777 == 0o600
+        status, asked, _ = call_action(webhook, "action_log_interaction", tracker, headers=headers)
+        assert status == 200 and said(asked) == ["utter_confirm_note"], asked
+        tracker.apply("action_log_interaction", asked)
+        tracker.user("yes", "affirm", 1.0)
+        tracker.latest_message["metadata"] = {"mcp_bridge_user": "rest:operator"}
+        status, answered, _ = call_action(webhook, "action_confirm_tool", tracker, headers=headers)
+        assert status == 200 and said(answered) == ["utter_note_saved"], answered
+        assert authors_of(tmp_path / "crm.sqlite3", note) == ["dana-agent"]
+    finally:
+        stopped = stack("down", tmp_path, ports)
+    assert stopped.returncode == 0

@@ -605,6 +605,59 @@ async def test_a_yes_lost_after_commit_then_confirmed_again_writes_once(
     assert count_notes_with_key(crm_db, pending["id"]) == 1
 
 
+def test_action_server_killed_after_commit_then_yes_again_writes_once(
+    crm_rest: str, crm_db: Path, services: procs.Services, tmp_path: Path
+) -> None:
+    """The same, with real processes: the CRM committed the note, its answer is held back by the
+    proxy, and the action server is SIGKILLed before it can answer Rasa, so Rasa keeps the tracker
+    as it was. The person says yes again to a new action server: one note, and the person is told it
+    was saved (after being asked again if the first question was already used)."""
+    mcp = services.start(procs.crm_mcp(crm_rest, token=TOKEN))
+    with TcpProxy(port_of(mcp.url)) as proxy:
+        endpoints = write_action_endpoints(tmp_path / "endpoints.yml", timeout=60.0)
+        first = start_action_server(services, tmp_path, crm_rest, proxy.url("/mcp"), endpoints=endpoints)
+        note = unique("committed, then the action server was killed")
+        before = notes_for(crm_db, DANA)
+        tracker = FakeTracker(f"killed-{uuid.uuid4().hex}", contact_email=DANA, note_text=note)
+        tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
+        pending = question(first.url, tracker)
+
+        tracker.user("yes", "affirm", 1.0)
+        proxy.delay = 60.0  # the server's answer to the write is held back
+        lost: list[object] = []
+
+        def confirm() -> None:
+            try:
+                lost.append(call_action(first.url, "action_confirm_tool", tracker, timeout=90))
+            except OSError as dropped:  # what Rasa sees: the connection dies without an answer
+                lost.append(dropped)
+
+        call = threading.Thread(target=confirm)
+        call.start()
+        deadline = time.monotonic() + 30
+        while notes_for(crm_db, DANA) == before:
+            assert time.monotonic() < deadline, "the write never reached the CRM"
+            time.sleep(0.05)
+        kill(first)  # committed; the action server dies before it answers
+        call.join(30)
+        assert lost and isinstance(lost[0], OSError), f"Rasa got the killed server's answer: {lost}"
+        proxy.delay = 0.0
+
+        second = start_action_server(services, tmp_path, crm_rest, proxy.url("/mcp"), endpoints=endpoints)
+        tracker.user("yes", "affirm", 1.0)  # the person, told nothing, says yes again
+        status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
+        assert status == 200, answer
+        if "utter_confirm_note" in said(answer):  # asked again: the same call, the same key
+            assert slot_events(answer)[PENDING_SLOT]["key"] == pending["key"]
+            tracker.apply("action_confirm_tool", answer)
+            tracker.user("yes", "affirm", 1.0)
+            status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
+            assert status == 200, answer
+        assert said(answer) == ["utter_note_saved"], answer
+    assert notes_for(crm_db, DANA) == [*before, note]
+    assert count_notes_with_key(crm_db, pending["key"]) == 1
+
+
 async def test_an_edited_call_gets_a_new_key(crm_mcp: str, make_executor: Callable[..., Executor]) -> None:
     executor = make_executor(crm_mcp)
     chat = Conversation(executor, contact_email=DANA, note_text=unique("first text"))

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from mcp_bridge.audit import AuditLog
 from mcp_bridge.config import MCPServerConfig, load_mcp_servers
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import ServerUnavailableError, ToolTimeoutError
@@ -153,7 +154,8 @@ async def reminder_executor(tmp_path: Path) -> AsyncIterator[Any]:
         skills_dir.mkdir()
         (skills_dir / "save_reminder.yml").write_text(guide_block(SKILL_BLOCK))
         skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
-        executor = Executor(skills, ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)))
+        audit = AuditLog(skills_dir / "audit.jsonl")
+        executor = Executor(skills, ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)), audit=audit)
         made.append(executor)
         return executor
 
@@ -258,6 +260,8 @@ async def test_a_server_not_declared_to_honour_the_key_is_never_repeated(
     assert get(careless_reminders, "/writes")["count"] == before + 1
     calls = [c for c in get(careless_reminders, "/calls") if c["meta"].get("idempotency_key") == key]
     assert len(calls) == 1
+    # The audit says what the person was told: not saved, not failed, unknown.
+    assert '"result": "outcome unknown"' in (tmp_path / "skills-0" / "audit.jsonl").read_text()
 
 
 # --- unset variables -----------------------------------------------------------------------------

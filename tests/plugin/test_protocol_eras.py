@@ -262,6 +262,20 @@ def test_the_auth_description_names_the_kind_and_never_the_secret() -> None:
                 ),
             )
         ),
+        "oauth acting as the person (authorization code with PKCE; client_id bridge-person, scope "
+        "notes:write, redirect_uri http://127.0.0.1:5055/mcp-bridge/oauth/callback)": (
+            MCPServerConfig(
+                name="a",
+                url=url,
+                oauth=OAuthConfig(
+                    client_id="bridge-person",
+                    client_secret=secret,
+                    scope="notes:write",
+                    grant="authorization_code",
+                    redirect_uri="http://127.0.0.1:5055/mcp-bridge/oauth/callback",
+                ),
+            )
+        ),
     }
     for expected, config in cases.items():
         assert config.auth_description() == expected

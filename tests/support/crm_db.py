@@ -34,6 +34,20 @@ def note_text(db: Path, note_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def note_author(db: Path, note_id: int) -> str | None:
+    """Who the CRM stored the note as written by (None: nobody named)."""
+    row = _query_one(db, "SELECT author FROM notes WHERE id = ?", (note_id,))
+    assert row is not None, f"no note {note_id} in {db}"
+    return None if row[0] is None else str(row[0])
+
+
+def authors_of(db: Path, text: str) -> list[str | None]:
+    """The authors of the notes with exactly this text, oldest first."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT author FROM notes WHERE text = ? ORDER BY id", (text,)).fetchall()
+    return [None if r[0] is None else str(r[0]) for r in rows]
+
+
 def contact_id(db: Path, email: str) -> int:
     row = _query_one(db, "SELECT id FROM contacts WHERE email = ?", (email,))
     assert row is not None, f"no contact {email} in {db}"

@@ -101,12 +101,18 @@ class FakeTracker:
 
 
 def call_action(
-    webhook_url: str, action: str, tracker: FakeTracker, *, timeout: float = 30.0
+    webhook_url: str,
+    action: str,
+    tracker: FakeTracker,
+    *,
+    timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any, float]:
-    """POST one action call: (status, decoded body or None, seconds taken). Never raises for 4xx/5xx."""
+    """POST one action call (with ``headers``: the action server's token, say): (status, decoded body
+    or None, seconds taken). Never raises for 4xx/5xx."""
     data = json.dumps(tracker.payload(action)).encode()
     request = urllib.request.Request(
-        webhook_url, data=data, method="POST", headers={"Content-Type": "application/json"}
+        webhook_url, data=data, method="POST", headers={"Content-Type": "application/json", **(headers or {})}
     )
     started = time.monotonic()
     try:

@@ -8,7 +8,9 @@ counted apart as `discovers`.
 
 With `oauth` settings (crm.oauth) the server is an OAuth 2 protected resource instead of
 checking a static token: the SDK publishes its protected-resource metadata and refuses requests
-without a valid access token, and each note written is logged with the client that wrote it.
+without a valid access token, and each note or task written is stored with its author: the
+verified token's subject (the person who signed in, or the service client's id for client
+credentials), passed to the CRM's REST API; with a static token nobody is named.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
@@ -61,23 +64,32 @@ async def add_timeline_note(
     # A thin wrapper only because MCP lets a client send the key in the request's `_meta`
     # instead of the arguments; the schema and the result are those of tools.add_timeline_note.
     idempotency_key = _key(idempotency_key, ctx)
-    result = await tools.add_timeline_note(contact_id, text, idempotency_key)
+    token = _verified_token(ctx)
+    result = await tools.write_note(contact_id, text, idempotency_key, author=_author(token))
     if result.ok:
-        # The CRM's store has no author column; the author is recorded here, from the verified token.
-        log.info("note %s on contact %s written by %s", result.note_id, contact_id, _author(ctx))
+        log.info("note %s on contact %s written by %s", result.note_id, contact_id, _caller(token))
     return result
 
 
-def _author(ctx: Context) -> str:
-    """Who called: the access token's client (and subject, when it differs), else the static token."""
+def _verified_token(ctx: Context) -> AccessToken | None:
+    """The caller's access token as the SDK's middleware verified it; None with a static token."""
     request = ctx.request_context.request
     user = getattr(request, "scope", {}).get("user") if request is not None else None
-    if isinstance(user, AuthenticatedUser):
-        token = user.access_token
-        if token.subject and token.subject != token.client_id:
-            return f"client {token.client_id!r} (subject {token.subject!r})"
-        return f"client {token.client_id!r}"
-    return "the holder of the static token"
+    return user.access_token if isinstance(user, AuthenticatedUser) else None
+
+
+def _author(token: AccessToken | None) -> str | None:
+    """Who a write is stored as: the token's subject (the person, or the service client itself)."""
+    return (token.subject or token.client_id) if token is not None else None
+
+
+def _caller(token: AccessToken | None) -> str:
+    """Who called, for the log: the token's client (and subject, when it differs)."""
+    if token is None:
+        return "the holder of the static token"
+    if token.subject and token.subject != token.client_id:
+        return f"client {token.client_id!r} (subject {token.subject!r})"
+    return f"client {token.client_id!r}"
 
 
 add_timeline_note.__doc__ = tools.add_timeline_note.__doc__
@@ -91,9 +103,11 @@ async def create_follow_up_task(
     idempotency_key: IdempotencyKeyArg = None,
 ) -> TaskResult:
     # A wrapper for the same reason as add_timeline_note's: the key may come in `_meta`.
-    result = await tools.create_follow_up_task(contact_id, title, due_date, _key(idempotency_key, ctx))
+    token = _verified_token(ctx)
+    key = _key(idempotency_key, ctx)
+    result = await tools.write_task(contact_id, title, due_date, key, author=_author(token))
     if result.ok:
-        log.info("task %s on contact %s written by %s", result.task_id, contact_id, _author(ctx))
+        log.info("task %s on contact %s written by %s", result.task_id, contact_id, _caller(token))
     return result
 
 

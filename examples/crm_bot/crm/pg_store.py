@@ -11,6 +11,8 @@ Same tables and columns as the SQLite store, and the same rules:
   a check-then-insert in this process. The key belongs to the request that stored it: the
   second request gets the note only if it names the same contact and text, else ConflictError.
 * An unknown contact is refused by the foreign key; nothing is written.
+* Notes and tasks carry their `author` (crm.store); a database made before that column gets it
+  (`ADD COLUMN IF NOT EXISTS`, its rows NULL). Notes and tasks share one write-once insert.
 
 Several processes may open the store at once (replicas starting together): the schema is
 created under a transaction-scoped advisory lock, so `CREATE ... IF NOT EXISTS` never races.
@@ -28,6 +30,7 @@ from crm.store import (
     DEMO_CONTACTS,
     Contact,
     Note,
+    Row,
     Task,
     _utc_now,
     contact_from_row,
@@ -38,6 +41,7 @@ from crm.store import (
 )
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
+    validate_author,
     validate_due_date,
     validate_email,
     validate_idempotency_key,
@@ -59,8 +63,10 @@ CREATE TABLE IF NOT EXISTS notes (
     contact_id BIGINT NOT NULL REFERENCES contacts(id),
     text TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE
+    idempotency_key TEXT UNIQUE,
+    author TEXT
 );
+ALTER TABLE notes ADD COLUMN IF NOT EXISTS author TEXT;
 CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
 CREATE TABLE IF NOT EXISTS tasks (
     id BIGSERIAL PRIMARY KEY,
@@ -68,8 +74,10 @@ CREATE TABLE IF NOT EXISTS tasks (
     title TEXT NOT NULL,
     due_date TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE
+    idempotency_key TEXT UNIQUE,
+    author TEXT
 );
+ALTER TABLE tasks ADD COLUMN IF NOT EXISTS author TEXT;
 CREATE INDEX IF NOT EXISTS tasks_by_contact ON tasks (contact_id, id);
 """
 # Any fixed number: every process creating the schema takes this lock first.
@@ -129,67 +137,60 @@ class PostgresStore:
         )
         return [note_from_row(row) for row in rows]
 
-    async def add_note(
-        self, contact_id: int, text: str, idempotency_key: str | None = None
-    ) -> tuple[Note, bool]:
-        body = validate_note_text(text)
-        key = validate_idempotency_key(idempotency_key)
+    async def _write_once(
+        self, table: str, contact_id: int, key: str | None, values: dict[str, str | None]
+    ) -> tuple[Row, bool]:
+        """Insert a row of ``table`` (notes or tasks, our own names) for the contact, unless ``key``
+        was used before: (the new row, False) or (the row stored under the key, True)."""
+        columns = ["contact_id", *values, "created_at", "idempotency_key"]
+        placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
+        insert = (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})"
+            " ON CONFLICT (idempotency_key) DO NOTHING RETURNING *"
+        )
+        stored = f"SELECT * FROM {table} WHERE idempotency_key = $1"
         async with self.pool.acquire() as conn:
-            if key is not None:
-                # A key seen before: its note if this is the same request, as in the SQLite store.
-                row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
-                if row is not None:
-                    return replayed_note(row, contact_id, body), False
+            if key is not None and (row := await conn.fetchrow(stored, key)) is not None:
+                return row, True  # a key seen before: the caller checks it is the same request
             try:
-                row = await conn.fetchrow(
-                    "INSERT INTO notes (contact_id, text, created_at, idempotency_key)"
-                    " VALUES ($1, $2, $3, $4)"
-                    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING *",
-                    contact_id,
-                    body,
-                    _utc_now(),
-                    key,
-                )
+                row = await conn.fetchrow(insert, contact_id, *values.values(), _utc_now(), key)
             except asyncpg.ForeignKeyViolationError:
                 raise NotFoundError(f"There is no contact with id {contact_id}.") from None
             if row is not None:
-                return note_from_row(row), True
+                return row, False
             # Another request stored this key between our look-up and our insert; it has committed
-            # (ON CONFLICT waited for it), so its note is there to return.
-            row = await conn.fetchrow("SELECT * FROM notes WHERE idempotency_key = $1", key)
-            if row is None:  # pragma: no cover - the conflicting row cannot vanish: notes are never deleted
-                raise RuntimeError("idempotency key conflicted but no note carries it")
-            return replayed_note(row, contact_id, body), False
+            # (ON CONFLICT waited for it), so its row is there to return.
+            row = await conn.fetchrow(stored, key)
+            if row is None:  # pragma: no cover - the conflicting row cannot vanish: nothing is deleted
+                raise RuntimeError(f"idempotency key conflicted but no row of {table} carries it")
+            return row, True
+
+    async def add_note(
+        self, contact_id: int, text: str, idempotency_key: str | None = None, *, author: str | None = None
+    ) -> tuple[Note, bool]:
+        body, by = validate_note_text(text), validate_author(author)
+        key = validate_idempotency_key(idempotency_key)
+        row, replayed = await self._write_once("notes", contact_id, key, {"text": body, "author": by})
+        if replayed:
+            return replayed_note(row, contact_id, body, by), False  # the same request again, or refused
+        return note_from_row(row), True
 
     async def add_task(
-        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+        self,
+        contact_id: int,
+        title: str,
+        due_date: str,
+        idempotency_key: str | None = None,
+        *,
+        author: str | None = None,
     ) -> tuple[Task, bool]:
-        body, due = validate_task_title(title), validate_due_date(due_date)
+        body, due, by = validate_task_title(title), validate_due_date(due_date), validate_author(author)
         key = validate_idempotency_key(idempotency_key)
-        async with self.pool.acquire() as conn:
-            if key is not None:
-                row = await conn.fetchrow("SELECT * FROM tasks WHERE idempotency_key = $1", key)
-                if row is not None:
-                    return replayed_task(row, contact_id, body, due), False
-            try:
-                row = await conn.fetchrow(
-                    "INSERT INTO tasks (contact_id, title, due_date, created_at, idempotency_key)"
-                    " VALUES ($1, $2, $3, $4, $5)"
-                    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING *",
-                    contact_id,
-                    body,
-                    due,
-                    _utc_now(),
-                    key,
-                )
-            except asyncpg.ForeignKeyViolationError:
-                raise NotFoundError(f"There is no contact with id {contact_id}.") from None
-            if row is not None:
-                return task_from_row(row), True
-            row = await conn.fetchrow("SELECT * FROM tasks WHERE idempotency_key = $1", key)
-            if row is None:  # pragma: no cover - tasks are never deleted
-                raise RuntimeError("idempotency key conflicted but no task carries it")
-            return replayed_task(row, contact_id, body, due), False
+        values = {"title": body, "due_date": due, "author": by}
+        row, replayed = await self._write_once("tasks", contact_id, key, values)
+        if replayed:
+            return replayed_task(row, contact_id, body, due, by), False
+        return task_from_row(row), True
 
     async def list_tasks(self, contact_id: int) -> list[Task]:
         rows = await self.pool.fetch("SELECT * FROM tasks WHERE contact_id = $1 ORDER BY id DESC", contact_id)

@@ -3,6 +3,11 @@
 Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothing: 400 for bad
 input, 404 for an unknown contact, 409 for an idempotency key reused with another contact or text.
 The app opens the store when it starts and closes it when it stops.
+
+A caller that writes on someone's behalf names them in the `X-CRM-Author` header (the CRM's MCP
+server sends the verified access token's subject); the note or task keeps it as its author. The API
+itself authenticates nobody (it listens on the loopback, behind the MCP server): the header is
+the caller's word, the way its other fields are.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ log = logging.getLogger(__name__)
 STORE_KEY = web.AppKey("store", CRMStore)
 _NOTE_FIELDS = frozenset({"text", "idempotency_key"})
 _TASK_FIELDS = frozenset({"title", "due_date", "idempotency_key"})
+AUTHOR_HEADER = "X-CRM-Author"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -61,6 +67,11 @@ def _contact_id(request: web.Request) -> int:
     if contact_id > _MAX_ID:
         raise NotFoundError(f"There is no contact with id {contact_id}.")
     return contact_id
+
+
+def _author(request: web.Request) -> str | None:
+    """Who the caller writes for (`X-CRM-Author`), if it names anyone; the store validates it."""
+    return request.headers.get(AUTHOR_HEADER)
 
 
 def _store(request: web.Request) -> CRMStore:
@@ -120,7 +131,7 @@ async def add_note(request: web.Request) -> web.Response:
     if "text" not in body:
         raise ValidationError("The note text is missing.")
     note, created = await _store(request).add_note(
-        _contact_id(request), body["text"], body.get("idempotency_key")
+        _contact_id(request), body["text"], body.get("idempotency_key"), author=_author(request)
     )
     return web.json_response(note.as_dict(), status=201 if created else 200)
 
@@ -146,7 +157,11 @@ async def add_task(request: web.Request) -> web.Response:
         if name not in body:
             raise ValidationError(f"The task's {name} is missing.")
     task, created = await _store(request).add_task(
-        _contact_id(request), body["title"], body["due_date"], body.get("idempotency_key")
+        _contact_id(request),
+        body["title"],
+        body["due_date"],
+        body.get("idempotency_key"),
+        author=_author(request),
     )
     return web.json_response(task.as_dict(), status=201 if created else 200)
 

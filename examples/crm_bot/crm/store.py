@@ -8,6 +8,10 @@ the request that first used it. The same request again (same contact, same text)
 first stored under it and writes nothing; the key with another contact or another text is refused
 with ConflictError and writes nothing, so a reused key never answers with another request's note.
 
+Each note and task keeps its `author`: who wrote it as the caller named them (the MCP server passes
+the verified access token's subject), or NULL when no caller was named (a note written before the
+column existed, a REST caller that names nobody). A request is "the same" only from the same author.
+
 `SQLiteStore`: each operation opens its own short-lived connection. That lets several processes
 (the REST server, `python -m crm seed`, a test reading the file) use one database; WAL mode lets
 readers run while a write is in progress. Its methods are coroutines for the shared interface but
@@ -28,6 +32,7 @@ from crm import config
 from crm.errors import ConflictError, NotFoundError
 from crm.validation import (
     NOTES_LIMIT_DEFAULT,
+    validate_author,
     validate_due_date,
     validate_email,
     validate_idempotency_key,
@@ -48,7 +53,8 @@ CREATE TABLE IF NOT EXISTS notes (
     contact_id INTEGER NOT NULL REFERENCES contacts(id),
     text TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE
+    idempotency_key TEXT UNIQUE,
+    author TEXT
 );
 CREATE INDEX IF NOT EXISTS notes_by_contact ON notes (contact_id, id);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -57,10 +63,13 @@ CREATE TABLE IF NOT EXISTS tasks (
     title TEXT NOT NULL,
     due_date TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE
+    idempotency_key TEXT UNIQUE,
+    author TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_by_contact ON tasks (contact_id, id);
 """
+# Tables of a file made before a column existed get it added (their rows keep NULL there).
+_ADDED_COLUMNS = (("notes", "author", "TEXT"), ("tasks", "author", "TEXT"))
 
 DEMO_CONTACTS: tuple[tuple[str, str, str], ...] = (
     ("dana@example.com", "Dana Whitfield", "Whitfield Logistics"),
@@ -92,6 +101,7 @@ class Note:
     contact_id: int
     text: str
     created_at: str
+    author: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +109,7 @@ class Note:
             "contact_id": self.contact_id,
             "text": self.text,
             "created_at": self.created_at,
+            "author": self.author,
         }
 
 
@@ -111,6 +122,7 @@ class Task:
     title: str
     due_date: str
     created_at: str
+    author: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +131,7 @@ class Task:
             "title": self.title,
             "due_date": self.due_date,
             "created_at": self.created_at,
+            "author": self.author,
         }
 
 
@@ -140,13 +153,13 @@ class CRMStore(Protocol):
         ...
 
     async def add_note(
-        self, contact_id: int, text: str, idempotency_key: str | None = None
+        self, contact_id: int, text: str, idempotency_key: str | None = None, *, author: str | None = None
     ) -> tuple[Note, bool]:
-        """Add a note to the contact's timeline; returns (note, created).
+        """Add a note to the contact's timeline, written by ``author``; returns (note, created).
 
-        A key seen before with the same contact and text returns the note first stored under it and
-        created=False: a retried request must never write twice. The key with another contact or
-        text raises ConflictError. Raises ValidationError, NotFoundError or ConflictError, in which
+        A key seen before with the same contact, text and author returns the note first stored under it and
+        created=False: a retried request must never write twice. The key with another contact, text
+        or author raises ConflictError. Raises ValidationError, NotFoundError or ConflictError, in which
         case nothing is written.
         """
         ...
@@ -154,7 +167,13 @@ class CRMStore(Protocol):
     async def count_notes(self, contact_id: int | None = None) -> int: ...
 
     async def add_task(
-        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+        self,
+        contact_id: int,
+        title: str,
+        due_date: str,
+        idempotency_key: str | None = None,
+        *,
+        author: str | None = None,
     ) -> tuple[Task, bool]:
         """Add a follow-up task; returns (task, created), with the notes' rule for a repeated key."""
         ...
@@ -202,22 +221,42 @@ def contact_from_row(row: Row) -> Contact:
 
 def note_from_row(row: Row) -> Note:
     return Note(
-        note_id=row["id"], contact_id=row["contact_id"], text=row["text"], created_at=row["created_at"]
+        note_id=row["id"],
+        contact_id=row["contact_id"],
+        text=row["text"],
+        created_at=row["created_at"],
+        author=row["author"],
     )
 
 
-def replayed_note(row: Row, contact_id: int, text: str) -> Note:
+def replayed_note(row: Row, contact_id: int, text: str, author: str | None) -> Note:
     """The note stored under a key, if this request is the one that stored it; else ConflictError.
 
-    The text is stored verbatim, so "the same request" is the same contact and exactly the same text.
+    The text is stored verbatim, so "the same request" is the same contact, exactly the same text and
+    the same author.
     """
     note = note_from_row(row)
-    if note.contact_id != contact_id or note.text != text:
+    if (note.contact_id, note.text, note.author) != (contact_id, text, author):
         raise ConflictError(
-            "This idempotency key was already used for another note (another contact or another text), "
+            "This idempotency key was already used for another note (another contact, text or author), "
             "so nothing was written. Use a new key for a new note."
         )
     return note
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a file made by an older version up to the schema: add the columns it lacks, under the
+    write lock (two processes opening one old file at once add each column once). Rows keep NULL."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, column, kind in _ADDED_COLUMNS:
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 class SQLiteStore:
@@ -229,6 +268,7 @@ class SQLiteStore:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
+            _add_missing_columns(conn)
 
     async def open(self) -> None:
         """Nothing to open: every operation has its own connection."""
@@ -249,7 +289,7 @@ class SQLiteStore:
             conn.close()
 
     def _write_once(
-        self, table: str, contact_id: int, key: str | None, values: dict[str, str]
+        self, table: str, contact_id: int, key: str | None, values: dict[str, str | None]
     ) -> tuple[sqlite3.Row, bool]:
         """Insert a row of ``table`` (notes or tasks, our own names) for the contact, unless ``key``
         was used before: (the new row, False) or (the stored row, True), under one write lock."""
@@ -294,23 +334,30 @@ class SQLiteStore:
         return [note_from_row(row) for row in rows]
 
     async def add_note(
-        self, contact_id: int, text: str, idempotency_key: str | None = None
+        self, contact_id: int, text: str, idempotency_key: str | None = None, *, author: str | None = None
     ) -> tuple[Note, bool]:
-        body = validate_note_text(text)
+        body, by = validate_note_text(text), validate_author(author)
         key = validate_idempotency_key(idempotency_key)
-        row, replayed = self._write_once("notes", contact_id, key, {"text": body})
+        row, replayed = self._write_once("notes", contact_id, key, {"text": body, "author": by})
         if replayed:
-            return replayed_note(row, contact_id, body), False  # the same request again, or refused
+            return replayed_note(row, contact_id, body, by), False  # the same request again, or refused
         return note_from_row(row), True
 
     async def add_task(
-        self, contact_id: int, title: str, due_date: str, idempotency_key: str | None = None
+        self,
+        contact_id: int,
+        title: str,
+        due_date: str,
+        idempotency_key: str | None = None,
+        *,
+        author: str | None = None,
     ) -> tuple[Task, bool]:
-        body, due = validate_task_title(title), validate_due_date(due_date)
+        body, due, by = validate_task_title(title), validate_due_date(due_date), validate_author(author)
         key = validate_idempotency_key(idempotency_key)
-        row, replayed = self._write_once("tasks", contact_id, key, {"title": body, "due_date": due})
+        values = {"title": body, "due_date": due, "author": by}
+        row, replayed = self._write_once("tasks", contact_id, key, values)
         if replayed:
-            return replayed_task(row, contact_id, body, due), False
+            return replayed_task(row, contact_id, body, due, by), False
         return task_from_row(row), True
 
     async def list_tasks(self, contact_id: int) -> list[Task]:
@@ -356,13 +403,14 @@ def task_from_row(row: Row) -> Task:
         title=row["title"],
         due_date=row["due_date"],
         created_at=row["created_at"],
+        author=row["author"],
     )
 
 
-def replayed_task(row: Row, contact_id: int, title: str, due_date: str) -> Task:
+def replayed_task(row: Row, contact_id: int, title: str, due_date: str, author: str | None) -> Task:
     """The task stored under a key, if this request is the one that stored it; else ConflictError."""
     task = task_from_row(row)
-    if (task.contact_id, task.title, task.due_date) != (contact_id, title, due_date):
+    if (task.contact_id, task.title, task.due_date, task.author) != (contact_id, title, due_date, author):
         raise ConflictError(
             "This idempotency key was already used for another task, so nothing was written. "
             "Use a new key for a new task."

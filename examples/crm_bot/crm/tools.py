@@ -20,6 +20,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from crm import config
 from crm.errors import CRMError, ValidationError
+from crm.rest import AUTHOR_HEADER
 from crm.validation import (
     NOTE_MAX_CHARS,
     NOTES_LIMIT_DEFAULT,
@@ -59,11 +60,15 @@ class ContactResult(ToolResult):
     company: str | None = None
 
 
+_AUTHOR = "Who wrote it, as the CRM recorded it (the signed-in person or the service); null if unknown."
+
+
 class NoteResult(ToolResult):
     note_id: int | None = None
     contact_id: int | None = None
     text: str | None = None
     created_at: str | None = Field(default=None, description="When the note was stored (ISO 8601, UTC).")
+    author: str | None = Field(default=None, description=_AUTHOR)
 
 
 class TaskResult(ToolResult):
@@ -72,12 +77,19 @@ class TaskResult(ToolResult):
     title: str | None = None
     due_date: str | None = Field(default=None, description="When the task is due (YYYY-MM-DD).")
     created_at: str | None = Field(default=None, description="When the task was stored (ISO 8601, UTC).")
+    author: str | None = Field(default=None, description=_AUTHOR)
+
+
+UNKNOWN_AUTHOR = "unknown"
 
 
 class NoteItem(BaseModel):
     note_id: int
     text: str
     created_at: str
+    author: str = Field(
+        description=f"Who wrote it, as the CRM recorded it; {UNKNOWN_AUTHOR!r} when it recorded nobody."
+    )
 
 
 class NotesResult(ToolResult):
@@ -131,13 +143,20 @@ class _Refused(CRMError):
 
 
 async def _call(
-    method: str, path: str, *, params: dict[str, str] | None = None, body: Any = None
+    method: str,
+    path: str,
+    *,
+    params: dict[str, str] | None = None,
+    body: Any = None,
+    author: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Send one request to the CRM REST API; returns (status, decoded JSON body)."""
+    """Send one request to the CRM REST API, on behalf of ``author`` if named; returns (status,
+    decoded JSON body)."""
     url = config.crm_url() + path
     writes = method != "GET"
+    headers = {AUTHOR_HEADER: author} if author is not None else None
     try:
-        async with _client.get().request(method, url, params=params, json=body) as response:
+        async with _client.get().request(method, url, params=params, json=body, headers=headers) as response:
             status = response.status
             try:
                 payload = await response.json(content_type=None)
@@ -234,12 +253,20 @@ async def add_timeline_note(
     contact_id: ContactIdArg, text: NoteTextArg, idempotency_key: IdempotencyKeyArg = None
 ) -> NoteResult:
     """Add a note to a contact's timeline in the CRM. This writes to the system of record."""
+    return await write_note(contact_id, text, idempotency_key)
+
+
+async def write_note(
+    contact_id: object, text: object, idempotency_key: object = None, *, author: str | None = None
+) -> NoteResult:
+    """add_timeline_note on behalf of ``author``: not a tool, since who writes is never an argument a
+    caller chooses (crm.mcp_server passes the verified access token's subject)."""
     try:
         target = _contact_id(contact_id)
         body: dict[str, Any] = {"text": validate_note_text(text)}
         if (key := validate_idempotency_key(idempotency_key)) is not None:
             body["idempotency_key"] = key
-        status, payload = await _call("POST", f"/contacts/{target}/notes", body=body)
+        status, payload = await _call("POST", f"/contacts/{target}/notes", body=body, author=author)
     except CRMError as refused:
         return NoteResult(ok=False, error=str(refused))
     if status in (200, 201):
@@ -254,12 +281,24 @@ async def create_follow_up_task(
     idempotency_key: IdempotencyKeyArg = None,
 ) -> TaskResult:
     """Create a follow-up task on a contact, due on a date. This writes to the system of record."""
+    return await write_task(contact_id, title, due_date, idempotency_key)
+
+
+async def write_task(
+    contact_id: object,
+    title: object,
+    due_date: object,
+    idempotency_key: object = None,
+    *,
+    author: str | None = None,
+) -> TaskResult:
+    """create_follow_up_task on behalf of ``author`` (as :func:`write_note`)."""
     try:
         target = _contact_id(contact_id)
         body: dict[str, Any] = {"title": validate_task_title(title), "due_date": validate_due_date(due_date)}
         if (key := validate_idempotency_key(idempotency_key)) is not None:
             body["idempotency_key"] = key
-        status, payload = await _call("POST", f"/contacts/{target}/tasks", body=body)
+        status, payload = await _call("POST", f"/contacts/{target}/tasks", body=body, author=author)
     except CRMError as refused:
         return TaskResult(ok=False, error=str(refused))
     if status in (200, 201):
@@ -277,7 +316,12 @@ async def list_timeline_notes(contact_id: ContactIdArg, limit: LimitArg = NOTES_
         return NotesResult(ok=False, error=str(refused))
     if status == 200:
         notes = [
-            NoteItem(note_id=n["note_id"], text=n["text"], created_at=n["created_at"])
+            NoteItem(
+                note_id=n["note_id"],
+                text=n["text"],
+                created_at=n["created_at"],
+                author=n.get("author") or UNKNOWN_AUTHOR,
+            )
             for n in payload["notes"]
         ]
         return NotesResult(ok=True, contact_id=payload["contact_id"], notes=notes)

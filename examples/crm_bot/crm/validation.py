@@ -10,6 +10,7 @@ from crm.errors import ValidationError
 EMAIL_MAX_CHARS = 254  # RFC 5321 limit on a forward path
 NOTE_MAX_CHARS = 4000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
+AUTHOR_MAX_CHARS = 200
 NOTES_LIMIT_DEFAULT = 5
 NOTES_LIMIT_MAX = 100
 
@@ -72,6 +73,31 @@ def validate_idempotency_key(key: object) -> str | None:
     if len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
         raise ValidationError(f"The idempotency key is longer than {IDEMPOTENCY_KEY_MAX_CHARS} characters.")
     return key
+
+
+# Printable characters only: an author is shown in a chat line and written to logs.
+_AUTHOR_RE = re.compile(r"[^\x00-\x1f\x7f]+")
+
+
+def validate_author(author: object) -> str | None:
+    """Who writes (an access token's subject, say): None, or printable text of at most
+    AUTHOR_MAX_CHARS characters without surrounding whitespace; else ValidationError."""
+    if author is None:
+        return None
+    if not isinstance(author, str):
+        raise ValidationError("The author must be text.")
+    name = author.strip()
+    if not name:
+        return None
+    if len(name) > AUTHOR_MAX_CHARS:
+        raise ValidationError(f"The author is longer than {AUTHOR_MAX_CHARS} characters.")
+    if _AUTHOR_RE.fullmatch(name) is None:
+        raise ValidationError("The author contains a control character.")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("The author contains a character that cannot be stored.") from None
+    return name
 
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -1,7 +1,7 @@
 """Acting as the person, in a real browser: the chat page asks to sign in before it asks the question,
 the person opens the link in a new tab, signs in on oidc-provider's page, lands on the action server's
 "Signed in" page, and the question appears in the chat without re-typing; a click on Yes writes the
-note as that person (the CRM logs the token's subject).
+note as that person (the CRM stores the token's subject as its author).
 
 Its own stack (tests/live/test_person_oauth_chat.py's): the crm server acts as the person, which the
 folder's shared stack (a static token) does not.
@@ -22,6 +22,7 @@ from tests.live.browser.conftest import REPLY_TIMEOUT_MS, ChatPage
 from tests.live.test_person_oauth_chat import person_stack
 from tests.support import procs
 from tests.support.conversation import notes_for
+from tests.support.crm_db import authors_of
 
 DANA_EMAIL = "dana@example.com"
 
@@ -66,4 +67,4 @@ def test_sign_in_from_the_chat_page_then_yes_writes_the_note_as_that_person(
     chat.button("Yes").click()
     expect(chat.bot_bubbles.last).to_contain_text("Saved to Dana Whitfield", timeout=REPLY_TIMEOUT_MS)
     assert notes_for(live["db"], DANA_EMAIL).count(note) == 1
-    assert "written by client 'crm-bridge-person' (subject 'dana-agent')" in live["mcp"].output()
+    assert authors_of(live["db"], note) == ["dana-agent"]  # stored as written by the person who signed in

@@ -1,7 +1,9 @@
 """The CRM bot's processes for its conversation tests, on free ports on 127.0.0.1.
 
 One CRM REST API over a fresh seeded database, one CRM MCP server (stoppable and restartable on
-its port), one Rasa server (the slow one: started once, in the background, while the rest starts),
+its port) as an OAuth protected resource, the authorization server (oidc-provider) that issues the
+action server's bridge its tokens by client credentials (as `make up` and the live proof run it),
+one Rasa server (the slow one: started once, in the background, while the rest starts),
 one action server on a fixed port, restarted with another variant of the bot between runs so
 Rasa's action endpoint never changes, and the approval page (scripts/approval_page.py, password
 logins) on the approval store the action server uses. A variant is a skills folder, plus optionally a
@@ -42,7 +44,7 @@ class E2EStack(LoggedStack):
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
         self.db = workdir / "crm.sqlite3"
-        self.token = secrets.token_urlsafe(24)
+        self.client = procs.OAuthClient("crm-bridge", secrets.token_urlsafe(24))
         self.action_port = procs.free_port()
         self.mcp_port = procs.free_port()
         self.endpoints = workdir / "endpoints.yml"
@@ -51,6 +53,7 @@ class E2EStack(LoggedStack):
         self.page: procs.ServiceProcess | None = None
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
+        self.auth: procs.ServiceProcess | None = None
         self.actions: procs.ServiceProcess | None = None
         self.variant: Variant | None = None
 
@@ -80,10 +83,13 @@ class E2EStack(LoggedStack):
     def start(self) -> None:
         """Start loading Rasa in the background, then the CRM and its MCP server (see wait_for_rasa)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        procs.write_endpoints(self.endpoints, f"http://{procs.HOST}:{self.action_port}/webhook")
+        procs.write_endpoints(
+            self.endpoints, f"http://{procs.HOST}:{self.action_port}/webhook", mcp_oauth=True
+        )
         self.start_rasa_in_background(self.endpoints)
         procs.seed_db(self.db)
         self.crm = self.start_logged(procs.crm_rest(self.db))
+        self.auth = self.start_logged(procs.authorization_server(self.mcp_url, self.client))
         self.start_mcp()
         self.page = self.start_logged(self._approval_page())
 
@@ -117,6 +123,10 @@ class E2EStack(LoggedStack):
         return {f"APPROVER_{name.upper()}_PASSWORD": password for name, password in self.passwords.items()}
 
     @property
+    def mcp_url(self) -> str:
+        return f"http://{procs.HOST}:{self.mcp_port}/mcp"
+
+    @property
     def rasa_url(self) -> str:
         assert self.rasa is not None
         return self.rasa.url
@@ -133,18 +143,21 @@ class E2EStack(LoggedStack):
 
     def use(self, variant: Variant) -> procs.ServiceProcess:
         """(Re)start the action server on its fixed port as ``variant``."""
-        assert self.crm is not None
+        assert self.crm is not None and self.auth is not None
         if self.actions is not None:
             self.actions.stop()
         server = procs.action_server(
             endpoints=self.endpoints,
             crm_url=self.crm.url,
-            mcp_url=f"http://{procs.HOST}:{self.mcp_port}/mcp",
-            mcp_token=self.token,
+            mcp_url=self.mcp_url,
+            mcp_token=None,
             skills_dir=variant.skills,
             audit_log=self.audit_log(variant),
             port=self.action_port,
-            extra_env={"APPROVALS_DATABASE": str(self.approvals_db)},
+            extra_env={
+                **procs.oauth_env(self.client, self.auth.url),
+                "APPROVALS_DATABASE": str(self.approvals_db),
+            },
         )
         if variant.actions_root is not None:
             # `python -m rasa_sdk --actions actions` would find the repository's package first (the
@@ -162,5 +175,5 @@ class E2EStack(LoggedStack):
         self.mcp.stop()
 
     def start_mcp(self) -> None:
-        assert self.crm is not None
-        self.mcp = self.start_logged(procs.crm_mcp(self.crm.url, token=self.token, port=self.mcp_port))
+        assert self.crm is not None and self.auth is not None
+        self.mcp = self.start_logged(procs.crm_mcp(self.crm.url, port=self.mcp_port, issuer=self.auth.url))
