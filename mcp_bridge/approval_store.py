@@ -45,13 +45,17 @@ CREATE TABLE IF NOT EXISTS approval_requests (
     decided_at DOUBLE PRECISION,
     told INTEGER NOT NULL DEFAULT 0,
     notified_at DOUBLE PRECISION,
-    result TEXT
+    result TEXT,
+    running_until DOUBLE PRECISION,
+    attempts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, expires_at);
 """
+# Columns added after the first release, for a table made before them (name, SQL type).
+_ADDED = (("running_until", "DOUBLE PRECISION"), ("attempts", "INTEGER NOT NULL DEFAULT 0"))
 _COLUMNS = (
     "id, conversation_id, requester, role, skill, tool, arguments, idempotency_key, question, slots, "
-    "created_at, expires_at, status, decided_by, decided_at, told, result"
+    "created_at, expires_at, status, decided_by, decided_at, told, result, attempts"
 )
 
 _INSERT = (
@@ -68,13 +72,23 @@ _EXPIRE = (
     "UPDATE approval_requests SET status = 'expired', decided_at = ? "
     f"WHERE status = 'pending' AND expires_at <= ? RETURNING {_COLUMNS}"
 )
+# Decided and untold, or running past its lease (its action server died before the outcome was
+# recorded): the conversation is told (again), and its action takes it up. A take clears notified_at,
+# so a lost run is told at once, then again only every retry_after.
 _UNTOLD = (
-    "UPDATE approval_requests SET notified_at = ? WHERE status IN ('approved', 'refused', 'expired') "
-    f"AND told = 0 AND (notified_at IS NULL OR notified_at <= ?) RETURNING {_COLUMNS}"
+    "UPDATE approval_requests SET notified_at = ? WHERE ((status IN ('approved', 'refused', 'expired') "
+    "AND told = 0) OR (status = 'running' AND running_until <= ?)) "
+    f"AND (notified_at IS NULL OR notified_at <= ?) RETURNING {_COLUMNS}"
 )
 _RUN = (
-    "UPDATE approval_requests SET status = 'running', told = 1 "
+    "UPDATE approval_requests SET status = 'running', told = 1, notified_at = NULL, running_until = ?, "
+    "attempts = attempts + 1 "
     f"WHERE id = ? AND conversation_id = ? AND status = 'approved' AND expires_at > ? RETURNING {_COLUMNS}"
+)
+# A run whose lease passed without an outcome: taken again, by one caller, with a new lease.
+_RESUME = (
+    "UPDATE approval_requests SET notified_at = NULL, running_until = ?, attempts = attempts + 1 "
+    f"WHERE id = ? AND conversation_id = ? AND status = 'running' AND running_until <= ? RETURNING {_COLUMNS}"
 )
 _LATE = (
     "UPDATE approval_requests SET status = 'expired', told = 1 "
@@ -94,7 +108,7 @@ _PENDING = (
 
 def _row(row: Sequence[Any]) -> ApprovalRequest:
     (id_, conversation, requester, role, skill, tool, arguments, key, question, slots) = row[:10]
-    created, expires, status, decided_by, decided_at, told, result = row[10:]
+    created, expires, status, decided_by, decided_at, told, result, attempts = row[10:]
     return ApprovalRequest(
         id=id_,
         conversation_id=conversation,
@@ -113,6 +127,7 @@ def _row(row: Sequence[Any]) -> ApprovalRequest:
         decided_at=None if decided_at is None else float(decided_at),
         told=bool(told),
         result=result,
+        attempts=int(attempts or 0),
     )
 
 
@@ -172,11 +187,19 @@ class _SQLStore:
         return await self._all(_EXPIRE, now, now)
 
     async def untold(self, now: float, retry_after: float) -> list[ApprovalRequest]:
-        return await self._all(_UNTOLD, now, now - retry_after)
+        return await self._all(_UNTOLD, now, now, now - retry_after)
 
-    async def take(self, request_id: str, conversation_id: str, now: float) -> ApprovalRequest | None:
-        for sql in (_RUN, _LATE, _TELL):
-            taken = await self._one(sql, request_id, conversation_id, *([now] if sql != _TELL else []))
+    async def take(
+        self, request_id: str, conversation_id: str, now: float, lease: float
+    ) -> ApprovalRequest | None:
+        statements = (
+            (_RUN, (now + lease, request_id, conversation_id, now)),
+            (_RESUME, (now + lease, request_id, conversation_id, now)),
+            (_LATE, (request_id, conversation_id, now)),
+            (_TELL, (request_id, conversation_id)),
+        )
+        for sql, args in statements:
+            taken = await self._one(sql, *args)
             if taken is not None:
                 return taken
         return None
@@ -193,6 +216,14 @@ class SQLiteApprovalStore(_SQLStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript(_SCHEMA)
+            have = {row[1] for row in conn.execute("PRAGMA table_info(approval_requests)")}
+            for name, kind in _ADDED:
+                if name not in have:
+                    try:
+                        conn.execute(f"ALTER TABLE approval_requests ADD COLUMN {name} {kind}")
+                    except sqlite3.OperationalError as exc:  # another process added it just now
+                        if "duplicate column" not in str(exc):
+                            raise
 
     def _connect(self) -> sqlite3.Connection:
         # Autocommit: each statement is its own transaction; a writer waits up to 10 s for another.
@@ -240,6 +271,10 @@ class PostgresApprovalStore(_SQLStore):
                 async with pool.acquire() as conn, conn.transaction():
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
                     await conn.execute(_SCHEMA)
+                    for name, kind in _ADDED:
+                        await conn.execute(
+                            f"ALTER TABLE approval_requests ADD COLUMN IF NOT EXISTS {name} {kind}"
+                        )
                 self._pool = pool
             return self._pool
 

@@ -17,9 +17,17 @@ rules, in order of importance:
 4. An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
    with one conditional update, in the request's own conversation only, and calls the tool with the
    question's idempotency key. A refused or expired request is told to its requester once.
+5. A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
+   call takes). If its action server dies before the outcome is recorded, the request stays
+   ``running`` until the lease passes; then the approval page's sweep tells the conversation again and
+   one action takes it up again (one conditional update, a new lease): ``resume``. The call may have
+   reached the tool, so it runs again only with the same idempotency key on a tool that honours it
+   (the tool keeps one write per key: written once either way); on any other tool, or after
+   :data:`MAX_RUNS` runs, it is never repeated: the requester hears that it may have been done, and the
+   request ends with an unknown outcome.
 
 Every step is an audit entry (``decision``: ``approval_requested``, ``approved``, ``approval_refused``,
-``approval_expired``, ``approval_not_allowed``), with who decided (``decided_by``).
+``approval_expired``, ``approval_not_allowed``, ``approval_resumed``), with who decided (``decided_by``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from mcp_bridge.sealing import PendingConfirmation
 from mcp_bridge.skills import RequiresApproval, Skill
 
 __all__ = [
+    "MAX_RUNS",
     "RESPONSES",
+    "RUN_LEASE_SECONDS",
     "ApprovalRequest",
     "ApprovalResponses",
     "ApprovalStore",
@@ -71,6 +81,11 @@ class ApprovalResponses:
 RESPONSES = ApprovalResponses()
 
 Status = Literal["pending", "approved", "refused", "expired", "running", "done"]
+# How long a run of an approved call may go without its outcome recorded before it counts as lost
+# (its action server died): far longer than a call takes (a tool's timeout, twice for its repeat).
+RUN_LEASE_SECONDS = 300.0
+# A request is run at most this many times (the first and the resumed ones), then never again.
+MAX_RUNS = 3
 # Slots kept with a request, for the responses said when it runs (a note's contact name, say).
 MAX_SLOT_CHARS = 8000
 
@@ -101,6 +116,8 @@ class ApprovalRequest:
     # The requester's conversation has been told the outcome.
     told: bool = False
     result: str | None = None
+    # How many times an action has taken it to run (more than one: resumed after a lost run).
+    attempts: int = 0
 
     @property
     def requester_name(self) -> str:
@@ -131,14 +148,17 @@ class ApprovalStore(Protocol):
         ...
 
     async def untold(self, now: float, retry_after: float) -> list[ApprovalRequest]:
-        """Decided requests whose conversation has not been told, and not tried in ``retry_after``
-        seconds (marked tried now)."""
+        """Decided requests whose conversation has not been told, and requests running past their
+        lease, not tried in ``retry_after`` seconds (marked tried now)."""
         ...
 
-    async def take(self, request_id: str, conversation_id: str, now: float) -> ApprovalRequest | None:
+    async def take(
+        self, request_id: str, conversation_id: str, now: float, lease: float
+    ) -> ApprovalRequest | None:
         """For the action in ``conversation_id``, one of, as one conditional update each: approved and
-        unexpired -> running; approved and expired -> expired and told; refused or expired -> told.
-        The request as this call left it, or None when there is nothing (left) to do."""
+        unexpired -> running (leased until ``now + lease``); running past its lease -> leased again;
+        approved and expired -> expired and told; refused or expired -> told. The request as this
+        call left it (``attempts`` counts the runs), or None when there is nothing (left) to do."""
         ...
 
     async def finish(self, request_id: str, result: str) -> None: ...
@@ -165,13 +185,14 @@ class Decided:
     request: ApprovalRequest | None = None
 
 
-TakenKind = Literal["run", "refused", "expired", "nothing"]
+TakenKind = Literal["run", "resume", "refused", "expired", "nothing"]
 
 
 @dataclass(frozen=True)
 class Taken:
-    """What the requester's conversation does with a decided request: run it, tell a refusal or an
-    expiry, or nothing (unknown, another conversation's, or already run or told)."""
+    """What the requester's conversation does with a decided request: run it, run it again after a
+    lost run (``resume``: rule 5), tell a refusal or an expiry, or nothing (unknown, another
+    conversation's, or already run or told)."""
 
     kind: TakenKind
     request: ApprovalRequest | None = None
@@ -206,11 +227,17 @@ class Approvals:
     """The rules above, over a store and the audit trail."""
 
     def __init__(
-        self, store: ApprovalStore, audit: AuditLog | None = None, *, clock: Callable[[], float] = time.time
+        self,
+        store: ApprovalStore,
+        audit: AuditLog | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        run_lease: float = RUN_LEASE_SECONDS,
     ) -> None:
         self.store = store
         self._audit = audit or AuditLog(None)
         self._clock = clock
+        self.run_lease = run_lease
 
     async def hold(
         self,
@@ -281,9 +308,15 @@ class Approvals:
 
     async def take(self, request_id: str, conversation_id: str) -> Taken:
         """Rule 4: what the requester's conversation is to do with a decided request, once."""
-        request = await self.store.take(request_id, conversation_id, self._clock())
+        request = await self.store.take(request_id, conversation_id, self._clock(), self.run_lease)
         if request is None:
             return Taken("nothing")
+        if request.status == "running" and request.attempts > 1:
+            # Rule 5: its last run ended without an outcome (its action server died).
+            self._note(
+                request, "approval_resumed", f"run {request.attempts}: the last run left no outcome", None
+            )
+            return Taken("resume", request)
         if request.status == "running":
             return Taken("run", request)
         if request.status == "expired" and request.decided_by is not None:

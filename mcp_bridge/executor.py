@@ -291,6 +291,16 @@ class _Run:
 _Resolved = Tool | ToolNotFoundError
 
 
+def _may_repeat(resolved: _Resolved, runs: int) -> bool:
+    """A held call whose earlier run was lost runs again only under its key, on a tool that keeps one
+    write per key, and at most approvals.MAX_RUNS times in all."""
+    return (
+        runs <= approvals.MAX_RUNS
+        and not isinstance(resolved, ToolNotFoundError)
+        and resolved.honours_idempotency_key()
+    )
+
+
 @dataclass(frozen=True)
 class _Line:
     """One line of a run. A ``for_each`` step splits a run into one line per item of its list; each
@@ -656,7 +666,8 @@ class Executor:
 
     async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
         """Rule 7, in the requester's conversation, told a decision: an approved call runs once,
-        exactly as sealed, with the question's key; a refusal or an expiry is said once; anything else
+        exactly as sealed, with the question's key (again, under that key, only when its run was lost:
+        :mod:`mcp_bridge.approvals` rule 5); a refusal or an expiry is said once; anything else
         (unknown, another conversation's, already run or told) says and changes nothing. The
         conversation may have moved on since, so no slot is set."""
         taken = await self.approvals.take(approval_id, turn.conversation_id) if self.approvals else None
@@ -664,7 +675,7 @@ class Executor:
         if taken is None or request is None or taken.kind == "nothing":
             return Decision("nothing_pending")
         variables = templating.variables(request.slots, request.arguments, tool=request.tool)
-        if taken.kind != "run":
+        if taken.kind not in ("run", "resume"):
             said = approvals.RESPONSES.refused if taken.kind == "refused" else approvals.RESPONSES.expired
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
@@ -676,6 +687,11 @@ class Executor:
             await self.approvals.finish(request, "rejected: does not match a known call")
             return Decision("rejected", [Say(self.responses.confirmation_invalid)])
         skill, step, resolved = bound
+        if taken.kind == "resume" and not _may_repeat(resolved, request.attempts):
+            # A lost run (its action server died) may have reached the tool: never repeated unkeyed.
+            log.warning("approval %s: its run was lost; not repeated (no tool keeps its key)", request.id)
+            await self.approvals.finish(request, "outcome unknown: its run was lost, not repeated")
+            return Decision("unavailable", [Say(self.responses.tool_outcome_unknown, variables)])
         # Told by the approval page, not said by anyone: a server that acts as the person is called as
         # the requester, the person whose yes was sealed with the call; never as nobody or another.
         then = replace(then, user=pending.user)

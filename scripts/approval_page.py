@@ -4,6 +4,7 @@ waiting for their role, approve or refuse them; the requester's conversation is 
     APPROVAL_PAGE_KEY=... APPROVALS_DATABASE=... RASA_AUTH_TOKEN=... \\
         python scripts/approval_page.py --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
         [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
+        [--retry-seconds 30]
 
 Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's OpenID provider
 (authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
@@ -23,10 +24,13 @@ on the requester's conversation through Rasa's HTTP API (``POST /conversations/<
 with the API token), whichever Rasa replica answers (they share the tracker and lock stores); the
 plugin's action there runs an approved call once, or says the refusal. A sweep (every
 ``--sweep-seconds``) refuses requests whose expiry passed undecided and tells every decided request
-not yet told (again after 30 s, until the conversation's action has told it).
+not yet told (again after ``--retry-seconds``, 30, until the conversation's action has told it), and
+every approved call whose run was lost (running past its lease: its action server died) once more.
 
 Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
-`/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}), `/health`.
+`/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}; answers
+{"decided": "approved"|"refused"}, or an error with its ``reason``: own_request, not_allowed,
+already_decided, unknown), `/health`.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ COOKIE = "approver_session"
 LOGIN_COOKIE = "approver_login"
 SESSION_SECONDS = 8 * 3600
 RETRY_TELL_SECONDS = 30.0
+# Conversations told at the same time (each a request to Rasa that lasts as long as its turn).
+TELLING = 16
 _USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _ID = re.compile(r"[0-9a-f]{32}")
 # scrypt's cost: n=2**15, r=8, p=1 (about 32 MB and 50 ms a check).
@@ -315,6 +321,7 @@ def make_app(
     oidc: OIDCLogin | None = None,
     session_seconds: int = SESSION_SECONDS,
     sweep_seconds: float = 2.0,
+    retry_seconds: float = RETRY_TELL_SECONDS,
 ) -> web.Application:
     """The page's server. Approvers log in with a password checked against ``accounts`` (their
     roles read from there at every request), or, with ``oidc``, at the OpenID provider (their
@@ -359,8 +366,9 @@ def make_app(
             max_age=session_seconds,
         )
 
-    def deny(status: int, error: str) -> web.Response:
-        return web.json_response({"error": error}, status=status, headers=headers)
+    def deny(status: int, error: str, reason: str | None = None) -> web.Response:
+        body = {"error": error} if reason is None else {"error": error, "reason": reason}
+        return web.json_response(body, status=status, headers=headers)
 
     async def body(request: web.Request) -> dict[str, Any] | None:
         try:
@@ -472,7 +480,7 @@ def make_app(
             "unknown": (404, "no such request"),
         }
         status, reason = reasons[decided.kind]
-        return deny(status, reason)
+        return deny(status, reason, decided.kind)
 
     async def health(request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok", headers=headers)
@@ -480,13 +488,23 @@ def make_app(
     async def sweep(app: web.Application) -> AsyncIterator[None]:
         client_session.append(aiohttp.ClientSession())
 
+        # Each conversation is told in a task of its own (at most TELLING at once), so one that Rasa
+        # is slow to answer (its action is running a call) holds up no other.
+        telling: set[asyncio.Task[bool]] = set()
+        gate = asyncio.Semaphore(TELLING)
+
+        async def tell(request: ApprovalRequest) -> bool:
+            async with gate:
+                return await notifier.tell(client_session[0], request)
+
         async def loop() -> None:
-            client = client_session[0]
             while True:
                 try:
                     await approvals.expire_due()
-                    for request in await approvals.store.untold(time.time(), RETRY_TELL_SECONDS):
-                        await notifier.tell(client, request)
+                    for request in await approvals.store.untold(time.time(), retry_seconds):
+                        task = asyncio.create_task(tell(request))
+                        telling.add(task)
+                        task.add_done_callback(telling.discard)
                 except Exception:  # a database hiccup must not end the sweep
                     log.exception("approval page: the sweep failed; trying again")
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -495,9 +513,10 @@ def make_app(
 
         task = asyncio.create_task(loop())
         yield
-        task.cancel()
+        for running in [task, *telling]:
+            running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await task
+            await asyncio.gather(task, *telling, return_exceptions=True)
         await approvals.store.aclose()
         await client_session[0].close()
 
@@ -540,6 +559,12 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--session-seconds", type=int, default=SESSION_SECONDS)
     parser.add_argument("--sweep-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=RETRY_TELL_SECONDS,
+        help="tell a conversation again after this long when it has not taken up its decision",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     env = os.environ
@@ -566,6 +591,7 @@ def main() -> int:
         oidc=oidc,
         session_seconds=args.session_seconds,
         sweep_seconds=args.sweep_seconds,
+        retry_seconds=args.retry_seconds,
     )
     print(f"approval page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)

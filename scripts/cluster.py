@@ -14,6 +14,9 @@ What runs (every process on 127.0.0.1, every port free unless configured):
                                   │                resource of the authorization server: oidc-provider)
                                 CRM REST API ── CRM store: PostgreSQL (database `crm`)
 
+    approver ─► approval page ─► nginx :rasa (trigger_intent)   held calls: PostgreSQL (`approvals`),
+                                                                 shared with the action servers
+
 The action servers get their access tokens from the authorization server by client credentials
 (each replica its own); MCP_AUTH=token keeps the static bearer token instead.
 
@@ -23,6 +26,11 @@ generated once into files there (mode 0600), or taken from the environment: CRM_
 ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
 bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
+
+The approval page (scripts/approval_page.py, password logins) lets second approvers decide held
+calls; its approvers are examples/crm_bot/approvers.yml's, each one's password APPROVER_<NAME>_PASSWORD
+or generated once into var/cluster/approver_<name>_password (the page gets only scrypt hashes), its
+session key APPROVAL_PAGE_KEY (var/cluster/approval_page_key).
 
 `var/cluster/urls.json` says where to reach it (`rasa`: the REST channel's base URL through
 nginx; `mcp`: the MCP endpoint through nginx; `metrics`: the action servers' metrics through
@@ -48,6 +56,7 @@ from scripts import engines, services
 from scripts.services import HOST, ServiceProcess, free_port
 
 REPO = services.REPO_ROOT
+APPROVERS = services.EXAMPLE_BOT / "approvers.yml"
 DEFAULT_VAR = Path(os.environ.get("CLUSTER_VAR") or REPO / "var" / "cluster")
 REPLICAS = 2
 # How long a Rasa server's lock on a conversation outlives it when it dies holding the lock: the
@@ -67,6 +76,7 @@ SECRETS = {
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
     "approvals_db_password": ("", "approvals_db_password"),
+    "approval_page_key": ("APPROVAL_PAGE_KEY", "approval_page_key"),
     "redis_password": ("", "redis_password"),
 }
 
@@ -85,10 +95,19 @@ class Cluster:
     process (the fault test); `stop()` stops all of it, newest first.
 
     Names: postgres, redis, crm-rest, auth (with OAuth), mcp-1, mcp-2, action-1, action-2, nginx, rasa-1,
-    rasa-2.
+    rasa-2, approval-page.
+
+    `approval_run_lease`: the action servers' APPROVAL_RUN_LEASE_SECONDS (None: the plugin's default).
     """
 
-    def __init__(self, var: Path = DEFAULT_VAR, *, detached: bool = False, durable: bool = True) -> None:
+    def __init__(
+        self,
+        var: Path = DEFAULT_VAR,
+        *,
+        detached: bool = False,
+        durable: bool = True,
+        approval_run_lease: float | None = None,
+    ) -> None:
         self.var = var.resolve()
         self.detached = detached
         self.logs = var / "log"
@@ -97,7 +116,10 @@ class Cluster:
         # OAuth (the default) or the static token between the action servers and the MCP servers.
         self.oauth = os.environ.get("MCP_AUTH", "oauth") != "token"
         self.client = services.OAuthClient("crm-bridge", self.secrets["oauth_client_secret"])
-        (self.pg_port, self.redis_port, self.rest_port, self.auth_port, *rest) = _ports(4 + 3 * REPLICAS)
+        self.approval_run_lease = approval_run_lease
+        (self.pg_port, self.redis_port, self.rest_port, self.auth_port, self.approval_port, *rest) = _ports(
+            5 + 3 * REPLICAS
+        )
         self.mcp_ports = rest[:REPLICAS]
         self.action_ports = rest[REPLICAS : 2 * REPLICAS]
         self.rasa_ports = rest[2 * REPLICAS :]
@@ -147,6 +169,18 @@ class Cluster:
     def audit_log(self, replica: int) -> Path:
         return self.var / f"audit-action-{replica}.jsonl"
 
+    @property
+    def approval_page_url(self) -> str:
+        return f"http://{HOST}:{self.approval_port}"
+
+    def approver_passwords(self) -> dict[str, str]:
+        """The example's approvers (approvers.yml) and their passwords."""
+        names = yaml.safe_load(APPROVERS.read_text())["approvers"]
+        return {
+            name: services.secret(self.var, f"APPROVER_{name.upper()}_PASSWORD", f"approver_{name}_password")
+            for name in names
+        }
+
     def urls(self) -> dict[str, Any]:
         return {
             "rasa": self.rasa_url,
@@ -170,6 +204,7 @@ class Cluster:
                 "crm_oauth_client_secret": str(self.var / SECRETS["oauth_client_secret"][1]),
                 "confirmation_secret": str(self.var / SECRETS["confirmation_secret"][1]),
             },
+            "approval_page": self.approval_page_url,
             "audit_logs": [str(self.audit_log(i)) for i in range(1, REPLICAS + 1)],
             "logs": str(self.logs),
         }
@@ -287,6 +322,11 @@ lock_store:
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
                     "APPROVALS_DATABASE": self.approvals_database_url,
+                    **(
+                        {"APPROVAL_RUN_LEASE_SECONDS": str(self.approval_run_lease)}
+                        if self.approval_run_lease
+                        else {}
+                    ),
                     **(services.oauth_env(self.client, self.auth_url) if self.oauth else {}),
                 },
                 log_path=log_path,
@@ -310,7 +350,39 @@ lock_store:
                 log_path=log_path,
                 detached=detached,
             )
+        if name == "approval-page":
+            return self._approval_page(log_path)
         raise KeyError(f"no process called {name!r} in the cluster")
+
+    def _approval_page(self, log_path: Path) -> ServiceProcess:
+        """The approval page, telling conversations through nginx (whichever Rasa server answers)."""
+        from scripts.approval_page import hash_password
+
+        document = yaml.safe_load(APPROVERS.read_text())
+        hashes, entries = {}, {}
+        for name, password in self.approver_passwords().items():
+            variable = f"APPROVER_{name.upper()}_PASSWORD_HASH"
+            hashes[variable] = hash_password(password)
+            entries[name] = {
+                "roles": document["approvers"][name]["roles"],
+                "password_hash": f"${{{variable}}}",
+            }
+        approvers = self.var / "run" / "approvers.yml"
+        approvers.write_text(yaml.safe_dump({"approvers": entries}, sort_keys=False))
+        return services.approval_page(
+            rasa_url=self.rasa_url,
+            rasa_token=self.secrets["rasa_auth_token"],
+            page_key=self.secrets["approval_page_key"],
+            approvers=approvers,
+            database=self.approvals_database_url,
+            audit_log=self.var / "audit-approval-page.jsonl",
+            extra_env=hashes,
+            port=self.approval_port,
+            sweep_seconds=1.0,
+            retry_seconds=5.0,
+            log_path=log_path,
+            detached=self.detached,
+        )
 
     def _start(self, name: str) -> ServiceProcess:
         service = self._service(name)
@@ -344,6 +416,7 @@ lock_store:
                 self._start(f"action-{i}")
             self._start("nginx")
             self._start_rasa_servers()
+            self._start("approval-page")
         except BaseException:
             self.stop()
             raise

@@ -727,6 +727,7 @@ def approval_page(
     extra_env: Mapping[str, str] | None = None,
     port: int | None = None,
     sweep_seconds: float | None = None,
+    retry_seconds: float | None = None,
     oidc: tuple[str, ApproverLogin] | None = None,
     log_path: Path | None = None,
     detached: bool = False,
@@ -750,6 +751,8 @@ def approval_page(
     args += ["--host", HOST, "--port", str(port)]
     if sweep_seconds is not None:
         args += ["--sweep-seconds", str(sweep_seconds)]
+    if retry_seconds is not None:
+        args += ["--retry-seconds", str(retry_seconds)]
     oidc_env = {}
     if oidc is not None:
         issuer, login = oidc

@@ -6,7 +6,9 @@ confirmations; give every replica the same value, or a question asked before a r
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
-when a skill has ``requires_approval_from``); with a server that acts as the person, MCP_TOKEN_KEY
+when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
+approved call may go unrecorded before it counts as lost and is resumed; :mod:`mcp_bridge.approvals`
+rule 5); with a server that acts as the person, MCP_TOKEN_KEY
 (encrypts the people's tokens; required, long and random, the same on every replica) and
 MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
@@ -125,7 +127,8 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
                 f"{domain}: a skill requires a second approver, and these responses are missing: "
                 f"{', '.join(missing)} (`mcp-bridge init` adds them)"
             )
-        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
+        lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
+        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease)
     runtime = MCPRuntime(servers, person_oauth=person)
     runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", held_calls.WAIT_SECONDS)
     runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", held_calls.MAX_HELD)

@@ -8,7 +8,9 @@ page as "operator" with the supervisor role, neither sees it nor can approve it.
 the page triggers ``approval_decided`` on the conversation through Rasa's API, the plugin's action
 runs the call, the conversation is told, the note is written once (also when the intent is triggered
 again). A request nobody decides within its expiry (15 s here) is refused, the conversation told,
-and nothing written.
+and nothing written. An action server killed while it runs an approved call leaves the request
+running; after the run's lease (4 s here) the page tells the conversation again, and the restarted
+action server runs it again under its key: the note is there once.
 """
 
 from __future__ import annotations
@@ -19,19 +21,21 @@ import secrets
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scripts.approval_page import hash_password
+from scripts.services import descendants
 from tests.support import procs
 from tests.support.conversation import notes_for, skills_with_source
 from tests.support.stack import LoggedStack
 
 DANA = "dana@example.com"
 EXPIRES_AFTER = 15
+RUN_LEASE = 4
 PASSWORDS = {"sam": secrets.token_urlsafe(12), "operator": secrets.token_urlsafe(12)}
 
 
@@ -42,6 +46,9 @@ class Stack(LoggedStack):
         self.approvals_db = workdir / "approvals.sqlite3"
         self.audit = workdir / "audit.jsonl"
         self.page: procs.ServiceProcess | None = None
+        self.crm: procs.ServiceProcess | None = None
+        self.actions: procs.ServiceProcess | None = None
+        self.action_server: Callable[[], procs.ServiceProcess] | None = None
 
     def start(self) -> None:
         token = secrets.token_urlsafe(24)
@@ -58,19 +65,20 @@ class Stack(LoggedStack):
         text = note_skill.read_text()
         assert "expires_after: 30m" in text
         note_skill.write_text(text.replace("expires_after: 30m", f"expires_after: {EXPIRES_AFTER}s"))
-        shared = {"APPROVALS_DATABASE": str(self.approvals_db)}
-        self.start_logged(
-            procs.action_server(
-                endpoints=endpoints,
-                crm_url=crm.url,
-                mcp_url=mcp.url,
-                mcp_token=token,
-                skills_dir=skills,
-                audit_log=self.audit,
-                port=action_port,
-                extra_env=shared,
-            )
+        # A run's lease (approvals rule 5) of a few seconds, so a lost run is resumed soon.
+        shared = {"APPROVALS_DATABASE": str(self.approvals_db), "APPROVAL_RUN_LEASE_SECONDS": str(RUN_LEASE)}
+        self.crm = crm
+        self.action_server = lambda: procs.action_server(
+            endpoints=endpoints,
+            crm_url=crm.url,
+            mcp_url=mcp.url,
+            mcp_token=token,
+            skills_dir=skills,
+            audit_log=self.audit,
+            port=action_port,
+            extra_env=shared,
         )
+        self.actions = self.start_logged(self.action_server())
         approvers = self.workdir / "approvers.yml"
         approvers.write_text(
             "approvers:\n"
@@ -452,3 +460,104 @@ def _pending_id(stack: Stack, conversation: str) -> str:
             (conversation,),
         ).fetchall()
     return str(found)
+
+
+def test_the_e2e_runner_logs_in_at_the_openid_provider_and_decides_on_the_page(
+    stack: Stack, oidc_page: str
+) -> None:
+    """`mcp-bridge test e2e`'s approval steps against a page whose approvers log in at the provider:
+    the runner fills the provider's login form, comes back with the page's session, and decides."""
+    import asyncio
+
+    from mcp_bridge.cli.e2e.approvals import ApprovalPage, ApproverError
+
+    note = f"Refund of 7 EUR for Dana ({secrets.token_hex(4)})."
+    held(stack, "oidc-runner", note)
+    request_id = _pending_id(stack, "oidc-runner")
+
+    async def drive() -> tuple[list[str], str, str]:
+        page = ApprovalPage(oidc_page, {"sam": PASSWORDS["sam"], "carol": PASSWORDS["operator"]})
+        wrong = ApprovalPage(oidc_page, {"sam": "not the password"})
+        try:
+            listed = [item["id"] for item in await page.pending("sam")]
+            clerk = await page.decide("carol", request_id, True)
+            with pytest.raises(ApproverError, match="refused 'sam'"):
+                await wrong.pending("sam")
+            return listed, str(clerk.kind), str((await page.decide("sam", request_id, True)).kind)
+        finally:
+            await page.aclose()
+            await wrong.aclose()
+
+    listed, clerk, sam = asyncio.run(drive())
+    assert request_id in listed
+    assert (clerk, sam) == ("not_allowed", "decided")
+    stack.wait_said("oidc-runner", "utter_note_saved")
+    assert notes_for(stack.db, DANA).count(note) == 1
+
+
+def _status(stack: Stack, request_id: str) -> tuple[str, int]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(stack.approvals_db)) as conn:
+        [(status, attempts)] = conn.execute(
+            "SELECT status, attempts FROM approval_requests WHERE id = ?", (request_id,)
+        ).fetchall()
+    return str(status), int(attempts)
+
+
+def _signal_all(service: procs.ServiceProcess, signum: int) -> None:
+    import os
+
+    assert service.pid is not None
+    for pid in [service.pid, *(child for child, _ in descendants(service.pid))]:
+        os.kill(pid, signum)
+
+
+def test_an_action_server_killed_while_it_runs_an_approved_call_leaves_it_resumed_and_written_once(
+    stack: Stack,
+) -> None:
+    """A real kill in the worst place: the request is `running`, the call is on its way to the CRM
+    (held there: the CRM is stopped, SIGSTOP), and the action server is killed (SIGKILL). The CRM then
+    goes on and writes the note. The request stays running until its lease passes; the page tells the
+    conversation again; the restarted action server runs it again under the same key; the CRM keeps
+    one note per key. Last in this module: it restarts the action server."""
+    import signal
+
+    note = f"Refund of 99 EUR agreed with Dana ({secrets.token_hex(4)})."
+    held(stack, "lost-run", note)
+    request_id = _pending_id(stack, "lost-run")
+    assert stack.page is not None and stack.crm is not None and stack.actions is not None
+    assert stack.action_server is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    _signal_all(stack.crm, signal.SIGSTOP)
+    try:
+        assert sam.call("POST", "/api/decide", {"id": request_id, "approve": True})[0] == 200
+        deadline = time.monotonic() + 30
+        while _status(stack, request_id)[0] != "running":
+            assert time.monotonic() < deadline, _status(stack, request_id)
+            time.sleep(0.1)
+        time.sleep(0.5)  # the call leaves the action server for the MCP server, and on to the CRM
+        stack.actions.kill()
+    finally:
+        _signal_all(stack.crm, signal.SIGCONT)
+    # The lost run reached the CRM, which goes on and writes the note; nobody records the outcome.
+    deadline = time.monotonic() + 20
+    while notes_for(stack.db, DANA).count(note) == 0:
+        assert time.monotonic() < deadline, "the lost run's call never reached the CRM"
+        time.sleep(0.1)
+    assert _status(stack, request_id) == ("running", 1)
+    stack.actions = stack.start_logged(stack.action_server())
+    said = stack.wait_said("lost-run", "utter_note_saved", timeout=RUN_LEASE + 40)
+    assert said.count("utter_note_saved") == 1
+    assert notes_for(stack.db, DANA).count(note) == 1
+    assert _status(stack, request_id) == ("done", 2)
+    entries = [e for e in stack.audit_entries() if e.get("approval") == request_id]
+    assert "approval_resumed" in [e["decision"] for e in entries]
+    # Told again, or decided again: nothing more.
+    stack.trigger("lost-run", request_id)
+    assert sam.call("POST", "/api/decide", {"id": request_id, "approve": True})[0] == 409
+    time.sleep(RUN_LEASE + 1.0)
+    assert notes_for(stack.db, DANA).count(note) == 1
+    assert stack.said("lost-run").count("utter_note_saved") == 1

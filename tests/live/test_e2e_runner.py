@@ -1,6 +1,7 @@
 """`mcp-bridge test e2e` against the real CRM bot: a real Rasa server, action server, MCP server and CRM.
 
-* The bot's own cases (tests/e2e) pass over MCP tools, with the MCP server down, and over local tools.
+* The bot's own cases (tests/e2e) pass over MCP tools, with the MCP server down, with approvals that
+  expire in seconds, and over local tools; approval steps log in to the real approval page.
 * The mutation check: the same cases FAIL, naming the case and the step, against a copy of the bot
   whose confirmation is switched off, and against one whose deny action writes the note while it
   says it did not.
@@ -61,6 +62,8 @@ def run(stack: E2EStack, variant: Variant, *paths: Path) -> list[CaseResult]:
         rest_token=stack.access.rest_token,
         audit_log=stack.audit_log(variant),
         timeout=60.0,
+        approval_page=stack.approval_page_url,
+        approver_passwords=stack.passwords,
     )
     return asyncio.run(run_cases(load_paths(paths), target, concurrency=4))
 
@@ -91,6 +94,8 @@ def test_the_bots_cases_pass_over_mcp_tools_with_mcp_down_and_over_local_tools(s
     # Over MCP the bridge holds an OAuth client-credentials token, and the CRM stores its notes as
     # written by that client; the local tools name nobody.
     assert set(authors(stack.db)) == {"crm-bridge"}
+    expiring = run(stack, stack.short_approvals(), E2E / "approval_expiry")
+    assert not failures(expiring) and len(expiring) == 1, text_report(expiring)
     over_local = run(stack, stack.local_tools(), E2E / "cases")
     assert not failures(over_local), text_report(over_local)
     assert len(over_mcp) == len(over_local) >= 14
@@ -252,6 +257,7 @@ def test_the_command_reports_in_text_and_junit(stack: E2EStack, tmp_path: Path) 
     junit = tmp_path / "report.xml"
     command = [str(MCP_BRIDGE), "test", "e2e", str(FIXTURES / "should_fail.yml"), str(E2E / "cases")]
     command += ["--rasa-url", stack.rasa_url, "--audit", str(stack.audit_log(mcp)), "--junit", str(junit)]
+    command += ["--approval-page", stack.approval_page_url]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=300, check=False, env=stack.command_env()
     )
@@ -273,6 +279,7 @@ def test_a_wrong_audit_trail_is_pointed_out(stack: E2EStack, tmp_path: Path) -> 
     if stack.variant != mcp:
         stack.use(mcp)
     command = [str(MCP_BRIDGE), "test", "e2e", str(E2E / "cases"), "--rasa-url", stack.rasa_url]
+    command += ["--approval-page", stack.approval_page_url]
     done = subprocess.run(
         [*command, "--audit", str(tmp_path / "elsewhere.jsonl")],
         capture_output=True,
@@ -294,7 +301,8 @@ def test_a_wrong_audit_trail_is_pointed_out(stack: E2EStack, tmp_path: Path) -> 
 
 
 def test_an_unreachable_rasa_is_an_error_never_a_pass(tmp_path: Path) -> None:
-    target = Target(rasa_url=f"http://{procs.HOST}:{procs.free_port()}", audit_log=tmp_path / "a.jsonl")
+    nowhere = f"http://{procs.HOST}:{procs.free_port()}"
+    target = Target(rasa_url=nowhere, audit_log=tmp_path / "a.jsonl", approval_page=nowhere)
     results = asyncio.run(run_cases(load_paths([E2E / "cases"]), target))
     assert results and all(not r.passed and r.error and "Connect" in r.error for r in results)
     assert text_report(results).rstrip().endswith(f"0 passed, {len(results)} failed")

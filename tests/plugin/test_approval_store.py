@@ -22,6 +22,7 @@ from mcp_bridge.approvals import ApprovalRequest, ApprovalStore
 from scripts.engines import Postgres
 
 NOW = 1_000_000.0
+LEASE = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +132,10 @@ async def test_expired_once_and_told(stores: tuple[ApprovalStore, ApprovalStore]
     assert await one.untold(NOW + 62, 30) == []
     assert [r.id for r in await one.untold(NOW + 92, 30)] == [late.id]
     # Told once, in its own conversation only.
-    assert await two.take(late.id, "c2", NOW + 61) is None
-    told = await two.take(late.id, "c1", NOW + 61)
+    assert await two.take(late.id, "c2", NOW + 61, LEASE) is None
+    told = await two.take(late.id, "c1", NOW + 61, LEASE)
     assert told is not None and told.status == "expired" and told.told
-    assert await one.take(late.id, "c1", NOW + 61) is None
+    assert await one.take(late.id, "c1", NOW + 61, LEASE) is None
     assert await one.untold(NOW + 200, 30) == []
 
 
@@ -142,9 +143,9 @@ async def test_an_approved_request_is_taken_to_run_once(stores: tuple[ApprovalSt
     one, two = stores
     made = request()
     await one.add(made)
-    assert await one.take(made.id, "c1", NOW) is None  # pending: nothing to do yet
+    assert await one.take(made.id, "c1", NOW, LEASE) is None  # pending: nothing to do yet
     assert await one.decide(made.id, "approved", "sam", NOW)
-    taken = await asyncio.gather(*(s.take(made.id, "c1", NOW + 1) for s in (one, two) * 4))
+    taken = await asyncio.gather(*(s.take(made.id, "c1", NOW + 1, LEASE) for s in (one, two) * 4))
     running = [t for t in taken if t is not None]
     assert len(running) == 1 and running[0].status == "running"
     await two.finish(made.id, "done")
@@ -159,6 +160,70 @@ async def test_approved_but_taken_after_the_expiry_never_runs(
     made = request()
     await one.add(made)
     assert await one.decide(made.id, "approved", "sam", NOW)
-    taken = await one.take(made.id, "c1", NOW + 60)
+    taken = await one.take(made.id, "c1", NOW + 60, LEASE)
     assert taken is not None and taken.status == "expired"
-    assert await one.take(made.id, "c1", NOW + 1) is None
+    assert await one.take(made.id, "c1", NOW + 1, LEASE) is None
+
+
+async def test_a_run_past_its_lease_is_taken_again_by_one_store_only(
+    stores: tuple[ApprovalStore, ApprovalStore],
+) -> None:
+    one, two = stores
+    made = request()
+    await one.add(made)
+    assert await one.decide(made.id, "approved", "sam", NOW)
+    first = await one.take(made.id, "c1", NOW + 1, LEASE)
+    assert first is not None and first.status == "running" and first.attempts == 1
+    # Its action server died. Within the lease: nobody takes it, the sweep does not tell it again.
+    assert await two.take(made.id, "c1", NOW + LEASE, LEASE) is None
+    assert await one.untold(NOW + LEASE, 0) == []
+    # Past it: the sweep tells it again, and of eight takers at once one resumes it, with a new lease.
+    assert [r.id for r in await one.untold(NOW + LEASE + 2, 0)] == [made.id]
+    taken = await asyncio.gather(*(s.take(made.id, "c1", NOW + LEASE + 2, LEASE) for s in (one, two) * 4))
+    resumed = [t for t in taken if t is not None]
+    assert len(resumed) == 1 and resumed[0].status == "running" and resumed[0].attempts == 2
+    assert await one.take(made.id, "c2", NOW + 10 * LEASE, LEASE) is None  # another conversation: never
+    await two.finish(made.id, "ok")
+    assert await one.take(made.id, "c1", NOW + 10 * LEASE, LEASE) is None
+    assert await one.untold(NOW + 10 * LEASE, 0) == []
+
+
+_OLD_SCHEMA = """
+CREATE TABLE approval_requests (
+    id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, requester TEXT NOT NULL,
+    requester_name TEXT NOT NULL, role TEXT NOT NULL, skill TEXT NOT NULL, tool TEXT NOT NULL,
+    arguments TEXT NOT NULL, idempotency_key TEXT NOT NULL, question TEXT NOT NULL, slots TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL, status TEXT NOT NULL,
+    decided_by TEXT, decided_at DOUBLE PRECISION, told INTEGER NOT NULL DEFAULT 0,
+    notified_at DOUBLE PRECISION, result TEXT
+)
+"""
+
+
+async def test_a_table_made_before_leases_gets_their_columns(where: str) -> None:
+    """A database made by the first release (no running_until, no attempts) is upgraded on open."""
+    if where.startswith("postgresql"):
+        import asyncpg
+
+        conn = await asyncpg.connect(where)
+        try:
+            await conn.execute(_OLD_SCHEMA)
+        finally:
+            await conn.close()
+    else:
+        import sqlite3
+        from contextlib import closing
+
+        with closing(sqlite3.connect(where)) as conn:
+            conn.execute(_OLD_SCHEMA)
+            conn.commit()
+    one, two = open_store(where), open_store(where)  # two replicas starting at once
+    try:
+        made = request()
+        await one.add(made)
+        assert await two.decide(made.id, "approved", "sam", NOW)
+        taken = await two.take(made.id, "c1", NOW + 1, LEASE)
+        assert taken is not None and taken.attempts == 1
+    finally:
+        await one.aclose()
+        await two.aclose()

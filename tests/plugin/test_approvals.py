@@ -21,7 +21,7 @@ from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, responses
-from tests.support.fixture_tools import SKILLS, Notebook, local_tools
+from tests.support.fixture_tools import SKILLS, ContactId, Notebook, NoteResult, NoteText, local_tools
 
 DANA = "dana@example.com"
 SUPERVISOR = Approver("sam", frozenset({"supervisor"}))
@@ -50,7 +50,7 @@ class Clock:
 class Bench:
     """An executor with approvals over a SQLite store, the notebook it writes to, a clock."""
 
-    def __init__(self, tmp_path: Path, approval: str = APPROVAL) -> None:
+    def __init__(self, tmp_path: Path, approval: str = APPROVAL, *, keyless: bool = False) -> None:
         self.book = Notebook()
         self.clock = Clock()
         self.audit = AuditLog(tmp_path / "audit.jsonl")
@@ -58,6 +58,13 @@ class Bench:
         directory.mkdir(exist_ok=True)
         (directory / "log_interaction.yml").write_text(skill_text(approval))
         tools = local_tools(self.book)
+        if keyless:  # a tool that takes no idempotency key, so cannot keep one write per key
+            keyed = tools["add_timeline_note"]
+
+            async def add_timeline_note(contact_id: ContactId, text: NoteText) -> NoteResult:
+                return await keyed(contact_id, text)  # type: ignore[no-any-return]
+
+            tools["add_timeline_note"] = add_timeline_note
         skills = load_skills(directory, local_tools=tools, mcp_servers={}, responses=None)
         self.store = SQLiteApprovalStore(tmp_path / "approvals.sqlite3")
         self.approvals = Approvals(self.store, self.audit, clock=self.clock)
@@ -320,3 +327,77 @@ async def test_a_store_that_fails_after_the_call_does_not_hide_that_it_ran(bench
     told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
     assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
     assert bench.book.notes_for(DANA) == [NOTE]
+
+
+# -- rule 5: a run lost before its outcome was recorded ----------------------------------------------
+
+
+async def lost_run(bench: Bench, *, reached_the_tool: bool) -> str:
+    """An approved request whose action server took it to run and died: the store says running, the
+    outcome was never recorded. ``reached_the_tool``: the call got there (the note is written)."""
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    taken = await bench.approvals.take(request_id, "c1")
+    assert taken.kind == "run" and taken.request is not None
+    if reached_the_tool:
+        bench.book.add(1, NOTE, taken.request.key)
+    return request_id
+
+
+@pytest.mark.parametrize("reached_the_tool", [True, False])
+async def test_a_lost_run_is_resumed_after_its_lease_under_its_key_and_writes_once(
+    bench: Bench, reached_the_tool: bool
+) -> None:
+    request_id = await lost_run(bench, reached_the_tool=reached_the_tool)
+    conversation = bench.conversation()
+    # Within its lease the run may still be going: nobody takes it, nobody is told again.
+    bench.clock.now += bench.approvals.run_lease - 1
+    assert (await bench.executor.approval_decided(conversation.turn(None), request_id)).outcome == (
+        "nothing_pending"
+    )
+    assert await bench.store.untold(bench.clock.now, 0) == []
+    # Past its lease the page's sweep finds it, and its conversation runs it again, once.
+    bench.clock.now += 2
+    assert [r.id for r in await bench.store.untold(bench.clock.now, 0)] == [request_id]
+    told = await bench.executor.approval_decided(conversation.turn(None), request_id)
+    assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
+    assert bench.book.notes_for(DANA) == [NOTE]
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "done" and request.attempts == 2
+    keys = [key for tool, key in bench.book.calls if tool == "add_timeline_note"]
+    assert keys == [request.key] * len(keys) and len(keys) == (2 if reached_the_tool else 1)
+    assert "approval_resumed" in bench.decisions()
+    again = await bench.executor.approval_decided(conversation.turn(None), request_id)
+    assert again.outcome == "nothing_pending" and bench.book.notes_for(DANA) == [NOTE]
+    bench.clock.now += 10 * bench.approvals.run_lease
+    assert await bench.store.untold(bench.clock.now, 0) == []
+
+
+async def test_a_lost_run_of_a_tool_that_keeps_no_key_is_never_repeated(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, keyless=True)
+    try:
+        request_id = await lost_run(bench, reached_the_tool=True)
+        bench.clock.now += bench.approvals.run_lease + 1
+        told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+        assert told.outcome == "unavailable" and responses(told) == ["utter_tool_outcome_unknown"]
+        assert bench.book.notes_for(DANA) == [NOTE]  # the lost run's, and no other
+        assert [tool for tool, _ in bench.book.calls].count("add_timeline_note") == 1
+        request = await bench.store.get(request_id)
+        assert request is not None and request.status == "done" and request.result is not None
+        assert request.result.startswith("outcome unknown")
+    finally:
+        await bench.executor.aclose()
+
+
+async def test_a_call_that_keeps_killing_its_action_server_is_run_at_most_max_runs_times(
+    bench: Bench,
+) -> None:
+    from mcp_bridge.approvals import MAX_RUNS
+
+    request_id = await lost_run(bench, reached_the_tool=False)
+    for _ in range(MAX_RUNS - 1):  # each resumed run dies too
+        bench.clock.now += bench.approvals.run_lease + 1
+        assert (await bench.approvals.take(request_id, "c1")).kind == "resume"
+    bench.clock.now += bench.approvals.run_lease + 1
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert responses(told) == ["utter_tool_outcome_unknown"] and bench.book.notes_for(DANA) == []

@@ -100,6 +100,21 @@ test_cases:
         ("      - tool_called: {tool: x, args: {}}\n", "step 2 (line 5): tool_called.args: unknown key"),
         ("      - slot_was_set: [{a: 1, b: 2}]\n", "step 2 (line 5): each slot is 'name' or 'name: value'"),
         ("      - user: hi\n        metadata: nope\n", "step 2 (line 5): unknown metadata 'nope'"),
+        (
+            "      - approval: {by: sam, decides: maybe}\n",
+            "step 2 (line 5): approval.decides: Input should be 'approve' or 'refuse'",
+        ),
+        ("      - approval: {decides: approve}\n", "step 2 (line 5): approval.by: Field required"),
+        ("      - approval: {by: 'sam smith', decides: approve}\n", "approval.by: String should match"),
+        (
+            "      - approval: {by: sam, decides: approve, page_answers: ok}\n",
+            "approval.page_answers: Input should be 'decided', 'own_request', 'not_allowed' or",
+        ),
+        (
+            "      - approval_expires: {within: 0}\n",
+            "approval_expires.within: Input should be greater than 0",
+        ),
+        ("      - approval_expires: {within: 3600}\n", "approval_expires.within: Input should be less than"),
     ],
 )
 def test_a_bad_step_is_named_with_file_case_step_and_line(tmp_path: Path, body: str, reason: str) -> None:
@@ -194,3 +209,58 @@ def test_messages_are_described_in_order_and_all_of_them(
     turn = _Turn(user, messages=[Message("utter_a", "A"), Message("utter_b", "B")])
     failure = _check_turn(turn, rest)
     assert (failure.step.number if failure else None) == failing_step, failure
+
+
+def test_approval_steps_act_and_name_the_approver_the_decision_and_the_pages_answer(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+test_cases:
+  - test_case: approvals
+    steps:
+      - user: "log a refund"
+      - utter: utter_awaiting_approval
+      - approval: {by: operator, decides: approve, page_answers: own_request}
+      - approval: {by: sam, decides: refuse}
+      - utter: utter_approval_refused
+      - approval_expires: {within: 20}
+""",
+    )
+    (case,) = load_paths([path])
+    own, refuse, wait = case.steps[2], case.steps[3], case.steps[5]
+    assert (own.kind, own.value, own.approve, own.page_answers) == (
+        "approval",
+        "operator",
+        True,
+        "own_request",
+    )
+    assert (refuse.value, refuse.approve, refuse.page_answers) == ("sam", False, "decided")
+    assert (wait.kind, wait.within) == ("approval_expires", 20.0)
+    assert refuse.text == 'approval: {by: "sam", decides: "refuse"}'
+
+
+def test_approval_steps_need_the_audit_trail_and_the_page(tmp_path: Path) -> None:
+    import asyncio
+
+    from mcp_bridge.cli.e2e import RunnerError, Target, run_cases
+
+    path = write(
+        tmp_path,
+        "test_cases:\n  - test_case: a\n    steps:\n      - user: hi\n"
+        "      - approval: {by: sam, decides: approve}\n",
+    )
+    cases = load_paths([path])
+    with pytest.raises(RunnerError, match="audit trail"):
+        asyncio.run(run_cases(cases, Target("http://127.0.0.1:9")))
+    with pytest.raises(RunnerError, match="--approval-page"):
+        asyncio.run(run_cases(cases, Target("http://127.0.0.1:9", audit_log=tmp_path / "a.jsonl")))
+
+
+def test_an_approvers_password_comes_from_the_environment_or_a_file_never_elsewhere(tmp_path: Path) -> None:
+    from mcp_bridge.cli.e2e.approvals import ApproverError, password_for
+
+    assert password_for("sam", tmp_path, {"APPROVER_SAM_PASSWORD": "from-env"}) == "from-env"
+    (tmp_path / "approver_sam_password").write_text("from-file\n")
+    assert password_for("sam", tmp_path, {}) == "from-file"
+    with pytest.raises(ApproverError, match="APPROVER_CAROL_PASSWORD or the file .*approver_carol_password"):
+        password_for("carol", tmp_path, {})

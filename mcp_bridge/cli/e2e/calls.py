@@ -15,6 +15,9 @@ from typing import Any
 
 from mcp_bridge.audit import CALLED, argument_digest
 
+# The audit entry of a call held for a second approver (mcp_bridge.approvals).
+APPROVAL_REQUESTED = "approval_requested"
+
 
 @dataclass(frozen=True)
 class Call:
@@ -62,10 +65,10 @@ class CallLog:
                         found.add(str(entry["conversation"]))
         return found
 
-    def calls(self, conversation_id: str) -> list[Call]:
+    def _entries(self, conversation_id: str, decision: str) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        calls = []
+        found = []
         with self.path.open(encoding="utf-8") as handle:
             for line in handle:
                 if not line.strip():
@@ -74,16 +77,33 @@ class CallLog:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line being written right now
-                if entry.get("decision") != CALLED or entry.get("conversation") != conversation_id:
-                    continue
-                calls.append(
-                    Call(
-                        tool=str(entry.get("tool")),
-                        source=str(entry.get("source")),
-                        result=str(entry.get("result")),
-                        sent=bool(entry.get("sent", True)),
-                        confirmation=entry.get("confirmation"),
-                        arguments=dict(entry.get("arguments") or {}),
-                    )
+                if (
+                    isinstance(entry, dict)
+                    and entry.get("decision") == decision
+                    and entry.get("conversation") == conversation_id
+                ):
+                    found.append(entry)
+        return found
+
+    def approvals(self, conversation_id: str) -> list[str]:
+        """The ids of the calls the conversation held for a second approver, oldest first."""
+        return [
+            str(entry["approval"])
+            for entry in self._entries(conversation_id, APPROVAL_REQUESTED)
+            if entry.get("approval")
+        ]
+
+    def calls(self, conversation_id: str) -> list[Call]:
+        calls = []
+        for entry in self._entries(conversation_id, CALLED):
+            calls.append(
+                Call(
+                    tool=str(entry.get("tool")),
+                    source=str(entry.get("source")),
+                    result=str(entry.get("result")),
+                    sent=bool(entry.get("sent", True)),
+                    confirmation=entry.get("confirmation"),
+                    arguments=dict(entry.get("arguments") or {}),
                 )
+            )
         return calls

@@ -1,4 +1,4 @@
-"""Test-case files in Rasa Pro's end-to-end format, plus two steps about tool calls.
+"""Test-case files in Rasa Pro's end-to-end format, plus steps about tool calls and second approvers.
 
 A file holds ``test_cases`` and, optionally, ``fixtures`` (slot values set before a case starts)
 and ``metadata`` (message metadata sent with user messages), as Rasa Pro defines them::
@@ -24,6 +24,15 @@ and ``metadata`` (message metadata sent with user messages), as Rasa Pro defines
           - slot_was_not_set: [note_text]
           - tool_called: {tool: find_contact_by_email, arguments: {email: dana@example.com}}
           - no_tool_called: add_timeline_note
+      - test_case: a supervisor approves the refund note
+        steps:
+          - user: "log a call with dana@example.com: she wants a refund"
+          - utter: utter_confirm_note
+          - user: "yes"
+          - utter: utter_awaiting_approval
+          - approval: {by: sam, decides: approve}   # sam logs in to the approval page and approves
+          - utter: utter_note_saved                 # what the conversation was told
+          - tool_called: {tool: add_timeline_note, times: 1}
 
 Rules of the checks (every step after a ``user`` step checks what happened in answer to it):
 
@@ -35,6 +44,19 @@ Rules of the checks (every step after a ``user`` step checks what happened in an
   its audit trail. ``arguments`` lists the arguments to check; others are not checked. With
   ``times: n``, exactly n calls of the tool with those arguments were made in that turn (``times:
   1`` with only the tool named: the tool was called once, whatever its arguments).
+
+Two more steps act, as ``user`` does, and the checks after them are about what the conversation was
+told in answer (:mod:`mcp_bridge.cli.e2e.approvals` drives the approval page):
+
+* ``approval: {by: NAME, decides: approve | refuse, page_answers: ANSWER}``: the approver NAME logs in
+  to the approval page and decides the conversation's latest held call (its id read from the audit
+  trail's ``approval_requested`` entry). ``page_answers`` (default ``decided``) is what the page must
+  answer: ``decided`` (then the request must be on NAME's list, and the runner waits for the
+  conversation to be told), ``own_request`` (NAME asked for the call: not on their list, refused),
+  ``not_allowed`` (NAME lacks the role), ``already_decided`` (decided before, or expired).
+* ``approval_expires: {within: SECONDS}``: nobody decides; waits at most that long for the
+  conversation to be told the held call's outcome (its expiry, when the skill's ``expires_after`` is
+  shorter than ``within``).
 
 Loading errors name the file, the test case, the step and the line (:class:`CaseFileError`).
 """
@@ -52,10 +74,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mcp_bridge.errors import ConfigError
 
 StepKind = Literal[
-    "user", "utter", "bot", "slot_was_set", "slot_was_not_set", "tool_called", "no_tool_called"
+    "user",
+    "approval",
+    "approval_expires",
+    "utter",
+    "bot",
+    "slot_was_set",
+    "slot_was_not_set",
+    "tool_called",
+    "no_tool_called",
 ]
 STEP_KINDS: tuple[str, ...] = (
     "user",
+    "approval",
+    "approval_expires",
     "utter",
     "bot",
     "slot_was_set",
@@ -65,6 +97,12 @@ STEP_KINDS: tuple[str, ...] = (
 )
 _LINE = "__line__"
 _NAMED = ("utter", "tool_called", "no_tool_called")
+# Steps that make something happen in the conversation; the checks after one are about its answer.
+ACTION_STEPS = ("user", "approval", "approval_expires")
+PageAnswer = Literal["decided", "own_request", "not_allowed", "already_decided"]
+PAGE_ANSWERS: tuple[str, ...] = ("decided", "own_request", "not_allowed", "already_decided")
+# The longest an approval_expires step may wait (the runner polls; a case is not a soak test).
+MAX_WITHIN_SECONDS = 600.0
 
 
 class CaseFileError(ConfigError):
@@ -99,6 +137,11 @@ class Step:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     # tool_called: exactly this many matching calls in the turn (None: at least one)
     times: int | None = None
+    # approval: approve (True) or refuse (False), and what the approval page must answer
+    approve: bool = True
+    page_answers: PageAnswer = "decided"
+    # approval_expires: at most this many seconds until the conversation is told
+    within: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -166,6 +209,24 @@ class _NoToolCalled(_Model):
     no_tool_called: str
 
 
+class _Decision(_Model):
+    by: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    decides: Literal["approve", "refuse"]
+    page_answers: PageAnswer = "decided"
+
+
+class _Approval(_Model):
+    approval: _Decision
+
+
+class _Wait(_Model):
+    within: float = Field(gt=0, le=MAX_WITHIN_SECONDS)
+
+
+class _ApprovalExpires(_Model):
+    approval_expires: _Wait
+
+
 _STEP_MODELS: dict[str, type[_Model]] = {
     "user": _UserStep,
     "utter": _UtterStep,
@@ -174,6 +235,8 @@ _STEP_MODELS: dict[str, type[_Model]] = {
     "slot_was_not_set": _SlotWasNotSet,
     "tool_called": _ToolCalled,
     "no_tool_called": _NoToolCalled,
+    "approval": _Approval,
+    "approval_expires": _ApprovalExpires,
 }
 
 
@@ -341,6 +404,19 @@ def _load_step(
         return Step(
             "tool_called", number, line, text, value=call.tool, arguments=call.arguments, times=call.times
         )
+    if isinstance(model, _Approval):
+        decision = model.approval
+        return Step(
+            "approval",
+            number,
+            line,
+            text,
+            value=decision.by,
+            approve=decision.decides == "approve",
+            page_answers=decision.page_answers,
+        )
+    if isinstance(model, _ApprovalExpires):
+        return Step("approval_expires", number, line, text, within=model.approval_expires.within)
     assert isinstance(model, _NoToolCalled)
     return Step("no_tool_called", number, line, text, value=model.no_tool_called)
 

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from mcp_bridge.cli.e2e.approvals import ApproverError, password_for
 from mcp_bridge.cli.e2e.cases import CaseFileError, load_paths
 from mcp_bridge.cli.e2e.report import text_report, write_junit
 from mcp_bridge.cli.e2e.runner import RunnerError, Target, audit_warning, run_cases
@@ -54,6 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the action server's audit trail (its AUDIT_LOG), read for tool_called / no_tool_called "
         "(default: $AUDIT_LOG or var/audit.jsonl)",
     )
+    parser.add_argument(
+        "--approval-page",
+        help="the approval page, for approval steps (default: the one `make up` started, from --state)",
+    )
+    parser.add_argument(
+        "--approver-passwords",
+        type=Path,
+        help="a folder holding approver_<name>_password files, for approvers whose APPROVER_<NAME>_PASSWORD "
+        "is not set (default: the var/ folder of --state, where `make up` writes them)",
+    )
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help="the state file of `make up`")
     parser.add_argument("--junit", type=Path, help="also write a JUnit XML report here")
     parser.add_argument("--concurrency", type=int, default=4, help="cases run at the same time (default 4)")
@@ -72,12 +83,21 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: --rest-token-file: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    approvers = sorted({step.value for case in cases for step in case.steps if step.kind == "approval"})
+    folder = args.approver_passwords or args.state.resolve().parent.parent
+    try:
+        passwords = {name: password_for(name, folder) for name in approvers}
+    except ApproverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     target = Target(
         rasa_url=args.rasa_url or _rasa_from_state(args.state) or "http://127.0.0.1:5005",
         rasa_token=args.rasa_token or _from_state(args.state, "rasa_token"),
         rest_token=rest_token or _from_state(args.state, "rest_token"),
         audit_log=args.audit,
         timeout=args.timeout,
+        approval_page=args.approval_page or _service_url(args.state, "approval_page"),
+        approver_passwords=passwords,
     )
     try:
         results = asyncio.run(run_cases(cases, target, concurrency=args.concurrency))
@@ -107,8 +127,13 @@ def _from_state(state: Path, key: str) -> str | None:
 
 
 def _rasa_from_state(state: Path) -> str | None:
+    return _service_url(state, "rasa")
+
+
+def _service_url(state: Path, name: str) -> str | None:
+    """Where `make up` started the service ``name``, from its state file."""
     try:
         services = json.loads(state.read_text())
-        return str(services["rasa"]["url"])
+        return str(services[name]["url"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

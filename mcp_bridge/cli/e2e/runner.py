@@ -5,7 +5,11 @@ Each case gets a conversation id of its own, unique to this run, so cases can ru
 runner sends the message through ``POST /webhooks/rest/webhook``, then reads what happened in answer
 from ``GET /conversations/<id>/tracker`` (bot messages with their response name, which Rasa records
 as ``metadata.utter_action``, and slot events) and from the action server's audit trail (tool calls).
-A case stops at its first failing step.
+An ``approval`` step decides the conversation's held call on the approval page as the approver named
+(:mod:`mcp_bridge.cli.e2e.approvals`), then waits until the conversation has been told the decision
+(Rasa records the page's ``trigger_intent`` as a user event of the intent ``approval_decided``, and the
+turn ends with ``action_listen``); an ``approval_expires`` step only waits for that. The checks after
+either are about that turn. A case stops at its first failing step.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ from urllib.parse import quote
 
 import aiohttp
 
+from mcp_bridge.cli.e2e.approvals import ApprovalPage, ApproverError
 from mcp_bridge.cli.e2e.calls import Call, CallLog
-from mcp_bridge.cli.e2e.cases import Step, TestCase, show
+from mcp_bridge.cli.e2e.cases import ACTION_STEPS, Step, TestCase, show
+from mcp_bridge.contract import APPROVAL_INTENT
 
 BOT_CHECKS = ("utter", "bot")
 TOOL_CHECKS = ("tool_called", "no_tool_called")
+APPROVAL_STEPS = ("approval", "approval_expires")
+# How often a wait for the conversation to be told looks at its tracker.
+POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,9 @@ class Target:
     # The action server's AUDIT_LOG; needed only by tool_called / no_tool_called steps.
     audit_log: Path | None = None
     timeout: float = 60.0
+    # The approval page (approval steps), and the approvers' passwords by name.
+    approval_page: str | None = None
+    approver_passwords: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,21 +127,41 @@ async def run_cases(
             "these cases check tool calls (tool_called / no_tool_called): give the action server's "
             "audit trail (--audit PATH, the AUDIT_LOG the action server writes)"
         )
+    deciding = any(step.kind == "approval" for case in cases for step in case.steps)
+    if any(step.kind in APPROVAL_STEPS for case in cases for step in case.steps):
+        if target.audit_log is None:
+            raise RunnerError(
+                "these cases have approval steps, which find the held call in the action server's "
+                "audit trail: give it (--audit PATH, the AUDIT_LOG the action server writes)"
+            )
+        if deciding and target.approval_page is None:
+            raise RunnerError("these cases have approval steps: give the approval page (--approval-page URL)")
     run_id = run_id or uuid.uuid4().hex[:8]
     gate = asyncio.Semaphore(max(1, concurrency))
     timeout = aiohttp.ClientTimeout(total=target.timeout)
+    page = (
+        ApprovalPage(target.approval_page, target.approver_passwords, target.timeout)
+        if deciding and target.approval_page is not None
+        else None
+    )
     async with aiohttp.ClientSession(timeout=timeout) as http:
         client = _Rasa(http, target)
         calls = CallLog(target.audit_log) if target.audit_log is not None else None
 
         async def one(index: int, case: TestCase) -> CaseResult:
             async with gate:
-                return await _run_case(client, calls, case, f"e2e-{run_id}-{index:03d}")
+                return await _run_case(client, calls, page, case, f"e2e-{run_id}-{index:03d}")
 
-        return list(await asyncio.gather(*(one(i, case) for i, case in enumerate(cases, start=1))))
+        try:
+            return list(await asyncio.gather(*(one(i, case) for i, case in enumerate(cases, start=1))))
+        finally:
+            if page is not None:
+                await page.aclose()
 
 
-async def _run_case(client: _Rasa, calls: CallLog | None, case: TestCase, conversation_id: str) -> CaseResult:
+async def _run_case(
+    client: _Rasa, calls: CallLog | None, page: ApprovalPage | None, case: TestCase, conversation_id: str
+) -> CaseResult:
     started = time.monotonic()
 
     def result(failure: Failure | None = None, error: str | None = None) -> CaseResult:
@@ -145,14 +177,31 @@ async def _run_case(client: _Rasa, calls: CallLog | None, case: TestCase, conver
         turn: _Turn | None = None
         pending: list[Step] = []
         for step in case.steps:
-            if step.kind != "user":
+            if step.kind not in ACTION_STEPS:
                 pending.append(step)
                 continue
             if turn is not None and (failure := _check_turn(turn, pending)):
                 return result(failure)
             pending = []
-            await client.say(conversation_id, step.value, step.metadata)
-            events = await client.events(conversation_id)
+            if step.kind == "user":
+                await client.say(conversation_id, step.value, step.metadata)
+                events = await client.events(conversation_id)
+            else:
+                failure, told = None, True
+                if step.kind == "approval":
+                    assert page is not None and calls is not None  # run_cases insists on both
+                    failure, told = await _decide(page, calls, step, conversation_id)
+                if failure is not None:
+                    return result(failure)
+                # A decision the page refused is told nothing: the turn is empty (and checked so).
+                wait = step.within if step.kind == "approval_expires" else client.timeout
+                found = await client.told(conversation_id, events_seen, wait) if told else None
+                if told and found is None:
+                    what = "the decision" if step.kind == "approval" else "the held call's outcome"
+                    return result(
+                        Failure(step, f"the conversation told {what}", f"nothing within {wait:g} s")
+                    )
+                events = found if found is not None else await client.events(conversation_id)
             turn = _Turn(step)
             for event in events[events_seen:]:
                 if event.get("event") == "bot":
@@ -166,8 +215,34 @@ async def _run_case(client: _Rasa, calls: CallLog | None, case: TestCase, conver
                 turn.calls, calls_seen = made[calls_seen:], len(made)
         assert turn is not None  # a case starts with a user step (checked when loading)
         return result(_check_turn(turn, pending))
-    except (aiohttp.ClientError, asyncio.TimeoutError, _HTTPError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError, _HTTPError, ApproverError) as exc:
         return result(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+async def _decide(
+    page: ApprovalPage, calls: CallLog, step: Step, conversation_id: str
+) -> tuple[Failure | None, bool]:
+    """The approver decides the conversation's latest held call on the page: (a failure, or None;
+    whether the conversation is now to be told)."""
+    held = calls.approvals(conversation_id)
+    if not held:
+        return Failure(step, "a call of this conversation held for an approver", "no call was held"), False
+    request_id = held[-1]
+    listed = any(item.get("id") == request_id for item in await page.pending(step.value))
+    expect_listed = step.page_answers in ("decided", "already_decided")
+    if step.page_answers == "decided" and not listed:
+        got = f"it is not on {step.value}'s list on the approval page"
+        return Failure(step, f"the held call {request_id[:8]} waiting for {step.value}", got), False
+    if not expect_listed and listed:
+        got = f"it is on {step.value}'s list, to decide"
+        return Failure(step, f"the held call {request_id[:8]} not offered to {step.value}", got), False
+    answer = await page.decide(step.value, request_id, step.approve)
+    if answer.kind != step.page_answers:
+        decision = "approve" if step.approve else "refuse"
+        return Failure(
+            step, f"the page to answer {step.page_answers} to {decision}", f"it answered {answer}"
+        ), False
+    return None, answer.kind == "decided"
 
 
 def audit_warning(results: Sequence[CaseResult], target: Target) -> str | None:
@@ -340,6 +415,7 @@ class _HTTPError(Exception):
 class _Rasa:
     def __init__(self, http: aiohttp.ClientSession, target: Target) -> None:
         self.http = http
+        self.timeout = target.timeout
         self.base = target.rasa_url.rstrip("/")
         self.params: dict[str, str] = {"token": target.rasa_token} if target.rasa_token else {}
         self.rest_headers = {"Authorization": f"Bearer {target.rest_token}"} if target.rest_token else {}
@@ -378,3 +454,26 @@ class _Rasa:
     async def append_slots(self, conversation_id: str, slots: Mapping[str, Any]) -> None:
         events = [{"event": "slot", "name": name, "value": value} for name, value in slots.items()]
         await self._json("POST", self._conversation(conversation_id, "tracker/events"), events)
+
+    async def told(self, conversation_id: str, seen: int, within: float) -> list[dict[str, Any]] | None:
+        """The conversation's events once, after event ``seen``, it has been told an approval's
+        outcome and its turn has ended; None when that does not happen ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            events = await self.events(conversation_id)
+            new = events[seen:]
+            told = [
+                i for i, e in enumerate(new) if e.get("event") == "user" and _intent(e) == APPROVAL_INTENT
+            ]
+            if told and any(
+                e.get("event") == "action" and e.get("name") == "action_listen" for e in new[told[0] :]
+            ):
+                return events
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(POLL_SECONDS)
+
+
+def _intent(event: Mapping[str, Any]) -> str | None:
+    intent = (event.get("parse_data") or {}).get("intent") or {}
+    return intent.get("name") if isinstance(intent, dict) else None

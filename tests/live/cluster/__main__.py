@@ -4,13 +4,16 @@ Starts the whole cluster (scripts/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP 
 servers, 2 Rasa servers, nginx) on free loopback ports with its data in var/cluster-test/, runs
 200 conversations (half confirmed, half denied) while one action server, one MCP server and one
 Rasa server are killed and restarted in turn, then reads the CRM's PostgreSQL database directly.
+Then 12 conversations whose notes need a supervisor's approval are decided on the approval page (half
+approved, half refused) while an action server is killed and restarted (tests/live/cluster/approvals.py).
 
 The write guarantees must hold exactly, or the exit status is 1:
   * every note the person confirmed and was told "Saved" is there exactly once (0 lost);
   * no note is there twice (0 doubled), and none carries a repeated idempotency key;
   * no note of a conversation that said "no", or never answered the question, is there;
   * notes written = notes confirmed;
-  * some conversations were asked on one action-server replica and answered on the other.
+  * some conversations were asked on one action-server replica and answered on the other;
+  * an approved note is written exactly once and its conversation told once; a refused one never.
 Errors the person saw are allowed (a replica died under their message) and are counted by kind.
 """
 
@@ -30,6 +33,7 @@ import asyncpg
 from scripts.cluster import REPLICAS, Cluster
 from scripts.engines import remove_postgres_data
 from scripts.services import REPO_ROOT
+from tests.live.cluster.approvals import RUN_LEASE_SECONDS, approval_needles, run_approvals
 from tests.live.cluster.scenario import (
     Conversation,
     Faults,
@@ -42,6 +46,7 @@ CONVERSATIONS = 200
 WORKERS = 6
 SCHEDULE = [("action-1", 40), ("mcp-1", 80), ("rasa-1", 120)]
 HOLD_BACK_FROM = 160  # these start only when every killed replica is back
+APPROVALS = 12  # held for a supervisor, decided on the approval page around a kill of action-1
 VAR = REPO_ROOT / "var" / "cluster-test"
 
 
@@ -69,11 +74,12 @@ def passed_on(cluster: Cluster) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
 
 
-def leaks(cluster: Cluster, chats: list[Conversation]) -> list[str]:
+def leaks(cluster: Cluster, chats: list[Conversation], run_id: str) -> list[str]:
     """Secrets, access tokens or note texts found in any log or audit trail the cluster wrote, or in
     what `make cluster-up` prints and writes to urls.json (they must never be there)."""
     needles = {f"secret {name}": value for name, value in cluster.secrets.items()}
     needles.update({f"note of {chat.sender}": chat.note for chat in chats[:20]})
+    needles.update(approval_needles(cluster, run_id))
     # An OAuth access token (a JWT: base64url of '{"'), which the action servers hold in memory only.
     needles["access token"] = "eyJ"
     found = []
@@ -170,7 +176,7 @@ def main() -> int:
     run_id = uuid.uuid4().hex[:8]
     remove_postgres_data(VAR / "postgres")  # a link into the temporary folder, maybe (engines.py)
     shutil.rmtree(VAR, ignore_errors=True)
-    cluster = Cluster(VAR, durable=False)
+    cluster = Cluster(VAR, durable=False, approval_run_lease=RUN_LEASE_SECONDS)
     began = time.monotonic()
     print(f"== cluster test {run_id}: starting the cluster in {VAR} (two Rasa servers load their model)")
     broken: list[str] = []
@@ -190,8 +196,12 @@ def main() -> int:
         print(f"   conversations took {time.monotonic() - started:.0f} s")
         notes = asyncio.run(notes_written(cluster.crm_database_url, run_id))
         figures, broken = check(chats, notes, cluster)
+        print(f"== {APPROVALS} conversations held for a supervisor, decided on the approval page")
+        approval_figures, approval_broken = run_approvals(cluster, run_id, APPROVALS)
+        figures += approval_figures
+        broken += approval_broken
         figures.append(f"requests nginx passed on to the other replica: {passed_on(cluster)}")
-        leaked = leaks(cluster, chats)
+        leaked = leaks(cluster, chats, run_id)
         figures.append(f"secrets or note texts in the logs: {', '.join(leaked) if leaked else 'none'}")
         if leaked:
             broken.append("secrets or note texts in the logs: " + ", ".join(leaked))

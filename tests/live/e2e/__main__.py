@@ -4,7 +4,8 @@ Starts the whole stack on free ports (tests/e2e/stack.py), then runs `mcp-bridge
 
 1. over MCP tools: tests/e2e/cases;
 2. still over MCP tools, with the CRM's MCP server stopped: tests/e2e/mcp_down (restarted after);
-3. over local tools: tests/e2e/cases again, the same files.
+3. over MCP tools, with approvals expiring after a few seconds: tests/e2e/approval_expiry;
+4. over local tools: tests/e2e/cases again, the same files.
 
 E2E_CASES (a space-separated list of files or folders) replaces tests/e2e/cases, for example
 `make e2e E2E_CASES=examples/crm_bot/tests/e2e/cases/confirm_deny.yml`. JUnit reports go to results/e2e-*.xml.
@@ -24,6 +25,7 @@ from tests.support.procs import EXAMPLE_BOT, REPO_ROOT
 
 CASES = EXAMPLE_BOT / "tests" / "e2e" / "cases"
 MCP_DOWN = EXAMPLE_BOT / "tests" / "e2e" / "mcp_down"
+APPROVAL_EXPIRY = EXAMPLE_BOT / "tests" / "e2e" / "approval_expiry"
 # The command of the venv running this (each end of the supported range has its own).
 MCP_BRIDGE = Path(sys.executable).parent / "mcp-bridge"
 
@@ -40,6 +42,8 @@ def run_suite(stack: E2EStack, variant: Variant, paths: list[Path], label: str) 
         stack.rasa_url,
         "--audit",
         str(stack.audit_log(variant)),
+        "--approval-page",
+        stack.approval_page_url,
         "--junit",
         str(REPO_ROOT / "results" / f"e2e-{label.split()[0]}.xml"),
     ]
@@ -61,6 +65,11 @@ def main() -> int:
                 stack.stop_mcp()
                 statuses.append(run_suite(stack, mcp, [MCP_DOWN], "mcp-down MCP server stopped"))
                 stack.start_mcp()
+                short = stack.short_approvals()
+                stack.use(short)
+                statuses.append(
+                    run_suite(stack, short, [APPROVAL_EXPIRY], "approval-expiry approvals expire")
+                )
             stack.use(local)
             statuses.append(run_suite(stack, local, cases, "local tools"))
         except Exception as exc:

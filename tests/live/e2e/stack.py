@@ -4,21 +4,32 @@ One CRM REST API over a fresh seeded database, one CRM MCP server (stoppable and
 its port) as an OAuth protected resource, the authorization server (oidc-provider) that issues the
 action server's bridge its tokens by client credentials (as `make up` and the live proof run it),
 one Rasa server (the slow one: started once, in the background, while the rest starts),
-and one action server on a fixed port, restarted with another variant of the bot between runs so
-Rasa's action endpoint never changes. A variant is a skills folder, plus optionally a folder
-holding a modified copy of the `actions` package.
+one action server on a fixed port, restarted with another variant of the bot between runs so
+Rasa's action endpoint never changes, and the approval page (scripts/approval_page.py, password
+logins) on the approval store the action server uses. A variant is a skills folder, plus optionally a
+folder holding a modified copy of the `actions` package.
+
+The approvers: sam (supervisor), operator (supervisor: the name the REST channel gives the requester,
+so their own requests are theirs), carol (clerk); their passwords are made per run and handed to
+`mcp-bridge test e2e` as APPROVER_<NAME>_PASSWORD.
 """
 
 from __future__ import annotations
 
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.approval_page import hash_password
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 from tests.support.stack import LoggedStack
+
+APPROVERS = {"sam": "supervisor", "operator": "supervisor", "carol": "clerk"}
+# The approval expiry of the short_approvals variant.
+SHORT_EXPIRY = "3s"
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,9 @@ class E2EStack(LoggedStack):
         self.action_port = procs.free_port()
         self.mcp_port = procs.free_port()
         self.endpoints = workdir / "endpoints.yml"
+        self.approvals_db = workdir / "approvals.sqlite3"
+        self.passwords = {name: secrets.token_urlsafe(12) for name in APPROVERS}
+        self.page: procs.ServiceProcess | None = None
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
         self.auth: procs.ServiceProcess | None = None
@@ -50,6 +64,16 @@ class E2EStack(LoggedStack):
 
     def local_tools(self) -> Variant:
         return Variant("local", skills_with_source(self.workdir / "skills-local", "local"))
+
+    def short_approvals(self) -> Variant:
+        """Over MCP tools, with the log skill's approvals expiring after SHORT_EXPIRY."""
+        skills = skills_with_source(self.workdir / "skills-short-approvals", "mcp:crm")
+        path = skills / "log_interaction.yml"
+        text = path.read_text()
+        if "expires_after: 30m" not in text:
+            raise RuntimeError(f"{path}: no 'expires_after: 30m' to shorten; has the skill file changed?")
+        path.write_text(text.replace("expires_after: 30m", f"expires_after: {SHORT_EXPIRY}"))
+        return Variant("short-approvals", skills)
 
     def audit_log(self, variant: Variant) -> Path:
         return self.workdir / f"audit-{variant.name}.jsonl"
@@ -67,6 +91,36 @@ class E2EStack(LoggedStack):
         self.crm = self.start_logged(procs.crm_rest(self.db))
         self.auth = self.start_logged(procs.authorization_server(self.mcp_url, self.client))
         self.start_mcp()
+        self.page = self.start_logged(self._approval_page())
+
+    def _approval_page(self) -> procs.ServiceProcess:
+        assert self.rasa is not None  # its URL is known before it has loaded
+        approvers = self.workdir / "approvers.yml"
+        approvers.write_text(
+            "approvers:\n"
+            + "".join(
+                f'  {name}: {{roles: [{role}], password_hash: "${{HASH_{name.upper()}}}"}}\n'
+                for name, role in APPROVERS.items()
+            )
+        )
+        return procs.approval_page(
+            rasa_url=self.rasa.url,
+            rasa_token=self.access.api_token,
+            page_key=secrets.token_urlsafe(32),
+            approvers=approvers,
+            database=str(self.approvals_db),
+            audit_log=self.workdir / "audit-approval-page.jsonl",
+            sweep_seconds=0.5,
+            extra_env={f"HASH_{name.upper()}": hash_password(p) for name, p in self.passwords.items()},
+        )
+
+    @property
+    def approval_page_url(self) -> str:
+        assert self.page is not None
+        return self.page.url
+
+    def approver_env(self) -> Mapping[str, str]:
+        return {f"APPROVER_{name.upper()}_PASSWORD": password for name, password in self.passwords.items()}
 
     @property
     def mcp_url(self) -> str:
@@ -80,7 +134,11 @@ class E2EStack(LoggedStack):
     def command_env(self) -> dict[str, str]:
         """The environment for `mcp-bridge test e2e` against this stack: its tokens (never arguments)."""
         return procs.child_env(
-            {"RASA_AUTH_TOKEN": self.access.api_token, "REST_CHANNEL_TOKEN": self.access.rest_token}
+            {
+                "RASA_AUTH_TOKEN": self.access.api_token,
+                "REST_CHANNEL_TOKEN": self.access.rest_token,
+                **self.approver_env(),
+            }
         )
 
     def use(self, variant: Variant) -> procs.ServiceProcess:
@@ -96,7 +154,10 @@ class E2EStack(LoggedStack):
             skills_dir=variant.skills,
             audit_log=self.audit_log(variant),
             port=self.action_port,
-            extra_env=procs.oauth_env(self.client, self.auth.url),
+            extra_env={
+                **procs.oauth_env(self.client, self.auth.url),
+                "APPROVALS_DATABASE": str(self.approvals_db),
+            },
         )
         if variant.actions_root is not None:
             # `python -m rasa_sdk --actions actions` would find the repository's package first (the
