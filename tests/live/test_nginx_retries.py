@@ -94,9 +94,13 @@ def send(url: str, method: str) -> int:
 
 
 def until_the_first_replica_sees(replica: Replica, url: str, method: str) -> list[int]:
+    """Send until round robin has given the first replica one request; nginx may keep a replica that
+    failed out of the rotation a little past its `fail_timeout`, so wait between tries (bounded)."""
     statuses: list[int] = []
     while replica.seen[method] == 0:
-        assert len(statuses) < 4, f"round robin never reached the first replica with a {method}"
+        assert len(statuses) < 20, f"round robin never reached the first replica with a {method}"
+        if statuses:
+            time.sleep(0.5)
         statuses.append(send(url, method))
     return statuses
 

@@ -147,9 +147,11 @@ def test_an_edit_typed_instead_of_a_click_is_asked_about(page: Page, chat_stack:
 
     chat.expect_reply(question_for(edited))
     assert chat_stack.store.notes_after(mark) == []  # an edit is a new question, not a yes
-    expect(chat.question().get_by_role("button", name="Yes")).to_be_enabled()
+    expect(chat.question().get_by_role("button", name="Yes", exact=True)).to_be_enabled()
     # The first question's buttons were answered by the typed edit.
-    expect(page.locator(".msg.bot:has(.buttons)").first.get_by_role("button", name="Yes")).to_be_disabled()
+    expect(
+        page.locator(".msg.bot:has(.buttons)").first.get_by_role("button", name="Yes", exact=True)
+    ).to_be_disabled()
     chat.button("Yes").click()
     chat.expect_reply(SAVED)
     assert chat_stack.store.notes_after(mark) == [StoredNote(dana(chat_stack), edited)]
