@@ -38,6 +38,7 @@ help:
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
+	@echo "                   (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)"
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"

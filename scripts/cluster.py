@@ -18,11 +18,19 @@ What runs (every process on 127.0.0.1, every port free unless configured):
                                                                  shared with the action servers
 
 The action servers get their access tokens from the authorization server by client credentials
-(each replica its own); MCP_AUTH=token keeps the static bearer token instead.
+(each replica its own); MCP_AUTH=token keeps the static bearer token instead. MCP_AUTH=person makes
+the bridge act as the person in the conversation (authorization code with PKCE): the authorization
+server gets a second client (crm-bridge-person, its secret CRM_PERSON_CLIENT_SECRET) whose redirect
+URI is the sign-in callback through nginx's action-server front, so the person's browser reaches
+whichever replica answers; every action server keeps the people's tokens in one PostgreSQL database
+(`mcp_tokens`, its own role), encrypted under one MCP_TOKEN_KEY, and resumes the conversation through
+nginx's Rasa front (Rasa's HTTP API). A sign-in taken by one replica is used by the other, and
+"disconnect my CRM" on one signs out on both.
 
 Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it). Secrets are
 generated once into files there (mode 0600), or taken from the environment: CRM_OAUTH_CLIENT_SECRET
 (the bridge's at the authorization server), CRM_MCP_TOKEN (with MCP_AUTH=token),
+CRM_PERSON_CLIENT_SECRET and MCP_TOKEN_KEY (with MCP_AUTH=person),
 ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
 bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
@@ -55,6 +63,10 @@ import yaml
 from scripts import engines, services
 from scripts.services import HOST, ServiceProcess, free_port
 
+CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.person_oauth.CALLBACK_PATH
+# MCP_AUTH: oauth (client credentials, the default), person (authorization code), token (static).
+MCP_AUTH_MODES = ("oauth", "person", "token")
+
 REPO = services.REPO_ROOT
 APPROVERS = services.EXAMPLE_BOT / "approvers.yml"
 DEFAULT_VAR = Path(os.environ.get("CLUSTER_VAR") or REPO / "var" / "cluster")
@@ -67,6 +79,8 @@ LOCK_LIFETIME_SECONDS = 20
 SECRETS = {
     "mcp_token": ("CRM_MCP_TOKEN", "crm_mcp_token"),
     "oauth_client_secret": ("CRM_OAUTH_CLIENT_SECRET", "crm_oauth_client_secret"),
+    "person_client_secret": ("CRM_PERSON_CLIENT_SECRET", "crm_person_client_secret"),
+    "token_key": ("MCP_TOKEN_KEY", "mcp_token_key"),
     "action_token": ("ACTION_SERVER_TOKEN", "action_server_token"),
     "confirmation_secret": ("CONFIRMATION_SECRET", "confirmation_secret"),
     "rasa_auth_token": ("RASA_AUTH_TOKEN", "rasa_auth_token"),
@@ -76,6 +90,7 @@ SECRETS = {
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
     "approvals_db_password": ("", "approvals_db_password"),
+    "tokens_db_password": ("", "mcp_tokens_db_password"),
     "approval_page_key": ("APPROVAL_PAGE_KEY", "approval_page_key"),
     "redis_password": ("", "redis_password"),
 }
@@ -98,6 +113,8 @@ class Cluster:
     rasa-2, approval-page.
 
     `approval_run_lease`: the action servers' APPROVAL_RUN_LEASE_SECONDS (None: the plugin's default).
+    `rasa_replicas`: how many Rasa servers to start (0: none, nor the approval page; for tests that
+    talk to the action servers themselves).
     """
 
     def __init__(
@@ -107,15 +124,21 @@ class Cluster:
         detached: bool = False,
         durable: bool = True,
         approval_run_lease: float | None = None,
+        rasa_replicas: int = REPLICAS,
     ) -> None:
         self.var = var.resolve()
         self.detached = detached
         self.logs = var / "log"
         self.secrets = {name: services.secret(var, *where) for name, where in SECRETS.items()}
         self.model = services.current_model()
-        # OAuth (the default) or the static token between the action servers and the MCP servers.
-        self.oauth = os.environ.get("MCP_AUTH", "oauth") != "token"
+        # OAuth (the default) or the static token between the action servers and the MCP servers;
+        # with "person", OAuth as the person in the conversation.
+        self.mode = os.environ.get("MCP_AUTH") or "oauth"
+        if self.mode not in MCP_AUTH_MODES:
+            raise ValueError(f"MCP_AUTH={self.mode!r}: use one of {', '.join(MCP_AUTH_MODES)}")
+        self.oauth = self.mode != "token"
         self.client = services.OAuthClient("crm-bridge", self.secrets["oauth_client_secret"])
+        self.rasa_replicas = rasa_replicas
         self.approval_run_lease = approval_run_lease
         (self.pg_port, self.redis_port, self.rest_port, self.auth_port, self.approval_port, *rest) = _ports(
             5 + 3 * REPLICAS
@@ -135,6 +158,8 @@ class Cluster:
         self.crm_database_url = ""
         # Where calls held for a second approver wait: one database every action server shares.
         self.approvals_database_url = ""
+        # Where the people's tokens are kept (MCP_AUTH=person): one database every action server shares.
+        self.tokens_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
         self._action_endpoints = self._rasa_endpoints_path = Path()
         self._lock = threading.Lock()
@@ -156,6 +181,16 @@ class Cluster:
     @property
     def actions_url(self) -> str:
         return f"http://{HOST}:{self.front['actions']}"
+
+    @property
+    def person(self) -> services.PersonClient | None:
+        """The bridge's client for acting as the person (MCP_AUTH=person): the sign-in comes back
+        through nginx, to whichever action server answers."""
+        if self.mode != "person":
+            return None
+        return services.PersonClient(
+            "crm-bridge-person", self.secrets["person_client_secret"], f"{self.actions_url}{CALLBACK_PATH}"
+        )
 
     @property
     def rasa_access(self) -> services.RasaAccess:
@@ -194,6 +229,8 @@ class Cluster:
             "mcp_servers": [f"http://{HOST}:{port}/mcp" for port in self.mcp_ports],
             "crm_rest": f"http://{HOST}:{self.rest_port}",
             **({"authorization_server": self.auth_url} if self.oauth else {}),
+            "mcp_auth": self.mode,
+            **({"sign_in_callback": self.person.redirect_uri} if self.person else {}),
             "postgres": f"postgresql://{HOST}:{self.pg_port}",
             "redis": f"redis://{HOST}:{self.redis_port}",
             "secrets": {
@@ -203,6 +240,14 @@ class Cluster:
                 "crm_mcp_token": str(self.var / SECRETS["mcp_token"][1]),
                 "crm_oauth_client_secret": str(self.var / SECRETS["oauth_client_secret"][1]),
                 "confirmation_secret": str(self.var / SECRETS["confirmation_secret"][1]),
+                **(
+                    {
+                        "crm_person_client_secret": str(self.var / SECRETS["person_client_secret"][1]),
+                        "mcp_token_key": str(self.var / SECRETS["token_key"][1]),
+                    }
+                    if self.person
+                    else {}
+                ),
             },
             "approval_page": self.approval_page_url,
             "audit_logs": [str(self.audit_log(i)) for i in range(1, REPLICAS + 1)],
@@ -254,7 +299,10 @@ lock_store:
     def _define(self) -> None:
         """Write the configuration files every (re)start of a process uses."""
         self._action_endpoints = services.write_endpoints(
-            self.var / "run" / "endpoints-actions.yml", f"{self.actions_url}/webhook", mcp_oauth=self.oauth
+            self.var / "run" / "endpoints-actions.yml",
+            f"{self.actions_url}/webhook",
+            mcp_oauth=self.oauth,
+            mcp_person=self.person is not None,
         )
         self._rasa_endpoints_path = self._rasa_endpoints()
 
@@ -287,7 +335,10 @@ lock_store:
                     # A request that reached a replica is never sent to another (a server that
                     # dies mid-request may have done part of it; the person, or the bridge under
                     # its idempotency key, says it again).
-                    "rasa": (self.front["rasa"], [f"{HOST}:{p}" for p in self.rasa_ports]),
+                    "rasa": (
+                        self.front["rasa"],
+                        [f"{HOST}:{p}" for p in self.rasa_ports[: self.rasa_replicas or REPLICAS]],
+                    ),
                     "actions": (self.front["actions"], [f"{HOST}:{p}" for p in self.action_ports]),
                     "mcp": (self.front["mcp"], [f"{HOST}:{p}" for p in self.mcp_ports]),
                 },
@@ -297,7 +348,12 @@ lock_store:
         if name == "auth":
             # Tokens for the MCP servers as the action servers reach them: through nginx.
             return services.authorization_server(
-                self.mcp_url, self.client, port=self.auth_port, log_path=log_path, detached=detached
+                self.mcp_url,
+                self.client,
+                person=self.person,
+                port=self.auth_port,
+                log_path=log_path,
+                detached=detached,
             )
         if kind == "mcp":
             return services.crm_mcp(
@@ -328,6 +384,7 @@ lock_store:
                         else {}
                     ),
                     **(services.oauth_env(self.client, self.auth_url) if self.oauth else {}),
+                    **self._person_env(),
                 },
                 log_path=log_path,
                 detached=detached,
@@ -353,6 +410,22 @@ lock_store:
         if name == "approval-page":
             return self._approval_page(log_path)
         raise KeyError(f"no process called {name!r} in the cluster")
+
+    def _person_env(self) -> dict[str, str]:
+        """An action server's settings for acting as the person (services.PERSON_OAUTH_BLOCK's
+        variables, the shared token store and key, Rasa's HTTP API through nginx for the resume)."""
+        person = self.person
+        if person is None:
+            return {}
+        return {
+            "CRM_PERSON_CLIENT_ID": person.client_id,
+            "CRM_PERSON_CLIENT_SECRET": person.client_secret,
+            "ACTION_SERVER_PUBLIC_URL": self.actions_url,
+            "MCP_TOKEN_KEY": self.secrets["token_key"],
+            "MCP_TOKEN_STORE": self.tokens_database_url,
+            "RASA_URL": self.rasa_url,
+            "RASA_AUTH_TOKEN": self.secrets["rasa_auth_token"],
+        }
 
     def _approval_page(self, log_path: Path) -> ServiceProcess:
         """The approval page, telling conversations through nginx (whichever Rasa server answers)."""
@@ -405,6 +478,10 @@ lock_store:
             self.approvals_database_url = self.postgres.create_database(
                 "approvals", "approvals", self.secrets["approvals_db_password"]
             )
+            if self.person:
+                self.tokens_database_url = self.postgres.create_database(
+                    "mcp_tokens", "mcp_tokens", self.secrets["tokens_db_password"]
+                )
             self._start("redis")
             services.seed_db(database_url=self.crm_database_url)
             self._start("crm-rest")
@@ -415,8 +492,9 @@ lock_store:
             for i in range(1, REPLICAS + 1):
                 self._start(f"action-{i}")
             self._start("nginx")
-            self._start_rasa_servers()
-            self._start("approval-page")
+            if self.rasa_replicas:
+                self._start_rasa_servers()
+                self._start("approval-page")
         except BaseException:
             self.stop()
             raise
@@ -437,7 +515,7 @@ lock_store:
         deadline = time.monotonic() + services.RASA_START_TIMEOUT
         while first.is_alive() and time.monotonic() < deadline and not self._tracker_table_exists():
             time.sleep(0.5)
-        others = [threading.Thread(target=run, args=(f"rasa-{i}",)) for i in range(2, REPLICAS + 1)]
+        others = [threading.Thread(target=run, args=(f"rasa-{i}",)) for i in range(2, self.rasa_replicas + 1)]
         for thread in others:
             thread.start()
         for thread in [first, *others]:
@@ -500,7 +578,11 @@ def up(var: Path) -> int:
             print(f"already running (see {state}); run `make cluster-down` first", file=sys.stderr)
             return 1
         state.unlink()
-    cluster = Cluster(var, detached=True)
+    try:
+        cluster = Cluster(var, detached=True)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         cluster.start()
     except Exception as exc:
@@ -511,6 +593,13 @@ def up(var: Path) -> int:
     urls.write_text(json.dumps(cluster.urls(), indent=2))
     print("\nrunning:")
     print(cluster.table())
+    if cluster.person:
+        print(
+            "\nthe bridge acts as the person: the first note asks them to sign in "
+            f"({', '.join(cluster.person.accounts)}, any password) and comes back to "
+            f"{cluster.person.redirect_uri} (through nginx, any action server); their tokens are in "
+            "PostgreSQL `mcp_tokens`, encrypted; `disconnect my CRM` forgets them"
+        )
     print(f"\nURLs as JSON in {urls}; secrets in {var} (mode 0600); logs in {cluster.logs}")
     print(
         f"the REST channel needs Authorization: Bearer $(cat {var / SECRETS['rest_token'][1]}); "
