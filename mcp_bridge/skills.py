@@ -97,6 +97,17 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_APPROVAL_SECONDS = 7 * 86400
 
 
+def _duration_seconds(value: str, at_most: int, too_long: str) -> int:
+    """Seconds in a duration like '90s', '30m', '2h' or '1d', at most ``at_most`` (else ``too_long``)."""
+    match = _DURATION.fullmatch(value)
+    if match is None:
+        raise ValueError("a duration like '90s', '30m', '2h' or '1d'")
+    seconds = int(match[1]) * _SECONDS[match[2]]
+    if seconds > at_most:
+        raise ValueError(too_long)
+    return seconds
+
+
 class ApprovalCondition(_Strict):
     """When a second approval is needed: the call's ``argument`` contains one of ``contains_any``
     (case-insensitive substrings; no patterns, so nothing a skill author writes can run slowly)."""
@@ -118,18 +129,12 @@ class RequiresApproval(_Strict):
     @field_validator("expires_after")
     @classmethod
     def _duration(cls, value: str) -> str:
-        match = _DURATION.fullmatch(value)
-        if match is None:
-            raise ValueError("a duration like '90s', '30m', '2h' or '1d'")
-        if int(match[1]) * _SECONDS[match[2]] > MAX_APPROVAL_SECONDS:
-            raise ValueError("at most 7 days ('7d')")
+        _duration_seconds(value, MAX_APPROVAL_SECONDS, "at most 7 days ('7d')")
         return value
 
     @property
     def seconds(self) -> int:
-        match = _DURATION.fullmatch(self.expires_after)
-        assert match is not None  # checked when read
-        return int(match[1]) * _SECONDS[match[2]]
+        return _duration_seconds(self.expires_after, MAX_APPROVAL_SECONDS, "checked when read")
 
 
 MAX_PERMISSION_SECONDS = 86400
@@ -154,18 +159,14 @@ class AllowsRemembering(_Strict):
     @field_validator("expires_after")
     @classmethod
     def _duration(cls, value: str) -> str:
-        match = _DURATION.fullmatch(value)
-        if match is None:
-            raise ValueError("a duration like '90s', '30m', '2h' or '1d'")
-        if int(match[1]) * _SECONDS[match[2]] > MAX_PERMISSION_SECONDS:
-            raise ValueError("at most one day ('1d'): a permission is for today, not for good")
+        _duration_seconds(
+            value, MAX_PERMISSION_SECONDS, "at most one day ('1d'): a permission is for today, not for good"
+        )
         return value
 
     @property
     def seconds(self) -> int:
-        match = _DURATION.fullmatch(self.expires_after)
-        assert match is not None  # checked when read
-        return int(match[1]) * _SECONDS[match[2]]
+        return _duration_seconds(self.expires_after, MAX_PERMISSION_SECONDS, "checked when read")
 
 
 class ToolConstraint(_Strict):
