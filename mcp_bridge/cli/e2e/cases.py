@@ -66,7 +66,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -84,17 +84,7 @@ StepKind = Literal[
     "tool_called",
     "no_tool_called",
 ]
-STEP_KINDS: tuple[str, ...] = (
-    "user",
-    "approval",
-    "approval_expires",
-    "utter",
-    "bot",
-    "slot_was_set",
-    "slot_was_not_set",
-    "tool_called",
-    "no_tool_called",
-)
+STEP_KINDS: tuple[str, ...] = get_args(StepKind)
 _LINE = "__line__"
 _NAMED = ("utter", "tool_called", "no_tool_called")
 # Steps that make something happen in the conversation; the checks after one are about its answer.
