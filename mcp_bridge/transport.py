@@ -12,20 +12,46 @@ retry rule rests on that distinction. Two exceptions: a request answered 401 or 
 the server's authentication before any tool ran (the status line comes before the tool's result),
 so it is recorded as refused, not as sent; and the OAuth flow's own requests (metadata, token,
 marked with :data:`AUTH_REQUEST`) are no tool call at all.
+
+One line of the SDK's is quietened (:class:`_LateMessageAfterClose`): a server's message that
+arrives on a stream after its session closed has no reader left, and the SDK logs that as
+"Error parsing SSE message" with a traceback, which `mcp-bridge check --live` printed now and then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import aiohttp
+import anyio
 import httpx2
+
+log = logging.getLogger(__name__)
 
 # Hop-by-hop and framing headers aiohttp computes itself from the body it sends.
 _SKIPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
+
+
+class _LateMessageAfterClose(logging.Filter):
+    """Drops the SDK's "Error parsing SSE message" when its cause is only that the session's reader
+    is gone (``anyio.BrokenResourceError`` / ``ClosedResourceError``): the session was closed, so no
+    one waits for the message and nothing is lost. Any other parse error is logged as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if record.msg == "Error parsing SSE message" and isinstance(
+            error, (anyio.BrokenResourceError, anyio.ClosedResourceError)
+        ):
+            log.debug("a server message arrived after its session closed; dropped")
+            return False
+        return True
+
+
+logging.getLogger("mcp.client.streamable_http").addFilter(_LateMessageAfterClose())
 
 
 # Set in a request's extensions by the OAuth flow (mcp_bridge.oauth) on the requests it makes itself.
