@@ -36,12 +36,15 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.sealing import PendingConfirmation
 from mcp_bridge.skills import RequiresApproval, Skill
+
+if TYPE_CHECKING:
+    from mcp_bridge.sources import Tool  # the MCP runtime is not imported for a type
 
 __all__ = [
     "MAX_RUNS",
@@ -54,6 +57,7 @@ __all__ = [
     "Approver",
     "Decided",
     "Taken",
+    "may_run_again",
     "required",
     "same_person",
 ]
@@ -221,6 +225,13 @@ def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresA
     text = value if isinstance(value, str) else str(value)
     folded = text.casefold()
     return rule if any(word.casefold() in folded for word in rule.when.contains_any) else None
+
+
+def may_run_again(tool: Tool | None, runs: int) -> bool:
+    """Rule 5: a held call whose earlier run was lost runs again only under its key, on a tool that
+    keeps one write per key (``tool``: what its name resolves to now, None if nothing), and at most
+    :data:`MAX_RUNS` times in all."""
+    return runs <= MAX_RUNS and tool is not None and tool.honours_idempotency_key()
 
 
 class Approvals:

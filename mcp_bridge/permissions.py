@@ -23,23 +23,40 @@ arguments) and for how long at most. The rules, in order of importance:
 
 Every grant, use and revocation is an audit entry (``decision``: ``permission_granted``,
 ``permission_used``, ``permission_revoked``), with the permission's id.
+
+The executor applies these rules (its rule 8, :mod:`mcp_bridge.executor`) through :class:`Permissions`:
+a grant with a yes, the permission that covers a new request's one call, a revocation. Running a
+covered call is the executor's own (its step loop, from the call's step).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mcp_bridge import approvals
+from mcp_bridge import approvals, templating
+from mcp_bridge.audit import AuditLog
+from mcp_bridge.contract import PERMISSIONS_SLOT
+from mcp_bridge.decisions import Turn
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
-from mcp_bridge.sealing import Seal
+from mcp_bridge.sealing import PendingConfirmation, Seal
 from mcp_bridge.skills import AllowsRemembering, Skill
 from mcp_bridge.sources import Tool
 
-__all__ = ["GRANT_BUTTON", "Permission", "covering", "from_slot", "may_remember", "to_slot", "until"]
+__all__ = [
+    "GRANT_BUTTON",
+    "Permission",
+    "Permissions",
+    "covering",
+    "from_slot",
+    "may_remember",
+    "to_slot",
+    "until",
+]
 
 log = logging.getLogger(__name__)
 
@@ -185,3 +202,98 @@ def until(expires_at: float, now: float) -> str:
     then, today = time.localtime(expires_at), time.localtime(now)
     same_day = (then.tm_year, then.tm_yday) == (today.tm_year, today.tm_yday)
     return time.strftime("%H:%M" if same_day else "%a %H:%M", then)
+
+
+class Permissions:
+    """The permissions of a conversation as one executor keeps them: sealed with its seal, timed by its
+    clock, each grant and revocation audited."""
+
+    def __init__(self, seal: Seal, clock: Callable[[], float], audit: AuditLog) -> None:
+        self._seal = seal
+        self._clock = clock
+        self._audit = audit
+
+    def held(self, turn: Turn) -> list[Permission]:
+        """The permissions in the turn's slot that verify (rule 2)."""
+        return from_slot(turn.slots.get(PERMISSIONS_SLOT), self._seal, turn.conversation_id)
+
+    def grant(
+        self, skill: Skill, allowed: AllowsRemembering, pending: PendingConfirmation, turn: Turn
+    ) -> tuple[Permission, list[dict[str, Any]] | None]:
+        """A new permission for calls like ``pending`` (rule 1), sealed, and the slot with it (expired
+        ones dropped)."""
+        now = self._clock()
+        variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
+        label = pending.tool
+        if allowed.describe:
+            try:
+                label = allowed.describe.format_map(variables)
+            except (KeyError, ValueError, IndexError, AttributeError):
+                pass  # a variable this call does not have: named by its tool instead
+        permission = sign(
+            Permission(
+                id=uuid.uuid4().hex,
+                skill=skill.id,
+                tool=pending.tool,
+                source=pending.source,
+                scope=scope_of(allowed, pending.arguments),
+                user=turn.user,
+                granted_at=now,
+                expires_at=now + allowed.seconds,
+                label=label,
+            ),
+            self._seal,
+            turn.conversation_id,
+        )
+        kept = [p for p in self.held(turn) if p.expires_at > now]
+        self._audit.record_question(
+            turn.conversation_id, pending, "permission_granted", None, permission=permission.id
+        )
+        return permission, to_slot([*kept, permission])
+
+    def variables(self, permission: Permission) -> dict[str, Any]:
+        """What a response about ``permission`` says: its label and when it ends."""
+        return {"permission": permission.label, "until": until(permission.expires_at, self._clock())}
+
+    async def covering_call(
+        self, skill: Skill, tool_name: str, tool: Tool | None, arguments: Mapping[str, Any], turn: Turn
+    ) -> Permission | None:
+        """The permission that lets this one call run unasked (rules 1 to 3), or None."""
+        held = self.held(turn)
+        if not held:
+            return None
+        allowed = await may_remember(skill, tool_name, tool, arguments)
+        if allowed is None:
+            return None
+        return covering(
+            held,
+            allowed,
+            skill=skill.id,
+            tool=tool_name,
+            source=str(skill.tools[tool_name]),
+            arguments=arguments,
+            user=turn.user,
+            now=self._clock(),
+        )
+
+    def revoke(self, turn: Turn) -> tuple[int, list[dict[str, Any]] | None]:
+        """Rule 4: every permission of this person in the conversation withdrawn (audited each);
+        anyone else's stay. How many were in force, and the slot with the rest."""
+        held = self.held(turn)
+        now = self._clock()
+        mine = [p for p in held if p.user == turn.user]
+        for permission in mine:
+            self._audit.record(
+                conversation=turn.conversation_id,
+                user=turn.user,
+                skill=permission.skill,
+                tool=permission.tool,
+                source=permission.source,
+                confirmation=None,
+                digest="",
+                decision="permission_revoked",
+                result="expired" if permission.expires_at <= now else None,
+                permission=permission.id,
+            )
+        rest = [p for p in held if p.user != turn.user and p.expires_at > now]
+        return sum(p.expires_at > now for p in mine), to_slot(rest)

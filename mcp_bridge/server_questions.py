@@ -1,14 +1,18 @@
 """The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
 
 A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
-:class:`~mcp_bridge.errors.InputRequiredError` from the call. The executor hands it here
-(:meth:`ServerQuestions.asked`); this module asks the server's questions in the chat with the state
-machine of :mod:`mcp_bridge.elicitation`, one reply per turn, and keeps everything between turns in
-the ``pending_elicitation`` slot, signed like a pending confirmation: the skill, the step, the exact
-arguments, the confirmation that authorised the call (if one did), the answers so far, the server's
-opaque ``request_state`` and who was asked. Once every question is answered (accepted, declined or
-cancelled: the server hears which), the same call is sent again with the answers and that state, and
-the skill goes on from its result, on whichever replica serves that turn.
+:class:`~mcp_bridge.errors.InputRequiredError` from the call. The executor's call layer hands it here
+(:meth:`mcp_bridge.calls.Calls.dispatch` calls :meth:`ServerQuestions.asked`); this module asks the
+server's questions in the chat with the state machine of :mod:`mcp_bridge.elicitation`, one reply per
+turn, and keeps everything between turns in the ``pending_elicitation`` slot, signed like a pending
+confirmation: the skill, the step, the exact arguments, the confirmation that authorised the call (if
+one did), the answers so far, the server's opaque ``request_state`` and who was asked. Once every
+question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
+again with the answers and that state, and the skill goes on from its result, on whichever replica
+serves that turn: through the one hook the executor gives this module, ``run_from``
+(:meth:`mcp_bridge.executor.Executor.run_from`, its step loop from the stopped step). The executor
+hands the loop's turns here while a server's question is pending (:meth:`ServerQuestions.answer`, and
+:meth:`ServerQuestions.cancel` for its "no"). Nothing here imports the executor.
 
 Safety:
 
@@ -27,25 +31,28 @@ Safety:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp_bridge import elicitation
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.decisions import Decision, Responses, Run, Say, Turn
 from mcp_bridge.elicitation import Answered, Asked, PendingElicitation
 from mcp_bridge.errors import InputRequiredError
-from mcp_bridge.reader import NluOpinion, Other
+from mcp_bridge.reader import ConfirmationReader, NluOpinion, Other
 from mcp_bridge.sealing import PendingConfirmation, Seal
-
-if TYPE_CHECKING:
-    from mcp_bridge.executor import Decision, Executor, Say, Turn, _Run
-    from mcp_bridge.skills import Skill, Step
+from mcp_bridge.skills import Skill, Step
 
 log = logging.getLogger(__name__)
 
 # At most this many rounds of questions for one call: a server that keeps asking is stopped.
 MAX_ROUNDS = 5
+
+# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the sealed call a
+# yes authorised (sent exactly as sealed, with its key) or None; what the run came to.
+RunFrom = Callable[[Skill, int, Turn, PendingConfirmation | None], Awaitable[Run]]
 
 
 @dataclass
@@ -121,26 +128,35 @@ class QuestionState:
 
 
 class ServerQuestions:
-    """Asks a server's questions for one executor (its seal, responses and step loop)."""
+    """Asks a server's questions for one executor: its seal, responses, reader and skills, and its step
+    loop (``run_from``) to resume a call through."""
 
-    def __init__(self, seal: Seal) -> None:
+    def __init__(
+        self,
+        seal: Seal,
+        responses: Responses,
+        reader: ConfirmationReader,
+        skills: Mapping[str, Skill],
+        run_from: RunFrom,
+    ) -> None:
         self._seal = seal
+        self._responses = responses
+        self._reader = reader
+        self._skills = skills
+        self._run_from = run_from
 
     # -- a call stopped to ask ----------------------------------------------------------------
 
     def asked(
         self,
-        executor: Executor,
         skill: Skill,
         step: Step,
         arguments: dict[str, Any],
         turn: Turn,
         confirmed: PendingConfirmation | None,
         stopped: InputRequiredError,
-    ) -> _Run:
+    ) -> Run:
         """The call stopped to ask: the first question, and the state for the next turn."""
-        from mcp_bridge.executor import Say, _Run
-
         rounds = current_round.get()
         index = skill.steps.index(step)
         source = str(skill.tools[step.execute_tool])
@@ -148,7 +164,7 @@ class ServerQuestions:
         if rounds > MAX_ROUNDS:
             log.warning("MCP server %r kept asking (%d rounds); the call was stopped", server, rounds)
             error = "the server kept asking questions"
-            return _Run("failed", (Say(step.on_error or executor.responses.tool_failed, {"error": error}),))
+            return Run("failed", (Say(step.on_error or self._responses.tool_failed, {"error": error}),))
         waiting = dict(stopped.requests)
         state = QuestionState(
             skill=skill.id,
@@ -167,13 +183,11 @@ class ServerQuestions:
             user_turn=turn.user_turn,
             rounds=rounds,
         )
-        return self._next(executor, state, turn, ())
+        return self._next(state, turn, ())
 
-    def _next(self, executor: Executor, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> _Run:
+    def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
         """Ask the next question; every question declined unasked (a URL nobody should open) is
         answered here and the next one tried."""
-        from mcp_bridge.executor import Say, _Run
-
         waiting = dict(state.waiting)
         responses = dict(state.responses)
         while waiting:
@@ -184,7 +198,7 @@ class ServerQuestions:
                 new = replace(
                     state, waiting=waiting, key=key, asking=step.pending.to_slot(), responses=responses
                 )
-                return _Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: self._sign(new, turn)})
+                return Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: self._sign(new, turn)})
             responses[key] = _response(step)
         # Nothing the chat may ask (a link nobody should be sent to, a form it cannot ask): the call
         # stays stopped (under 2026-07-28 it has not run to completion) and the person hears why.
@@ -192,38 +206,36 @@ class ServerQuestions:
             "MCP server %r asked for something the bridge will not ask; the call was stopped", state.server
         )
         error = "the server asked for something I can't ask here"
-        return _Run(
-            "failed", (*said, Say(executor.responses.tool_failed, {"error": error})), {ELICITATION_SLOT: None}
+        return Run(
+            "failed", (*said, Say(self._responses.tool_failed, {"error": error})), {ELICITATION_SLOT: None}
         )
 
     # -- the person's reply ------------------------------------------------------------------
 
-    async def answer(self, executor: Executor, turn: Turn) -> Decision:
+    async def answer(self, turn: Turn) -> Decision:
         """The loop's turn while a server's question is pending."""
-        from mcp_bridge.executor import Decision
-
         raw = turn.slots.get(ELICITATION_SLOT)
         state = QuestionState.from_slot(raw)
         if state is None or not self._verified(state, turn):
             log.warning(
                 "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
             )
-            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         if state.user != turn.user:
             log.warning(
                 "conversation %s: a reply from someone other than the person asked; refused",
                 turn.conversation_id,
             )
-            return Decision("refused", [_invalid(executor)])
+            return Decision("refused", [self._invalid()])
         pending = PendingElicitation.from_slot(state.asking)
         if not turn.new_message:
             if state.user_turn == turn.user_turn or pending is None:
                 return Decision("pending")  # asked in this very turn
             return Decision("pending", [_say_pending(pending)])  # back from an interruption
         if pending is None:
-            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         read = elicitation.reply(pending, turn.text)
-        if isinstance(read, Asked) and _not_an_answer(executor, turn, read):
+        if isinstance(read, Asked) and _not_an_answer(self._reader, turn, read):
             # Handed back to the bot (the question waits, and is asked again afterwards).
             return Decision("handed_back")
         if isinstance(read, Asked):
@@ -232,42 +244,38 @@ class ServerQuestions:
         responses = {**state.responses, state.key: _response(read)}
         state = replace(state, responses=responses, key="", asking={}, user_turn=turn.user_turn)
         if state.waiting:
-            run = self._next(executor, state, turn, ())
+            run = self._next(state, turn, ())
             return Decision(run.outcome, list(run.say), dict(run.slots))
-        return await self._resume(executor, state, turn)
+        return await self._resume(state, turn)
 
-    async def cancel(self, executor: Executor, turn: Turn) -> Decision:
+    async def cancel(self, turn: Turn) -> Decision:
         """The bot's "stop": the server's question is cancelled, and the server hears so."""
-        from mcp_bridge.executor import Decision
-
         state = QuestionState.from_slot(turn.slots.get(ELICITATION_SLOT))
         if state is None or not self._verified(state, turn) or state.user != turn.user:
-            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
         responses.update({key: {"action": "cancel"} for key in state.waiting})
-        return await self._resume(executor, replace(state, responses=responses, waiting={}, key=""), turn)
+        return await self._resume(replace(state, responses=responses, waiting={}, key=""), turn)
 
-    async def _resume(self, executor: Executor, state: QuestionState, turn: Turn) -> Decision:
+    async def _resume(self, state: QuestionState, turn: Turn) -> Decision:
         """Send the call again with the answers; the skill goes on from its result."""
-        from mcp_bridge.executor import Decision
-
-        skill = executor.skills.get(state.skill)
+        skill = self._skills.get(state.skill)
         confirmed = PendingConfirmation.from_slot(state.confirmation) if state.confirmation else None
         if skill is None or not 0 <= state.step < len(skill.steps):
-            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
-            return Decision("rejected", [_invalid(executor)], {ELICITATION_SLOT: None})
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         answers = _Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
         token = resume_input.set(answers)
         rounds = current_round.set(state.rounds + 1)
         try:
             # The confirmed call itself (its sealed arguments and key); a call that needed no
             # confirmation runs from the step again, as it did before it was stopped.
-            run = await executor._run(skill, state.step, turn, confirmed=confirmed)
+            run = await self._run_from(skill, state.step, turn, confirmed)
         finally:
             resume_input.reset(token)
             current_round.reset(rounds)
-        return executor._decision(skill, run, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
+        return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
 
     # -- the seal -----------------------------------------------------------------------------
 
@@ -277,8 +285,11 @@ class ServerQuestions:
     def _verified(self, state: QuestionState, turn: Turn) -> bool:
         return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
 
+    def _invalid(self) -> Say:
+        return Say(self._responses.confirmation_invalid)
 
-def _not_an_answer(executor: Executor, turn: Turn, read: Asked) -> bool:
+
+def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:
     """A reply is plainly not an answer when all three hold: it does not fit the question (the state
     machine refused it), it is a question or a new request (a "?", or "log a ..."), and the
     confirmation reader calls it something else (a confident intent that is neither yes nor no, and
@@ -287,10 +298,10 @@ def _not_an_answer(executor: Executor, turn: Turn, read: Asked) -> bool:
     takes any reply."""
     if not read.say or read.say[0].response != elicitation.INVALID:
         return False
-    if not executor.reader.asks_or_requests(turn.text):
+    if not reader.asks_or_requests(turn.text):
         return False
     nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
-    return isinstance(executor.reader.read(turn.text, nlu), Other)
+    return isinstance(reader.read(turn.text, nlu), Other)
 
 
 def _response(answered: Answered) -> dict[str, Any]:
@@ -298,19 +309,9 @@ def _response(answered: Answered) -> dict[str, Any]:
 
 
 def _say(step: Asked) -> tuple[Say, ...]:
-    from mcp_bridge.executor import Say
-
     return tuple(Say(prompt.response, prompt.variables) for prompt in step.say)
 
 
 def _say_pending(pending: PendingElicitation) -> Say:
-    from mcp_bridge.executor import Say
-
     prompt = elicitation.prompt_again(pending)
     return Say(prompt.response, prompt.variables)
-
-
-def _invalid(executor: Executor) -> Say:
-    from mcp_bridge.executor import Say
-
-    return Say(executor.responses.confirmation_invalid)
