@@ -10,11 +10,21 @@ the flow's state where every replica finds it:
 * discovery as the MCP specification describes: the server's 401 challenge and its
   protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414),
   with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server;
-* the sign-in link: the SDK's :class:`PKCEParameters` (S256), the RFC 8707 ``resource`` the SDK's
-  context computes, and a ``state`` sealed with Fernet (encrypted and signed, with its time: it
-  expires) that names the conversation, the person, the server, the skill and a nonce. The PKCE
-  verifier stays in the token store under that nonce (:mod:`mcp_bridge.token_store`) and is taken
+* the sign-in link shown in the chat is the action server's own callback route with a sealed *start
+  ticket* (``?start=``; Fernet: encrypted and signed, with its time: it expires) naming the
+  conversation, the person, the server, the skill and a nonce. Opening it is good once (the first
+  browser to open it takes it, :meth:`PersonOAuth.start`): the route sets a cookie holding a random
+  browser secret, and only then is the authorization URL made, with the SDK's
+  :class:`PKCEParameters` (S256), the RFC 8707 ``resource`` the SDK's context computes, and a
+  ``state`` sealed like the ticket that also carries the digest of that browser secret. The PKCE
+  verifier stays in the token store under the nonce (:mod:`mcp_bridge.token_store`) and is taken
   once, so a state is good for one sign-in only;
+* the callback counts only in the browser that opened the link: without the cookie whose digest the
+  state carries, it is refused before anything is taken or exchanged (:meth:`PersonOAuth.complete`);
+* the tokens are not the person's yet: they wait, encrypted, in the store, and the page shows which
+  account signed in (the ID token's or the access token's email, name or subject) with "Use this
+  account" and "Not me" (a POST carrying a sealed ticket bound to the same cookie). Only "Use this
+  account" stores them for the person (:meth:`PersonOAuth.confirm`); "Not me" drops and revokes them;
 * the code exchange, the refresh and the client authentication are the SDK provider's own requests
   (``_exchange_token_authorization_code``, ``_refresh_token``, ``prepare_token_auth``) and its
   response handling; the tokens go to the encrypted store per (person, server);
@@ -29,10 +39,14 @@ Nothing here logs a token, a code or a verifier.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import json
 import logging
 import secrets
 import time
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -72,7 +86,16 @@ log = logging.getLogger(__name__)
 SIGN_IN_SECONDS = 600
 # A token counts as expired this long before it is (at most; a tenth of its lifetime when shorter).
 REFRESH_BEFORE = 30.0
+# How long the "which account" page waits for "Use this account" once the sign-in came back.
+CONFIRM_SECONDS = 300
+# One route serves the three steps a browser makes: ``GET ?start=`` (the link shown in the chat),
+# ``GET ?state=&code=`` (the authorization server's redirect) and ``POST`` (the person's choice). So
+# a proxy that exposes the redirect URI exposes all of it, and the browser cookie's path is that URI.
 CALLBACK_PATH = "/mcp-bridge/oauth/callback"
+# The longest account name shown on the confirmation page.
+MAX_ACCOUNT_CHARS = 120
+# Token-response fields longer than this are not read for the account name.
+_MAX_JWT_CHARS = 16384
 
 
 @dataclass(frozen=True)
@@ -133,6 +156,34 @@ class SignedIn:
     person: str
     server: str
     skill: str | None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A start link opened: where the browser goes next, and the cookie that binds it to this sign-in."""
+
+    url: str
+    # The cookie's attributes: ``Secure`` (and the ``__Host-`` name) when the redirect URI is https;
+    # its path is the redirect URI's, so it is sent to this route alone.
+    secure: bool
+    path: str
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A sign-in that came back from the authorization server, its tokens held until the person says
+    "Use this account". ``ticket`` goes into the confirmation form; it is sealed and bound to the
+    browser's cookie."""
+
+    signed: SignedIn
+    account: str | None
+    domain: str
+    ticket: str
+
+
+def browser_digest(secret: str) -> str:
+    """What the state carries of the browser secret (the secret itself stays in the cookie)."""
+    return hashlib.sha256(b"mcp-bridge sign-in browser\0" + secret.encode()).hexdigest()
 
 
 @dataclass
@@ -279,50 +330,117 @@ class PersonOAuth:
     # -- signing in ------------------------------------------------------------------------------
 
     async def link(self, server: str, conversation: str, person: str, skill: str | None) -> SignInLink:
-        """A sign-in link for ``person`` in ``conversation``; its state is sealed and expires."""
+        """The sign-in link shown to ``person`` in ``conversation``: the callback route with a sealed,
+        expiring start ticket, good for one browser (:meth:`start`)."""
         provider, _ = await self._provider(server)
         context = provider.context
         oauth = self._servers[server].oauth
-        assert oauth is not None and context.oauth_metadata is not None and context.client_info is not None
+        assert oauth is not None and oauth.redirect_uri is not None and context.oauth_metadata is not None
         pkce = PKCEParameters.generate()
         nonce = secrets.token_urlsafe(24)
-        await self._store.begin_sign_in(nonce, pkce.code_verifier, self._clock() + SIGN_IN_SECONDS)
-        sealed = {"c": conversation, "p": person, "s": server, "k": skill, "n": nonce}
-        state = self._store.keys.states.encrypt_at_time(
-            json.dumps(sealed).encode(), int(self._clock())
-        ).decode()
+        expires = self._clock() + SIGN_IN_SECONDS
+        await self._store.begin_sign_in(nonce, pkce.code_verifier, expires)
+        await self._store.begin_sign_in(_START + nonce, "unopened", expires)
+        ticket = self._seal(
+            {
+                "t": "start",
+                "c": conversation,
+                "p": person,
+                "s": server,
+                "k": skill,
+                "n": nonce,
+                "x": pkce.code_challenge,
+            }
+        )
+        endpoint = str(context.oauth_metadata.authorization_endpoint)
+        separator = "&" if "?" in oauth.redirect_uri else "?"
+        url = f"{oauth.redirect_uri}{separator}{urlencode({'start': ticket})}"
+        return SignInLink(url, urlparse(endpoint).netloc, server)
+
+    async def start(self, ticket: str, browser: str) -> Started:
+        """A start link opened by a browser whose cookie will hold ``browser``: the authorization URL,
+        its state bound to that secret. Good once: a second browser (or a second opening) is refused."""
+        opened = self._open(ticket, "start", SIGN_IN_SECONDS)
+        server = str(opened["s"])
+        if server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        if await self._store.take_sign_in(_START + str(opened["n"])) is None:
+            raise SignInError(
+                "this sign-in link was opened already (in this or another browser) or has expired; "
+                "ask again in the chat for a new one"
+            )
+        provider, _ = await self._provider(server)
+        context = provider.context
+        oauth = self._servers[server].oauth
+        assert oauth is not None and oauth.redirect_uri is not None
+        assert context.oauth_metadata is not None and context.client_info is not None
+        state = self._seal(
+            {
+                "t": "state",
+                **{key: opened[key] for key in ("c", "p", "s", "k", "n")},
+                "b": browser_digest(browser),
+            }
+        )
         params = {
             "response_type": "code",
             "client_id": context.client_info.client_id,
             "redirect_uri": str(oauth.redirect_uri),
             "state": state,
-            "code_challenge": pkce.code_challenge,
+            "code_challenge": str(opened["x"]),
             "code_challenge_method": "S256",
             "resource": context.get_resource_url(),  # RFC 8707
         }
         if oauth.scope:
             params["scope"] = oauth.scope
         endpoint = str(context.oauth_metadata.authorization_endpoint)
-        return SignInLink(f"{endpoint}?{urlencode(params)}", urlparse(endpoint).netloc, server)
+        redirect = urlparse(str(oauth.redirect_uri))
+        return Started(f"{endpoint}?{urlencode(params)}", redirect.scheme == "https", redirect.path or "/")
 
-    async def complete(
-        self, state: str, code: str | None, iss: str | None, error: str | None = None
-    ) -> SignedIn:
-        """The callback: check the state (sealed, not expired, not used), exchange the code, store the
-        tokens for the person and server the state names."""
+    def _seal(self, value: Mapping[str, Any]) -> str:
+        return self._store.keys.states.encrypt_at_time(
+            json.dumps(value).encode(), int(self._clock())
+        ).decode()
+
+    def _open(self, sealed: str, kind: str, ttl: int) -> dict[str, Any]:
+        """A ticket or state we sealed, of this kind, not older than ``ttl``; else SignInError."""
         try:
             opened = json.loads(
-                self._store.keys.states.decrypt_at_time(state.encode(), SIGN_IN_SECONDS, int(self._clock()))
+                self._store.keys.states.decrypt_at_time(sealed.encode(), ttl, int(self._clock()))
             )
-            signed = SignedIn(str(opened["c"]), str(opened["p"]), str(opened["s"]), opened.get("k"))
-            nonce = str(opened["n"])
-        except (InvalidToken, ValueError, KeyError, TypeError):
+            if not isinstance(opened, dict) or opened.get("t") != kind:
+                raise ValueError(kind)
+            for key in ("c", "p", "s", "n"):
+                if not isinstance(opened.get(key), str):
+                    raise ValueError(key)
+        except (InvalidToken, ValueError, TypeError):
             raise SignInError(
                 "this sign-in link is not valid or has expired; ask again in the chat"
             ) from None
+        return opened
+
+    async def complete(
+        self, state: str, code: str | None, iss: str | None, error: str | None = None, *, browser: str | None
+    ) -> Linked:
+        """The callback: check the state (sealed, not expired, not used) and that ``browser`` (the
+        cookie) is the secret of the browser that opened the link, exchange the code, and hold the
+        tokens until the person confirms the account (:meth:`confirm`). A callback in another
+        browser is refused before anything is taken, so the person's own browser can still finish."""
+        opened = self._open(state, "state", SIGN_IN_SECONDS)
+        signed = SignedIn(opened["c"], opened["p"], opened["s"], opened.get("k"))
+        if not browser or not hmac.compare_digest(browser_digest(browser), str(opened.get("b", ""))):
+            log.warning(
+                "sign-in to MCP server %r refused: completed in a browser that did not open the link "
+                "(conversation %s)",
+                signed.server,
+                signed.conversation,
+            )
+            raise SignInError(
+                "this sign-in was started in another browser, so it cannot be completed here. Open the "
+                "link from the chat in the browser you chat in"
+            )
         if signed.server not in self._servers:
             raise SignInError("this sign-in link is for a server this bot no longer acts on")
-        verifier = await self._store.take_sign_in(nonce)
+        verifier = await self._store.take_sign_in(opened["n"])
         if verifier is None:
             raise SignInError("this sign-in link was used already or has expired; ask again in the chat")
         if error or not code:
@@ -347,7 +465,47 @@ class PersonOAuth:
                     "the authorization server refused the sign-in; ask again in the chat"
                 ) from None
         assert storage.tokens is not None
-        await self._store.put(signed.person, signed.server, _record(storage.tokens, self._clock()))
+        account = _account(response)
+        held = secrets.token_urlsafe(24)
+        record = _record(storage.tokens, self._clock())
+        await self._store.begin_sign_in(_HELD + held, json.dumps(record), self._clock() + CONFIRM_SECONDS)
+        ticket = self._seal(
+            {
+                "t": "confirm",
+                "c": signed.conversation,
+                "p": signed.person,
+                "s": signed.server,
+                "k": signed.skill,
+                "n": held,
+                "b": opened["b"],
+                "a": account,
+            }
+        )
+        metadata = provider.context.oauth_metadata
+        domain = urlparse(str(metadata.authorization_endpoint)).netloc if metadata is not None else ""
+        return Linked(signed, account, domain, ticket)
+
+    async def confirm(self, ticket: str, browser: str | None, use: bool) -> SignedIn | None:
+        """The person's choice on the confirmation page, in the browser that signed in: "Use this
+        account" stores the held tokens for the person the link named (the SignedIn); "Not me" drops
+        and revokes them (None). Good once; SignInError when the ticket is not ours, is for another
+        browser, has expired or was answered already."""
+        opened = self._open(ticket, "confirm", CONFIRM_SECONDS)
+        if not browser or not hmac.compare_digest(browser_digest(browser), str(opened.get("b", ""))):
+            raise SignInError("this answer comes from another browser than the one that signed in")
+        signed = SignedIn(opened["c"], opened["p"], opened["s"], opened.get("k"))
+        held = await self._store.take_sign_in(_HELD + opened["n"])
+        if held is None:
+            raise SignInError("this sign-in was answered already or has expired; ask again in the chat")
+        record = json.loads(held)
+        if not use:
+            log.info("a sign-in to MCP server %r was declined: not the person's account", signed.server)
+            if signed.server in self._servers:
+                await self._revoke(signed.server, record)
+            return None
+        if signed.server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        await self._store.put(signed.person, signed.server, record)
         log.info("a person signed in to MCP server %r (conversation %s)", signed.server, signed.conversation)
         return signed
 
@@ -453,6 +611,44 @@ class PersonOAuth:
 
     async def aclose(self) -> None:
         await self._store.close()
+
+
+# Keys of the store's sign-in rows besides the PKCE verifier (under the bare nonce): a link not
+# opened yet, and tokens waiting for "Use this account".
+_START = "start:"
+_HELD = "held:"
+
+
+def _account(response: httpx2.Response) -> str | None:
+    """Which account signed in, as the person should recognise it: the email, name or subject of the
+    token response's ID token, else of its access token when that is a JWT. Read for display only
+    (the response came straight from the token endpoint); None when the server says nothing of it."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    for field in ("id_token", "access_token"):
+        claims = _jwt_claims(body.get(field))
+        for claim in ("email", "preferred_username", "name", "sub"):
+            value = claims.get(claim)
+            if isinstance(value, str) and value.strip():
+                shown = "".join(ch for ch in value if unicodedata.category(ch)[0] != "C").strip()
+                if shown:
+                    return shown[:MAX_ACCOUNT_CHARS]
+    return None
+
+
+def _jwt_claims(value: object) -> dict[str, Any]:
+    if not isinstance(value, str) or len(value) > _MAX_JWT_CHARS or value.count(".") != 2:
+        return {}
+    payload = value.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, TypeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
 
 
 def _record(tokens: OAuthToken, now: float) -> dict[str, Any]:

@@ -1,16 +1,27 @@
-"""The sign-in callback of servers that act as the person, served by the action server.
+"""The sign-in route of servers that act as the person, served by the action server.
 
-``GET /mcp-bridge/oauth/callback`` (the ``redirect_uri`` of such a server's ``oauth:`` block points
-here, through whatever public address the action server has): checks the sealed state, exchanges
-the code, stores the person's tokens encrypted (:mod:`mcp_bridge.person_oauth`) and answers a
-plain page. The route needs no action server token (a browser brings none); the state is what
-authenticates the request, and it is good once.
+``/mcp-bridge/oauth/callback`` (the ``redirect_uri`` of such a server's ``oauth:`` block points here,
+through whatever public address the action server has) takes the three steps a browser makes, and
+binds the sign-in to that browser (:mod:`mcp_bridge.person_oauth`):
 
-Then the conversation goes on where it was: with RASA_URL and RASA_AUTH_TOKEN set, the callback
-asks Rasa (its HTTP API, ``--enable-api``) to trigger the intent ``mcp_signed_in`` in that
+* ``GET ?start=<ticket>``: the link shown in the chat. Good once; it sets a cookie holding a random
+  browser secret (``HttpOnly; SameSite=Lax``, its path this route's; ``__Host-`` and ``Secure`` on
+  https) and redirects to the authorization server with a state sealed with that secret's digest;
+* ``GET ?state=&code=&iss=``: the authorization server's redirect. Refused, nothing taken or stored,
+  without the cookie of the browser that opened the link; otherwise the code is exchanged and the
+  page shows which account signed in, with "Use this account" and "Not me";
+* ``POST`` (that page's form, a sealed ticket bound to the same cookie): "Use this account" stores
+  the person's tokens encrypted; "Not me" drops (and revokes) them.
+
+The route needs no action server token (a browser brings none): the ticket, the state and the
+cookie authenticate it. Every page says ``Cache-Control: no-store`` and ``Referrer-Policy:
+no-referrer`` and may not be framed; query values and the form are size-limited.
+
+Then the conversation goes on where it was: with RASA_URL and RASA_AUTH_TOKEN set, "Use this
+account" asks Rasa (its HTTP API, ``--enable-api``) to trigger the intent ``mcp_signed_in`` in that
 conversation, with a sealed entity that :class:`mcp_bridge.rasa.person_actions.ResumeAfterSignIn`
-checks before it runs the skill again from its slots. Any replica can take the callback: the
-state is sealed with the shared key and the tokens go to the shared store.
+checks before it runs the skill again from its slots. Any replica can take each step: tickets and
+states are sealed with the shared key and the verifier and held tokens are in the shared store.
 """
 
 from __future__ import annotations
@@ -20,8 +31,10 @@ import html
 import json
 import logging
 import os
+import re
+import secrets
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import aiohttp
 from sanic import Sanic, response
@@ -29,32 +42,103 @@ from sanic.request import Request
 from sanic.response import HTTPResponse
 
 from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
-from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignedIn, SignInError
+from mcp_bridge.person_oauth import CALLBACK_PATH, SIGN_IN_SECONDS, PersonOAuth, SignedIn, SignInError
 
 log = logging.getLogger(__name__)
 
-# How long the conversation's resume stays good after the callback.
+# How long the conversation's resume stays good after the person confirmed the account.
 RESUME_SECONDS = 120
 # Longer query values are refused unread (a state is a few hundred characters, a code fewer).
 MAX_PARAM_CHARS = 4096
+# A longer confirmation form is refused unread (its ticket is well under 2,000 characters).
+MAX_FORM_BYTES = 8192
+# The browser-binding cookie: ``__Host-`` on https (no Domain, Path=/, Secure), plain on loopback http.
+COOKIE = "mcp_bridge_sign_in"
+SECURE_COOKIE = "__Host-" + COOKIE
+_SECRET = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32); fullmatch, linear
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+}
 
 
 def attach(app: Sanic[Any, Any], person: PersonOAuth) -> None:
-    @app.get(CALLBACK_PATH, name="mcp_bridge_oauth_callback")
+    @app.route(CALLBACK_PATH, methods=["GET", "POST"], name="mcp_bridge_oauth_callback")
     async def callback(request: Request) -> HTTPResponse:
-        values = {key: request.args.get(key) for key in ("state", "code", "iss", "error")}
+        if request.method == "POST":
+            return await _confirm(request, person)
+        values = {key: request.args.get(key) for key in ("start", "state", "code", "iss", "error")}
         if any(value is not None and len(value) > MAX_PARAM_CHARS for value in values.values()):
             return _page("This sign-in answer is too long to be real. Nothing was stored.", 400)
+        if values["start"]:
+            return await _start(values["start"], person)
         if not values["state"]:
             return _page("This page is only reached from a sign-in link. Nothing was stored.", 400)
         try:
-            signed = await person.complete(values["state"], values["code"], values["iss"], values["error"])
+            linked = await person.complete(
+                values["state"], values["code"], values["iss"], values["error"], browser=_browser(request)
+            )
         except SignInError as exc:
             return _page(f"Not signed in: {exc}. Nothing was stored.", 400)
-        resumed = await resume(person, signed)
-        if resumed:
-            return _page("Signed in; go back to the chat.", 200)
-        return _page("Signed in; go back to the chat and ask again.", 200)
+        return _choice(linked.account, linked.domain, linked.ticket)
+
+
+async def _start(ticket: str, person: PersonOAuth) -> HTTPResponse:
+    secret = secrets.token_urlsafe(32)
+    try:
+        started = await person.start(ticket, secret)
+    except SignInError as exc:
+        return _page(f"Not signed in: {exc}. Nothing was stored.", 400)
+    name, attributes = (
+        (SECURE_COOKIE, "; Path=/; Secure") if started.secure else (COOKIE, f"; Path={started.path}")
+    )
+    headers = dict(_HEADERS)
+    headers["Set-Cookie"] = f"{name}={secret}{attributes}; Max-Age={SIGN_IN_SECONDS}; HttpOnly; SameSite=Lax"
+    return response.redirect(started.url, status=303, headers=headers)
+
+
+async def _confirm(request: Request, person: PersonOAuth) -> HTTPResponse:
+    body = request.body or b""
+    kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if len(body) > MAX_FORM_BYTES or kind != "application/x-www-form-urlencoded":
+        return _page("This is not the sign-in page's answer. Nothing was stored.", 400)
+    try:
+        form = parse_qs(body.decode("ascii"), max_num_fields=4)
+    except (UnicodeDecodeError, ValueError):
+        return _page("This is not the sign-in page's answer. Nothing was stored.", 400)
+    ticket, choice = form.get("ticket", [""])[0], form.get("choice", [""])[0]
+    if not ticket or choice not in ("use", "not-me"):
+        return _page("This is not the sign-in page's answer. Nothing was stored.", 400)
+    try:
+        signed = await person.confirm(ticket, _browser(request), use=choice == "use")
+    except SignInError as exc:
+        return _page(f"Not signed in: {exc}. Nothing was stored.", 400)
+    if signed is None:
+        return _page(
+            "Nothing was stored, and that sign-in was undone. To use another account, sign out at the "
+            "authorization server, then ask again in the chat.",
+            200,
+        )
+    if await resume(person, signed):
+        return _page("Signed in; go back to the chat.", 200)
+    return _page("Signed in; go back to the chat and ask again.", 200)
+
+
+def _browser(request: Request) -> str | None:
+    """The browser secret from the request's cookie (either name), if it is well-formed."""
+    header = request.headers.get("cookie") or ""
+    if len(header) > MAX_FORM_BYTES:
+        return None
+    found: dict[str, str] = {}
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name in (COOKIE, SECURE_COOKIE) and _SECRET.fullmatch(value):
+            found[name] = value
+    return found.get(SECURE_COOKIE) or found.get(COOKIE)
 
 
 def resume_entity(person: PersonOAuth, signed: SignedIn) -> str:
@@ -95,11 +179,29 @@ async def resume(person: PersonOAuth, signed: SignedIn) -> bool:
     return False
 
 
+def _choice(account: str | None, domain: str, ticket: str) -> HTTPResponse:
+    """Which account signed in, and the person's choice; nothing is stored for them before it."""
+    who = (
+        f"You signed in at {html.escape(domain)} as <strong id=account>{html.escape(account)}</strong>."
+        if account
+        else f"You signed in at {html.escape(domain)}; it did not say as whom."
+    )
+    body = (
+        "<!doctype html><html lang=en><meta charset=utf-8><title>Sign-in</title><body>"
+        f"<p id=message>{who} Is this the account the assistant should use for you?</p>"
+        "<form method=post action=callback>"
+        f'<input type=hidden name=ticket value="{html.escape(ticket)}">'
+        "<button type=submit name=choice value=use>Use this account</button> "
+        "<button type=submit name=choice value=not-me>Not me</button>"
+        "</form><p>Nothing is stored until you choose.</p></body></html>"
+    )
+    return response.html(body, status=200, headers=dict(_HEADERS))
+
+
 def _page(message: str, status: int) -> HTTPResponse:
     text = html.escape(message)
     body = (
         "<!doctype html><html lang=en><meta charset=utf-8><title>Sign-in</title>"
         f"<body><p id=message>{text}</p></body></html>"
     )
-    headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
-    return response.html(body, status=status, headers=headers)
+    return response.html(body, status=status, headers=dict(_HEADERS))

@@ -1,6 +1,8 @@
 """Acting as the person, against a real authorization server (oidc-provider, its development login
-page) and the real CRM MCP server as a protected resource: the sign-in link (PKCE S256, the RFC 8707
-resource, its domain), the callback storing the person's tokens encrypted, the note written as that
+page) and the real CRM MCP server as a protected resource: the sign-in link (a start link good for
+one browser, then PKCE S256, the RFC 8707 resource, its domain), the callback refused in a browser
+that did not open the link, the account shown and stored only on "Use this account" (encrypted),
+"Not me" storing nothing, the note written as that
 person (the CRM logs the token's subject), another person or nobody never using those tokens, a
 forged, expired or replayed state refused, refresh before expiry, a failed refresh asking to sign in
 again, disconnect removing (and revoking) the tokens, and no token in any log.
@@ -9,6 +11,7 @@ again, disconnect removing (and revoking) the tokens, and no token in any log.
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 import os
 import re
@@ -24,12 +27,21 @@ from urllib.parse import parse_qs, urljoin, urlparse
 import httpx2
 import pytest
 
+from mcp_bridge.channels.proof import ChannelKeys
 from mcp_bridge.config import parse_mcp_servers
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.person_oauth import CALLBACK_PATH, PersonOAuth, SignInError, SignInRequiredError, acting
+from mcp_bridge.person_oauth import (
+    CALLBACK_PATH,
+    PersonOAuth,
+    SignInError,
+    SignInLink,
+    SignInRequiredError,
+    acting,
+)
 from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.token_store import Keys, TokenStore, token_keys
 from scripts import engines
+from scripts.services import TEST_CHANNEL_KEY
 from tests.support import crm_db, procs
 from tests.support.bots import mcp_bridge
 from tests.support.conversation import notes_for
@@ -39,6 +51,14 @@ SERVICE = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
 DANA_EMAIL = "dana@example.com"
 DANA, LEE = "socketio:dana", "socketio:lee"  # as the chat channel names them
 KEY = "k7Qe9vX2mLp4RzT8wYb1NcH6jUa3FdG5sKo0EiWq"
+
+
+def vouch(tracker: FakeTracker, user: str) -> None:
+    """What the channel that authenticated ``user`` adds to their latest message: who sent it, signed
+    with the channel key every test action server has (mcp_bridge.channels.proof)."""
+    text = str(tracker.latest_message["text"])
+    keys = ChannelKeys.parse(TEST_CHANNEL_KEY)
+    tracker.latest_message["metadata"] = keys.vouch({}, conversation=tracker.sender_id, user=user, text=text)
 
 
 @dataclass
@@ -98,26 +118,60 @@ async def closing() -> AsyncIterator[list[MCPRuntime]]:
         await runtime.aclose()
 
 
-async def log_in(link: str, account: str, redirect_uri: str) -> dict[str, str]:
-    """What a person does in the browser: open the link, sign in on oidc-provider's login page; the
-    query of the redirect back to ``redirect_uri`` (code, state, iss)."""
-    async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as browser:
-        url = link
-        for _ in range(12):
-            if url.startswith(redirect_uri):
-                return {key: values[0] for key, values in parse_qs(urlparse(url).query).items()}
-            page = await browser.get(url)
-            if page.is_redirect:
-                url = urljoin(url, page.headers["location"])
-                continue
-            form = re.search(r'<form[^>]*action="([^"]+)"', page.text)
-            assert page.status_code == 200 and form and 'name="login"' in page.text, page.text[-1500:]
-            posted = await browser.post(
-                urljoin(url, form.group(1)), data={"prompt": "login", "login": account, "password": "any"}
-            )
-            assert posted.is_redirect, posted.text[:500]
-            url = urljoin(url, posted.headers["location"])
+async def log_in(
+    link: str, account: str, redirect_uri: str, browser: httpx2.AsyncClient | None = None
+) -> dict[str, str]:
+    """What a person does in the browser: open the link (through the action server's start route
+    when it is the chat's link), sign in on oidc-provider's login page; the query of the redirect
+    back to ``redirect_uri`` (code, state, iss). ``browser`` keeps its cookies (one browser)."""
+    if browser is None:
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as own:
+            return await log_in(link, account, redirect_uri, own)
+    url = link
+    for _ in range(12):
+        query = {key: values[0] for key, values in parse_qs(urlparse(url).query).items()}
+        if url.startswith(redirect_uri) and "start" not in query:
+            return query
+        page = await browser.get(url)
+        if page.is_redirect:
+            url = urljoin(url, page.headers["location"])
+            continue
+        form = re.search(r'<form[^>]*action="([^"]+)"', page.text)
+        assert page.status_code == 200 and form and 'name="login"' in page.text, page.text[-1500:]
+        posted = await browser.post(
+            urljoin(url, form.group(1)), data={"prompt": "login", "login": account, "password": "any"}
+        )
+        assert posted.is_redirect, posted.text[:500]
+        url = urljoin(url, posted.headers["location"])
     raise AssertionError("the sign-in never came back to the redirect URI")
+
+
+async def sign_in_in_browser(
+    link: str, account: str, redirect_uri: str, choice: str = "use", browser: httpx2.AsyncClient | None = None
+) -> tuple[httpx2.Response, httpx2.Response, dict[str, str]]:
+    """The whole sign-in in one browser, against the action server's route: the chat's link, the
+    login, the callback's "which account" page, then the person's choice. The callback page, the
+    page after the choice, and the callback's query."""
+    if browser is None:
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=60) as own:
+            return await sign_in_in_browser(link, account, redirect_uri, choice, own)
+    answer = await log_in(link, account, redirect_uri, browser)
+    shown = await browser.get(f"{redirect_uri}?{urllib.parse.urlencode(answer)}")
+    ticket = re.search(r'name=ticket value="([^"]+)"', shown.text)
+    if ticket is None:
+        return shown, shown, answer
+    chosen = await browser.post(
+        redirect_uri, data={"ticket": html.unescape(ticket.group(1)), "choice": choice}
+    )
+    return shown, chosen, answer
+
+
+async def begin(person: PersonOAuth, link: SignInLink) -> tuple[str, str]:
+    """What the start route does when a browser opens the chat's link: the authorization URL, and the
+    browser secret its cookie would hold."""
+    ticket = parse_qs(urlparse(link.url).query)["start"][0]
+    browser = secrets.token_urlsafe(32)
+    return (await person.start(ticket, browser)).url, browser
 
 
 async def _note(runtime: MCPRuntime, stack: Stack, text: str, person: str | None = DANA) -> dict[str, Any]:
@@ -133,10 +187,14 @@ async def _signed_in(
 ) -> None:
     with pytest.raises(SignInRequiredError) as needed:
         await _note(runtime, stack, "never: not signed in", person)
-    assert needed.value.link is not None
-    answer = await log_in(needed.value.link.url, account, stack.person.redirect_uri)
-    assert runtime.person_oauth is not None
-    await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    assert needed.value.link is not None and runtime.person_oauth is not None
+    url, browser = await begin(runtime.person_oauth, needed.value.link)
+    answer = await log_in(url, account, stack.person.redirect_uri)
+    linked = await runtime.person_oauth.complete(
+        answer["state"], answer["code"], answer.get("iss"), browser=browser
+    )
+    assert linked.account == account
+    await runtime.person_oauth.confirm(linked.ticket, browser, use=True)
 
 
 async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note_is_the_persons(
@@ -153,27 +211,50 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
     link = needed.value.link
     assert link is not None and link.server == "crm"
     assert link.domain == urlparse(stack.auth.url).netloc  # shown plainly: 127.0.0.1:<port>
-    query = parse_qs(urlparse(link.url).query)
-    assert link.url.startswith(f"{stack.auth.url}/auth?")  # discovered: PRM, then the AS metadata
+    # The chat's link is the action server's route with a start ticket; opening it is good once.
+    assert link.url.startswith(f"{stack.person.redirect_uri}?start=")
+    assert runtime.person_oauth is not None
+    url, browser = await begin(runtime.person_oauth, link)
+    with pytest.raises(SignInError, match="opened already"):
+        await begin(runtime.person_oauth, link)  # a second browser (or a second opening)
+    query = parse_qs(urlparse(url).query)
+    assert url.startswith(f"{stack.auth.url}/auth?")  # discovered: PRM, then the AS metadata
     assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
     assert query["resource"] == [stack.mcp.url]  # RFC 8707, from the protected-resource metadata
     assert query["client_id"] == [stack.person.client_id] and query["scope"] == [SERVICE.scope]
-    assert "code_verifier" not in link.url and stack.person.client_secret not in link.url
-    assert DANA not in link.url and "conversation-1" not in link.url  # the state is sealed, not readable
+    for shown in (link.url, url):
+        assert "code_verifier" not in shown and stack.person.client_secret not in shown
+        assert DANA not in shown and "conversation-1" not in shown  # sealed, not readable
+        assert browser not in shown  # only its digest is in the state, the secret stays in the cookie
     assert crm_db.count_notes(stack.db, contact) == before  # nothing was sent
 
-    answer = await log_in(link.url, "dana-agent", stack.person.redirect_uri)
+    answer = await log_in(url, "dana-agent", stack.person.redirect_uri)
     browser_log = caplog.text  # the test's own HTTP client, standing in for the browser, logs the code
     assert answer["code"] in browser_log  # (so the check below would see it if the bridge logged it)
     caplog.clear()
-    assert runtime.person_oauth is not None
-    signed = await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+    # In a browser without the cookie, or with another one, the callback takes nothing.
+    for other in (None, secrets.token_urlsafe(32)):
+        with pytest.raises(SignInError, match="started in another browser"):
+            await runtime.person_oauth.complete(
+                answer["state"], answer["code"], answer.get("iss"), browser=other
+            )
+    linked = await runtime.person_oauth.complete(
+        answer["state"], answer["code"], answer.get("iss"), browser=browser
+    )
+    assert (linked.account, linked.domain) == ("dana-agent", link.domain)  # shown before it is used
+    assert await runtime.person_oauth.store.get(DANA, "crm") is None  # not the person's until confirmed
+    with pytest.raises(SignInError, match="another browser"):
+        await runtime.person_oauth.confirm(linked.ticket, secrets.token_urlsafe(32), use=True)
+    signed = await runtime.person_oauth.confirm(linked.ticket, browser, use=True)
+    assert signed is not None
     assert (signed.conversation, signed.person, signed.server, signed.skill) == (
         "conversation-1",
         DANA,
         "crm",
         "log_interaction",
     )
+    with pytest.raises(SignInError, match="answered already"):
+        await runtime.person_oauth.confirm(linked.ticket, browser, use=True)
     record = await runtime.person_oauth.store.get(DANA, "crm")
     assert record is not None
     access, refresh = record["token"]["access_token"], record["token"]["refresh_token"]
@@ -200,7 +281,9 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
 
     # The same answer again (a replayed callback) stores nothing and says why.
     with pytest.raises(SignInError, match="used already"):
-        await runtime.person_oauth.complete(answer["state"], answer["code"], answer.get("iss"))
+        await runtime.person_oauth.complete(
+            answer["state"], answer["code"], answer.get("iss"), browser=browser
+        )
     for where, text in {
         "bridge log": caplog.text,
         "CRM MCP log": stack.mcp.output(),
@@ -219,21 +302,49 @@ async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[
     with pytest.raises(SignInRequiredError) as needed:
         await _note(runtime, stack, "never")
     assert needed.value.link is not None
-    answer = await log_in(needed.value.link.url, "dana-agent", stack.person.redirect_uri)
+    url, browser = await begin(person, needed.value.link)
+    answer = await log_in(url, "dana-agent", stack.person.redirect_uri)
     state = answer["state"]
     forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
     with pytest.raises(SignInError, match="not valid"):
-        await person.complete(forged, answer["code"], answer.get("iss"))
+        await person.complete(forged, answer["code"], answer.get("iss"), browser=browser)
     other_key = TokenStore(str(stack.tokens_file), Keys.from_secret(b"another key, 32 bytes or longer!!!!"))
     sealed_elsewhere = other_key.keys.states.encrypt(
-        b'{"c":"x","p":"socketio:dana","s":"crm","k":null,"n":"x"}'
+        b'{"t":"state","c":"x","p":"socketio:dana","s":"crm","k":null,"n":"x","b":"x"}'
     )
     with pytest.raises(SignInError, match="not valid"):
-        await person.complete(sealed_elsewhere.decode(), answer["code"], answer.get("iss"))
+        await person.complete(sealed_elsewhere.decode(), answer["code"], answer.get("iss"), browser=browser)
+    start_ticket = parse_qs(urlparse(needed.value.link.url).query)["start"][0]
+    with pytest.raises(SignInError, match="not valid"):  # a start ticket is no state, nor the reverse
+        await person.complete(start_ticket, answer["code"], answer.get("iss"), browser=browser)
+    with pytest.raises(SignInError, match="not valid"):
+        await person.start(state, browser)
     now[0] += 11 * 60  # the link was good for ten minutes
     with pytest.raises(SignInError, match="expired"):
-        await person.complete(state, answer["code"], answer.get("iss"))
+        await person.complete(state, answer["code"], answer.get("iss"), browser=browser)
     assert await person.store.get(DANA, "crm") is None
+
+
+async def test_not_me_stores_nothing_and_undoes_the_sign_in(stack: Stack, closing: list[MCPRuntime]) -> None:
+    runtime = stack.runtime()
+    closing.append(runtime)
+    person = runtime.person_oauth
+    assert person is not None
+    with pytest.raises(SignInRequiredError) as needed:
+        await _note(runtime, stack, "never")
+    assert needed.value.link is not None
+    url, browser = await begin(person, needed.value.link)
+    answer = await log_in(url, "lee-agent", stack.person.redirect_uri)
+    linked = await person.complete(answer["state"], answer["code"], answer.get("iss"), browser=browser)
+    assert linked.account == "lee-agent"
+    assert await person.confirm(linked.ticket, browser, use=False) is None
+    assert await person.store.get(DANA, "crm") is None
+    assert '"event":"grant_revoked"' in stack.auth.output()
+    with pytest.raises(SignInError, match="answered already"):
+        await person.confirm(linked.ticket, browser, use=True)  # and it cannot be taken back
+    assert await person.store.get(DANA, "crm") is None
+    with pytest.raises(SignInRequiredError):
+        await _note(runtime, stack, "never: Dana said it was not her account")
 
 
 async def test_the_token_is_refreshed_and_a_failed_refresh_asks_to_sign_in_again(
@@ -362,11 +473,12 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
         tracker = FakeTracker(f"person-{time.time()}", contact_email=DANA_EMAIL, note_text=note)
         tracker.user(f"log a call with {DANA_EMAIL}: {note}", "log_interaction", 0.97)
         if user is not None:
-            tracker.latest_message["metadata"] = {"mcp_bridge_user": user}
+            vouch(tracker, user)
         return tracker
 
     status, nobody, _ = call_action(actions.url, "action_log_interaction", tracker_of(None))
-    assert status == 200 and said(nobody) == ["utter_mcp_nobody_to_act_as"], nobody
+    # A message no channel vouches for names nobody: nothing is sent (the action server says why).
+    assert status == 200 and said(nobody) == ["utter_not_vouched"], nobody
     tracker = tracker_of(person)
     status, asked, _ = call_action(actions.url, "action_log_interaction", tracker)
     assert status == 200 and said(asked) == ["utter_confirm_note"], asked
@@ -378,7 +490,7 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
     record["token"]["refresh_token"], record["obtained_at"] = "not-a-refresh-token", 0
     asyncio.run(store.put(person, "crm", record))
     tracker.user("yes", "affirm", 1.0)
-    tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+    vouch(tracker, person)
     status, answered, _ = call_action(actions.url, "action_confirm_tool", tracker)
     assert status == 200 and said(answered) == ["utter_mcp_sign_in_again"], answered
     assert {"event": "slot", "name": "pending_confirmation", "value": None} in [
@@ -489,17 +601,27 @@ async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tok
 
         def ask(webhook: str, action: str, text: str, intent: str) -> dict[str, Any]:
             tracker.user(text, intent, 1.0)
-            tracker.latest_message["metadata"] = {"mcp_bridge_user": person}
+            vouch(tracker, person)
             status, answer, _ = call_action(webhook, action, tracker)
             assert status == 200, answer
             return dict(answer)
 
         shown = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
         assert said(shown) == ["utter_mcp_sign_in"], shown
-        answer = await log_in(shown["responses"][0]["link"], "dana-agent", stack.person.redirect_uri)
-        callback = one.removesuffix("/webhook") + CALLBACK_PATH
-        async with httpx2.AsyncClient(timeout=30) as browser:
-            page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        # The link names replica two's address (ACTION_SERVER_PUBLIC_URL is shared); the browser
+        # opens it at replica one, signs in, lands on replica two, and confirms at replica one.
+        link = shown["responses"][0]["link"]
+        callback_one = one.removesuffix("/webhook") + CALLBACK_PATH
+        callback_two = two.removesuffix("/webhook") + CALLBACK_PATH
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as browser:
+            start = link.replace(stack.person.redirect_uri, callback_one)
+            answer = await log_in(start, "dana-agent", stack.person.redirect_uri, browser)
+            choice = await browser.get(f"{callback_two}?{urllib.parse.urlencode(answer)}")
+            ticket = re.search(r'name=ticket value="([^"]+)"', choice.text)
+            assert choice.status_code == 200 and ticket is not None, choice.text
+            page = await browser.post(
+                callback_one, data={"ticket": html.unescape(ticket.group(1)), "choice": "use"}
+            )
         assert page.status_code == 200 and "Signed in" in page.text, page.text
 
         asked = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
