@@ -558,6 +558,9 @@ class ConfirmationReader:
             if names.count(name) == 1:
                 by_name[name] = frozenset({names.index(name) + 1})
         symbols: list[choices.Symbol] = []
+        # The kind of the last symbol that is not a separator, kept as symbols are added: a list of
+        # them rebuilt per word made a long answer quadratic.
+        last_said: str | None = None
         i = 0
         while i < len(tokens):
             word = tokens[i]
@@ -575,6 +578,7 @@ class ConfirmationReader:
             target = choices.read_targets(word, after_target, lambda w: by_name.get(w, frozenset()), count)
             if target is not None:
                 symbols.append(target)
+                last_said = target.kind
                 i += 1
                 continue
             hit = self._choice_words.at(tokens, i)
@@ -599,10 +603,11 @@ class ConfirmationReader:
                 and previous.kind in ("all", "both")
             ):
                 label = "except"  # "all but 2"
-            said = [symbol.kind for symbol in symbols if symbol.kind not in ("sep", "and")]
-            if label == "yes" and said and said[-1] == "yes":
+            if label == "yes" and last_said == "yes":
                 return Unclear("a yes said twice, which sounds ironic")  # "sure, sure, both"
             symbols.append(choices.Symbol(label))
+            if label not in ("sep", "and"):
+                last_said = label
         try:
             decisions = choices.symbols_to_decisions(symbols, count)
             return Choices(choices.resolve(decisions, count))

@@ -36,6 +36,7 @@ GROWTH = 8
 MAX_RATIO = 24.0
 FLOOR_SECONDS = 0.05
 CALL = {"contact_id": 1, "text": "Dana called about the VAT rate on invoice 4471."}
+TWO_CALLS = [CALL, {"contact_id": 2, "title": "Call Dana back"}]
 OVERCONFIDENT = NluOpinion("affirm", 0.99, {"affirm": 0.99})
 # Read without the limit: the point is how reading scales, not that long messages are refused.
 UNLIMITED = ConfirmationReader(max_chars=10**9)
@@ -77,6 +78,7 @@ NLU_EMAIL = _nlu_email_pattern()
 READERS: dict[str, Callable[[str], Any]] = {
     "reader.read": lambda text: UNLIMITED.read(text, OVERCONFIDENT, CALL),
     "reader.way_out": UNLIMITED.way_out,
+    "reader.read_calls": lambda text: UNLIMITED.read_calls(text, OVERCONFIDENT, TWO_CALLS, ("note", "task")),
     "address_spans": address_spans,
     "form find_email": FORM.find_email,
     "form note_from_request": FORM.note_from_request,
@@ -152,6 +154,31 @@ def test_reading_grows_linearly_with_the_message(reader: str, shape: str) -> Non
             f"{reader} on {shape!r}: {N * GROWTH} characters took {ratio} as {N} did "
             f"({base * 1000:.2f} ms); linear is about {GROWTH} times, the bound {MAX_RATIO:.0f} times"
         )
+
+
+PER_CALL: dict[str, Callable[[int], str]] = {
+    "yes to 1, no to 2": lambda n: _repeat("yes to 1, no to 2, ", n),
+    "targets and separators": lambda n: _repeat("1, 2 and 1 but ", n),
+    "only the first": lambda n: _repeat("only the first ", n),
+    "one yes, then targets": lambda n: "yes to " + _repeat("1 and 2, ", n - 7),
+}
+
+
+@pytest.mark.parametrize("shape", PER_CALL)
+def test_the_per_call_reader_reads_50000_characters_in_linear_time(shape: str) -> None:
+    """The answer to a question about several calls, 5,000 and 50,000 characters of per-call
+    grammar: ten times the text, about ten times the time (a list rebuilt per word made it a
+    hundred). The bound is a ratio, 30 times, not a wall-clock time."""
+    read = READERS["reader.read_calls"]
+    small, large = PER_CALL[shape](5_000), PER_CALL[shape](50_000)
+    for _ in range(3):
+        base = _best_of_three(read, small)
+        bound = max(30.0 * base, FLOOR_SECONDS)
+        grown = _best_of_three(read, large, budget=bound * 3)
+        if grown <= bound:
+            break
+    print(f"read_calls on {shape!r}: 5,000 characters {base * 1000:.1f} ms, 50,000 {grown * 1000:.1f} ms")
+    assert grown <= bound, f"50,000 characters took {grown / max(base, 1e-9):.0f} times as long as 5,000"
 
 
 # The linear scans find exactly what the old patterns found (on short texts, where those were quick).
