@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from mcp_bridge import textmatch
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.sealing import PendingConfirmation
@@ -223,8 +224,8 @@ def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresA
     value = arguments.get(rule.when.argument)
     # A value that is not text (or missing) is shown as JSON would show it: a rule on it still applies.
     text = value if isinstance(value, str) else str(value)
-    folded = text.casefold()
-    return rule if any(word.casefold() in folded for word in rule.when.contains_any) else None
+    # On the text's skeleton, never as written (mcp_bridge.textmatch): no spelling gets around it.
+    return rule if textmatch.names_any(text, rule.when.contains_any) else None
 
 
 def may_run_again(tool: Tool | None, runs: int) -> bool:

@@ -14,7 +14,8 @@ tool_constraints:
       # Optional: after the requester's yes, a person with this role approves (mcp_bridge/approvals.py).
       requires_approval_from:
         role: supervisor
-        when: {argument: text, contains_any: [refund, write-off]}   # absent: every call
+        when: {argument: text, contains_any: [refund, write-off]}   # absent: every call; matched
+        # on the text's skeleton, however it is spelt: "ｒеfu\u00adnds", "written off" (textmatch.py)
         expires_after: 30m                                          # s, m, h or d; at most 7d
       # Optional: the person may answer "yes, and don't ask again today" (mcp_bridge/permissions.py).
       allows_remembering:
@@ -109,8 +110,11 @@ def _duration_seconds(value: str, at_most: int, too_long: str) -> int:
 
 
 class ApprovalCondition(_Strict):
-    """When a second approval is needed: the call's ``argument`` contains one of ``contains_any``
-    (case-insensitive substrings; no patterns, so nothing a skill author writes can run slowly)."""
+    """When a second approval is needed: the call's ``argument`` names one of ``contains_any``, as
+    :mod:`mcp_bridge.textmatch` reads it: on a skeleton of the text (NFKC, no invisible characters,
+    look-alike letters read as Latin, casefolded, no accents, no spaces, hyphens or punctuation), a
+    term's inflections included (``write-off``: "written off", "writeoffs"); no patterns, so
+    nothing a skill author writes can run slowly, and when in doubt the call is held."""
 
     argument: str
     contains_any: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
