@@ -16,7 +16,9 @@ rules, in order of importance:
    within its expiry is refused (``expired``) and nothing of it ever runs.
 4. An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
    with one conditional update, in the request's own conversation only, and calls the tool with the
-   question's idempotency key. A refused or expired request is told to its requester once.
+   question's idempotency key and the sealed question's arguments, only when the seal verifies and
+   they equal the store's copy (:meth:`Approvals.sealed`). A refused or expired request is told to
+   its requester once.
 5. A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
    call takes). If its action server dies before the outcome is recorded, the request stays
    ``running`` until the lease passes; then the approval page's sweep tells the conversation again and
@@ -27,7 +29,8 @@ rules, in order of importance:
    request ends with an unknown outcome.
 
 Every step is an audit entry (``decision``: ``approval_requested``, ``approved``, ``approval_refused``,
-``approval_expired``, ``approval_not_allowed``, ``approval_resumed``), with who decided (``decided_by``).
+``approval_expired``, ``approval_not_allowed``, ``approval_resumed``, ``approval_rejected``: the stored
+call is not the sealed one, and nothing ran), with who decided (``decided_by``).
 """
 
 from __future__ import annotations
@@ -337,6 +340,28 @@ class Approvals:
         if request.status in ("refused", "expired"):
             return Taken(request.status, request)
         return Taken("nothing", request)
+
+    def sealed(self, request: ApprovalRequest) -> PendingConfirmation | None:
+        """Rule 4's "exactly as sealed": the sealed question the requester confirmed, when it is the
+        store's call (skill, tool, key, requester and arguments equal); None, audited, when the two
+        differ, so a row changed in the store runs nothing. The seal itself is the caller's to verify
+        (:meth:`mcp_bridge.calls.Calls.verified`) before the question's arguments are called."""
+        pending = request.pending_confirmation()
+        if pending is None:
+            why = "its sealed question cannot be read"
+        elif (pending.skill, pending.tool, pending.key, pending.user) != (
+            request.skill,
+            request.tool,
+            request.key,
+            request.requester,
+        ):
+            why = "its sealed question is for another call"
+        elif dict(pending.arguments) != request.arguments:
+            why = "the stored arguments differ from the sealed ones"
+        else:
+            return pending
+        self._note(request, "approval_rejected", f"not run: {why}", None)
+        return None
 
     async def finish(self, request: ApprovalRequest, result: str) -> None:
         await self.store.finish(request.id, result)

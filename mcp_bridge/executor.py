@@ -332,7 +332,7 @@ class Executor:
             said = approvals.RESPONSES.refused if taken.kind == "refused" else approvals.RESPONSES.expired
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
-        pending = request.pending_confirmation()
+        pending = self.approvals.sealed(request)  # the store's call, exactly as sealed, or None
         then = replace(turn, slots=request.slots)  # the conversation as the requester confirmed it
         bound = await self.calls.verified(pending, then) if pending is not None else None
         if pending is None or bound is None:

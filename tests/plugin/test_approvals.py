@@ -401,3 +401,29 @@ async def test_a_call_that_keeps_killing_its_action_server_is_run_at_most_max_ru
     bench.clock.now += bench.approvals.run_lease + 1
     told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
     assert responses(told) == ["utter_tool_outcome_unknown"] and bench.book.notes_for(DANA) == []
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("arguments", '{"contact_id": 1, "text": "Dana asked for nothing."}'),
+        ("arguments", '{"contact_id": 2, "text": "Dana asked for a refund of invoice 4471."}'),
+        ("tool", "create_follow_up_task"),
+    ],
+)
+async def test_an_approved_row_changed_in_the_store_runs_nothing(
+    bench: Bench, column: str, value: str
+) -> None:
+    """The store's copy and the sealed question must agree; a row edited after the yes (arguments,
+    or the tool) runs nothing, the requester is told, and the audit says why."""
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    with closing(sqlite3.connect(bench.store.path)) as db, db:
+        db.execute(f"UPDATE approval_requests SET {column} = ? WHERE id = ?", (value, request_id))
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "rejected" and responses(told) == ["utter_confirmation_invalid"]
+    assert bench.book.notes == [] and not [c for c in bench.book.calls if c[0] != "find_contact_by_email"]
+    [entry] = [e for e in bench.audit.entries() if e["decision"] == "approval_rejected"]
+    assert entry["approval"] == request_id and "not run" in entry["result"]
+    request = await bench.store.get(request_id)
+    assert request is not None and request.status == "done"
