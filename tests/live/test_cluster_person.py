@@ -66,7 +66,7 @@ def test_a_sign_in_at_one_replica_is_used_by_the_other_and_a_disconnect_signs_ou
 
     def ask(port: int, action: str, text: str, intent: str) -> dict[str, Any]:
         tracker.user(text, intent, 1.0)
-        vouch(tracker, PERSON)
+        vouch(tracker, PERSON, cluster.secrets["channel_key"])
         status, answer, _ = call_action(replicas[port], action, tracker, headers=cluster_headers(cluster))
         assert status == 200, answer
         return dict(answer)

@@ -53,11 +53,11 @@ DANA, LEE = "socketio:dana", "socketio:lee"  # as the chat channel names them
 KEY = "k7Qe9vX2mLp4RzT8wYb1NcH6jUa3FdG5sKo0EiWq"
 
 
-def vouch(tracker: FakeTracker, user: str) -> None:
+def vouch(tracker: FakeTracker, user: str, key: str = TEST_CHANNEL_KEY) -> None:
     """What the channel that authenticated ``user`` adds to their latest message: who sent it, signed
-    with the channel key every test action server has (mcp_bridge.channels.proof)."""
+    with the channel key (by default the one every test action server has; mcp_bridge.channels.proof)."""
     text = str(tracker.latest_message["text"])
-    keys = ChannelKeys.parse(TEST_CHANNEL_KEY)
+    keys = ChannelKeys.parse(key)
     tracker.latest_message["metadata"] = keys.vouch({}, conversation=tracker.sender_id, user=user, text=text)
 
 

@@ -11,11 +11,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import httpx2
 import yaml
 
 from mcp_bridge.person_oauth import CALLBACK_PATH
-from tests.live.test_person_oauth import log_in
+from tests.live.test_person_oauth import sign_in_in_browser
 from tests.support import procs
 from tests.support.crm_db import authors_of
 from tests.support.rasa_calls import FakeTracker, call_action, said
@@ -174,17 +173,18 @@ async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(t
         webhook = f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}/webhook"
         headers = {"Authorization": f"Bearer {(tmp_path / 'action_server_token').read_text().strip()}"}
         note = f"Written as Dana through make up {time.time()}"
-        tracker = FakeTracker(f"make-up-{time.time()}", contact_email=DANA, note_text=note)
+        channel_key = (tmp_path / "channel_key").read_text().strip()  # make up's, signed as its channels do
+        tracker = FakeTracker(
+            f"make-up-{time.time()}", channel_key=channel_key, contact_email=DANA, note_text=note
+        )
         tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
-        tracker.latest_message["metadata"] = {"mcp_bridge_user": "rest:operator"}
         status, asked, _ = call_action(webhook, "action_log_interaction", tracker, headers=headers)
         assert status == 200 and said(asked) == ["utter_mcp_sign_in"], asked
         link = asked["responses"][0]["link"]
-        assert link.startswith(f"http://127.0.0.1:{ports['AUTH_PORT']}/auth?")
         callback = f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}{CALLBACK_PATH}"
-        answer = await log_in(link, "dana-agent", callback)
-        async with httpx2.AsyncClient(timeout=30) as browser:
-            page = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        assert link.startswith(f"{callback}?start=")  # bound to the browser that opens it
+        shown, page, _ = await sign_in_in_browser(link, "dana-agent", callback)
+        assert "dana-agent" in shown.text, shown.text  # the account, shown before it is used
         assert page.status_code == 200 and "Signed in" in page.text, page.text
         store = tmp_path / "mcp_tokens.sqlite3"
         assert store.exists() and (tmp_path / "mcp_token_key").stat().st_mode & 0o777 == 0o600
@@ -192,7 +192,6 @@ async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(t
         assert status == 200 and said(asked) == ["utter_confirm_note"], asked
         tracker.apply("action_log_interaction", asked)
         tracker.user("yes", "affirm", 1.0)
-        tracker.latest_message["metadata"] = {"mcp_bridge_user": "rest:operator"}
         status, answered, _ = call_action(webhook, "action_confirm_tool", tracker, headers=headers)
         assert status == 200 and said(answered) == ["utter_note_saved"], answered
         assert authors_of(tmp_path / "crm.sqlite3", note) == ["dana-agent"]
