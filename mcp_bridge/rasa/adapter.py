@@ -21,6 +21,7 @@ from rasa_sdk.executor import CollectingDispatcher
 from mcp_bridge.channels import USER_KEY
 from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT
 from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.rasa.rewinds import unrewound
 
 
 def turn_from_tracker(tracker: Tracker) -> Turn:
@@ -33,7 +34,12 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
     }
     return Turn(
         conversation_id=str(tracker.sender_id),
-        slots={name: whole_numbers(value) for name, value in tracker.slots.items()},
+        # A rewind (/back) brings back no question already ended and no permission withdrawn.
+        slots=unrewound(
+            {name: whole_numbers(value) for name, value in tracker.slots.items()},
+            tracker.events,
+            whole_numbers,
+        ),
         user_turn=sum(1 for event in tracker.events if event.get("event") == "user"),
         intent=intent.get("name"),
         intent_confidence=float(intent.get("confidence") or 0.0),
