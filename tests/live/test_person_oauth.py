@@ -474,6 +474,8 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
         tracker.user(f"log a call with {DANA_EMAIL}: {note}", "log_interaction", 0.97)
         if user is not None:
             vouch(tracker, user)
+        else:
+            tracker.latest_message["metadata"] = {}  # unsigned, as Rasa's own channels send it
         return tracker
 
     status, nobody, _ = call_action(actions.url, "action_log_interaction", tracker_of(None))
