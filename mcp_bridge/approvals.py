@@ -9,8 +9,14 @@ rules, in order of importance:
    who asked, the conversation, the sealed question, the expiry) in a store every replica shares
    (:mod:`mcp_bridge.approval_store`), and the requester is told it waits. A requester the channel
    does not name cannot ask for an approval: nothing is held, nothing runs.
-2. Only a person with the request's role decides it, and never its requester (:func:`same_person`:
-   the names compared without their channel prefix). Such an attempt is refused and audited.
+2. Only a person with the request's role decides it, and never its requester. The two are named in
+   different namespaces (the requester as a channel names them, ``socketio:dana``; the approver as
+   the approval page logged them in, a password login or an OpenID subject), so they are compared
+   as *persons*, through the deployment's identity mapping (:class:`People`, the approvers file's
+   ``people:``): an approver or a requester the mapping does not name may not be decided for at all
+   (``unknown_person``), and one person on both sides is ``own_request``; names that look alike
+   (:func:`same_person`: equal without their channel prefix) are refused too, mapping or not. Each
+   such attempt is refused and audited.
 3. A request is decided once: the store's update is conditional on it still pending and unexpired,
    so two approvers (on two replicas) at the same moment get one decision. A request not decided
    within its expiry is refused (``expired``) and nothing of it ever runs.
@@ -60,6 +66,7 @@ __all__ = [
     "Approvals",
     "Approver",
     "Decided",
+    "People",
     "Taken",
     "may_run_again",
     "required",
@@ -182,7 +189,9 @@ class Approver:
     roles: frozenset[str] = field(default_factory=frozenset)
 
 
-DecidedKind = Literal["approved", "refused", "own_request", "not_allowed", "already_decided", "unknown"]
+DecidedKind = Literal[
+    "approved", "refused", "own_request", "not_allowed", "unknown_person", "already_decided", "unknown"
+]
 
 
 @dataclass(frozen=True)
@@ -204,6 +213,22 @@ class Taken:
 
     kind: TakenKind
     request: ApprovalRequest | None = None
+
+
+@dataclass(frozen=True)
+class People:
+    """The deployment's identity mapping (rule 2): who each person is in the chat (their identities
+    as the channels name them, ``socketio:dana``, ``rest:operator``) and on the approval page (their
+    logins there, password logins or OpenID subjects). Each identity names one person."""
+
+    chat: Mapping[str, str] = field(default_factory=dict)  # channel identity -> person
+    page: Mapping[str, str] = field(default_factory=dict)  # approval-page user -> person
+
+    def requester(self, identity: str) -> str | None:
+        return self.chat.get(identity)
+
+    def approver(self, user: str) -> str | None:
+        return self.page.get(user)
 
 
 def person(user: str) -> str:
@@ -248,8 +273,12 @@ class Approvals:
         *,
         clock: Callable[[], float] = time.time,
         run_lease: float = RUN_LEASE_SECONDS,
+        people: People | None = None,
     ) -> None:
+        """``people``: the identity mapping the approval page decides with (rule 2); the action
+        server, which holds and runs requests but never decides one, has none."""
         self.store = store
+        self.people = people
         self._audit = audit or AuditLog(None)
         self._clock = clock
         self.run_lease = run_lease
@@ -290,7 +319,7 @@ class Approvals:
     async def pending(self, approver: Approver) -> list[ApprovalRequest]:
         """What ``approver`` may decide: their roles' pending requests, not their own."""
         requests = await self.store.pending(approver.roles, self._clock())
-        return [r for r in requests if not same_person(r.requester, approver.user)]
+        return [r for r in requests if self._not_theirs(r, approver) is None]
 
     async def decide(self, request_id: str, approver: Approver, approve: bool) -> Decided:
         """Rules 2 and 3: the approver's decision, once."""
@@ -300,11 +329,11 @@ class Approvals:
         if request.role not in approver.roles:
             self._note(request, "approval_not_allowed", f"lacks the role {request.role}", approver)
             return Decided("not_allowed", request)
-        if same_person(request.requester, approver.user):
-            self._note(
-                request, "approval_not_allowed", "the requester cannot approve their own request", approver
-            )
-            return Decided("own_request", request)
+        refusal = self._not_theirs(request, approver)
+        if refusal is not None:
+            kind, why = refusal
+            self._note(request, "approval_not_allowed", why, approver)
+            return Decided(kind, request)
         now = self._clock()
         status: Status = "approved" if approve else "refused"
         if not await self.store.decide(request.id, status, person(approver.user), now):
@@ -313,6 +342,22 @@ class Approvals:
         decided = replace(request, status=status, decided_by=approver.user, decided_at=now)
         self._note(decided, "approved" if approve else "approval_refused", None, approver)
         return Decided("approved" if approve else "refused", decided)
+
+    def _not_theirs(self, request: ApprovalRequest, approver: Approver) -> tuple[DecidedKind, str] | None:
+        """Why ``approver`` may not decide ``request`` as a person (rule 2), or None when they may."""
+        if same_person(request.requester, approver.user):
+            return "own_request", "the requester cannot approve their own request"
+        if self.people is None:
+            return None
+        who = self.people.approver(approver.user)
+        if who is None:
+            return "unknown_person", "the approver is not in the deployment's identity mapping"
+        asked = self.people.requester(request.requester)
+        if asked is None:
+            return "unknown_person", "the requester is not in the deployment's identity mapping"
+        if asked == who:
+            return "own_request", f"the requester cannot approve their own request (both are {who})"
+        return None
 
     async def expire_due(self) -> list[ApprovalRequest]:
         """Rule 3: refuse every request whose expiry has passed undecided."""

@@ -30,7 +30,12 @@ every approved call whose run was lost (running past its lease: its action serve
 Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
 `/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}; answers
 {"decided": "approved"|"refused"}, or an error with its ``reason``: own_request, not_allowed,
-already_decided, unknown), `/health`.
+unknown_person, already_decided, unknown), `/health`.
+
+Who is who: the approvers file's ``people:`` (required, in both login modes) maps each person to
+their chat identities, as the channels name them, and their logins here (password logins or OpenID
+subjects); the rules compare the requester and the approver as persons through it, and refuse an
+approver or a requester it does not name (``unknown_person``; mcp_bridge.approvals rule 2).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +64,7 @@ import jwt
 from aiohttp import web
 
 from mcp_bridge.approval_store import open_store
-from mcp_bridge.approvals import ApprovalRequest, Approvals, Approver
+from mcp_bridge.approvals import ApprovalRequest, Approvals, Approver, People
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
 from mcp_bridge.envsubst import UnsetVariableError, expand
@@ -145,6 +150,57 @@ def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
             raise fail(f"{where}.password_hash", "not a scrypt hash (make one with `approval_page.py hash`)")
         accounts[user] = Account(frozenset(roles), stored)
     return accounts
+
+
+MAX_IDENTITIES = 100
+
+
+def load_people(path: Path, logins: Collection[str] = ()) -> People:
+    """The approvers file's identity mapping, ``people: {person: {chat: [...], approval_page: [...]}}``:
+    each person's identities as the channels name them (``socketio:dana``, ``rest:operator``) and
+    their approval-page logins (password logins, or OpenID subjects). Every password login in
+    ``logins`` must be someone's; an identity may be one person's only. SystemExit naming the file,
+    the place and the reason on anything wrong."""
+
+    def fail(where: str, reason: str) -> SystemExit:
+        return SystemExit(f"{path}: {where}: {reason}")
+
+    try:
+        document = load_yaml(path)
+    except YAMLFileError as exc:
+        raise SystemExit(f"{path}: cannot read the approvers file: {exc.reason}") from None
+    entries = document.get("people") if isinstance(document, dict) else None
+    if not isinstance(entries, dict) or not entries:
+        raise fail(
+            "people",
+            "a mapping of each person to their chat identities and approval-page logins "
+            "({chat: [socketio:<user>, ...], approval_page: [<login>, ...]}); without it nobody "
+            "could tell a requester from their approver",
+        )
+    chat: dict[str, str] = {}
+    page: dict[str, str] = {}
+    for name, entry in entries.items():
+        where = f"people.{name}"
+        if not isinstance(name, str) or not _USER.fullmatch(name):
+            raise fail(where, "a person's name is 1-64 letters, digits and . _ @ -")
+        if not isinstance(entry, dict) or not entry or not set(entry) <= {"chat", "approval_page"}:
+            raise fail(where, "needs 'chat' (channel identities) and/or 'approval_page' (logins)")
+        for key, into in (("chat", chat), ("approval_page", page)):
+            identities = entry.get(key, [])
+            if (
+                not isinstance(identities, list)
+                or len(identities) > MAX_IDENTITIES
+                or not all(isinstance(i, str) and 0 < len(i) <= 200 for i in identities)
+            ):
+                raise fail(f"{where}.{key}", f"a list of at most {MAX_IDENTITIES} names")
+            for identity in identities:
+                if identity in into and into[identity] != name:
+                    raise fail(f"{where}.{key}", f"{identity!r} is already {into[identity]}'s")
+                into[identity] = name
+    unmapped = sorted(set(logins) - set(page))
+    if unmapped:
+        raise fail("people", f"the approvers {', '.join(unmapped)} are no person's approval_page login")
+    return People(chat, page)
 
 
 class Sessions:
@@ -475,6 +531,11 @@ def make_app(
             return web.json_response({"decided": decided.kind}, headers=headers)
         reasons = {
             "own_request": (403, "you asked for this call yourself: another person must approve it"),
+            "unknown_person": (
+                403,
+                "you or the requester are not in the deployment's list of people: nobody can tell "
+                "you apart, so you may not decide it",
+            ),
             "not_allowed": (403, "this request needs a role you do not have"),
             "already_decided": (409, "this request was already decided, or has expired"),
             "unknown": (404, "no such request"),
@@ -578,11 +639,15 @@ def main() -> int:
         if not client_id or not client_secret:
             raise SystemExit("approval page: --oidc-issuer needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
         oidc = OIDCLogin(args.oidc_issuer, client_id, client_secret, f"{public}/callback")
-    elif args.approvers is None:
-        raise SystemExit("approval page: give --approvers (password logins) or --oidc-issuer")
+    if args.approvers is None:
+        raise SystemExit(
+            "approval page: give --approvers: its people: say who is who (and, without --oidc-issuer, "
+            "its approvers: who logs in with a password)"
+        )
     accounts = load_approvers(args.approvers, env) if oidc is None else {}
+    people = load_people(args.approvers, accounts)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
-    approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit)
+    approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, people=people)
     app = make_app(
         approvals,
         accounts,

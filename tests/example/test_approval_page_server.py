@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from mcp_bridge.approval_store import SQLiteApprovalStore
 from mcp_bridge.approvals import ApprovalRequest, Approvals
+from mcp_bridge.audit import AuditLog
 from scripts.approval_page import (
     COOKIE,
     Account,
@@ -22,6 +23,7 @@ from scripts.approval_page import (
     check_password,
     hash_password,
     load_approvers,
+    load_people,
     make_app,
 )
 
@@ -96,12 +98,14 @@ async def page(
         yield client, approvals
 
 
-async def _held(approvals: Approvals) -> ApprovalRequest:
+async def _held(
+    approvals: Approvals, requester: str = "rest:operator", request_id: str = "a" * 32
+) -> ApprovalRequest:
     now = time.time()
     request = ApprovalRequest(
-        id="a" * 32,
+        id=request_id,
         conversation_id="c1",
-        requester="rest:operator",
+        requester=requester,
         role="supervisor",
         skill="log_interaction",
         tool="add_timeline_note",
@@ -155,3 +159,83 @@ async def test_only_a_logged_in_approver_from_this_page_sees_and_decides(
     assert (await client.post("/api/decide", json=decide, headers=origin)).status == 409
     decided = await approvals.store.get(request.id)
     assert decided is not None and decided.status == "approved" and decided.decided_by == "sam"
+
+
+PEOPLE_FILE = """\
+approvers:
+  sam: {roles: [supervisor], password_hash: "${SAM_HASH}"}
+  asmith: {roles: [supervisor], password_hash: "${SAM_HASH}"}
+people:
+  sam: {chat: ["rest:sam"], approval_page: [sam]}
+  alice: {chat: ["socketio:3f9a1c", "rest:alice"], approval_page: [asmith]}
+  operator: {chat: ["rest:operator"]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "place", "reason"),
+    [
+        ("approvers: {}\n", "people", "a mapping of each person"),
+        ("people: {sam: {}}\n", "people.sam", "needs 'chat'"),
+        ("people: {sam: {chat: rest:sam}}\n", "people.sam.chat", "a list of"),
+        ("people: {sam: {phone: [x]}}\n", "people.sam", "needs 'chat'"),
+        (
+            'people: {sam: {chat: ["rest:x"]}, lee: {chat: ["rest:x"]}}\n',
+            "people.lee.chat",
+            "'rest:x' is already sam's",
+        ),
+        ('people: {lee: {chat: ["rest:lee"]}}\n', "people", "the approvers sam are no person's"),
+    ],
+)
+def test_the_people_mapping_is_refused_with_file_place_and_reason(
+    tmp_path: Path, text: str, place: str, reason: str
+) -> None:
+    path = tmp_path / "approvers.yml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as caught:
+        load_people(path, {"sam"})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {place}: ") and reason in message
+
+
+def test_the_example_approvers_file_maps_every_approver(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "crm_bot" / "approvers.yml"
+    people = load_people(example, {"sam", "alice"})
+    assert people.approver("sam") == people.requester("socketio:sam") == "sam"
+    assert people.requester("rest:operator") == "operator" and people.approver("operator") is None
+
+
+async def test_the_same_person_logged_in_under_another_name_is_refused(tmp_path: Path) -> None:
+    """Alice asked in the chat as socketio:3f9a1c; on the page she is asmith: refused, audited; sam,
+    another person, decides. A requester the file does not name cannot be decided for."""
+    path = tmp_path / "approvers.yml"
+    path.write_text(PEOPLE_FILE)
+    env = {"SAM_HASH": hash_password(SAM)}
+    accounts = load_approvers(path, env)
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    approvals = Approvals(
+        SQLiteApprovalStore(tmp_path / "approvals.sqlite3"), audit, people=load_people(path, accounts)
+    )
+    app = make_app(approvals, accounts, RasaNotifier("http://127.0.0.1:9", "t"), KEY, sweep_seconds=60)
+    async with TestClient(TestServer(app)) as client:
+        origin = {"Origin": str(client.make_url("")).rstrip("/")}
+        hers = await _held(approvals, requester="socketio:3f9a1c")
+        nobodys = await _held(approvals, requester="socketio:unlisted", request_id="b" * 32)
+        login = {"user": "asmith", "password": SAM}
+        assert (await client.post("/login", json=login, headers=origin)).status == 200
+        assert (await (await client.get("/api/pending")).json())["pending"] == []
+        own = await client.post("/api/decide", json={"id": hers.id, "approve": True}, headers=origin)
+        assert own.status == 403 and (await own.json())["reason"] == "own_request"
+        assert (
+            await client.post("/login", json={"user": "sam", "password": SAM}, headers=origin)
+        ).status == 200
+        [shown] = (await (await client.get("/api/pending")).json())["pending"]
+        assert shown["id"] == hers.id
+        unknown = await client.post("/api/decide", json={"id": nobodys.id, "approve": True}, headers=origin)
+        assert unknown.status == 403 and (await unknown.json())["reason"] == "unknown_person"
+        decided = await client.post("/api/decide", json={"id": hers.id, "approve": True}, headers=origin)
+        assert decided.status == 200
+    refusals = [e for e in audit.entries() if e["decision"] == "approval_not_allowed"]
+    assert [(e["decided_by"], e["approval"]) for e in refusals] == [("asmith", hers.id), ("sam", nobodys.id)]
+    stored = await approvals.store.get(nobodys.id)
+    assert stored is not None and stored.status == "pending"

@@ -84,6 +84,11 @@ class Stack(LoggedStack):
             "approvers:\n"
             '  sam: {roles: [supervisor], password_hash: "${SAM_HASH}"}\n'
             '  operator: {roles: [supervisor], password_hash: "${OPERATOR_HASH}"}\n'
+            # Who is who: the requester, "rest:operator", is the approver operator.
+            "people:\n"
+            '  sam: {chat: ["rest:sam"], approval_page: [sam]}\n'
+            '  operator: {chat: ["rest:operator"], approval_page: [operator]}\n'
+            "  carol: {approval_page: [carol]}\n"
         )
         rasa_url = self.wait_for_rasa()
         self.page = self.start_logged(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mcp_bridge.approval_store import SQLiteApprovalStore
-from mcp_bridge.approvals import Approvals, Approver
+from mcp_bridge.approvals import Approvals, Approver, People
 from mcp_bridge.audit import AuditLog
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import Executor
@@ -427,3 +427,58 @@ async def test_an_approved_row_changed_in_the_store_runs_nothing(
     assert entry["approval"] == request_id and "not run" in entry["result"]
     request = await bench.store.get(request_id)
     assert request is not None and request.status == "done"
+
+
+PEOPLE = People(
+    chat={"socketio:3f9a1c": "alice", "rest:alice": "alice", "socketio:sam-chat": "sam"},
+    page={"asmith": "alice", "sam": "sam", "oidc|8f2e": "alice"},
+)
+
+
+@pytest.mark.parametrize(
+    ("approver", "kind", "why"),
+    [
+        # Alice asked as "rest:alice"; on the page she is the login asmith, or an OpenID subject.
+        ("asmith", "own_request", "both are alice"),
+        ("oidc|8f2e", "own_request", "both are alice"),
+        # Looks like the requester's name: refused with or without a mapping.
+        ("alice", "own_request", "their own request"),
+        # Nobody the deployment names: refused, whoever they may be.
+        ("olga", "unknown_person", "the approver is not in"),
+    ],
+)
+async def test_the_same_person_under_another_name_cannot_approve(
+    tmp_path: Path, approver: str, kind: str, why: str
+) -> None:
+    bench = Bench(tmp_path)
+    bench.approvals.people = PEOPLE
+    try:
+        request_id = await bench.confirmed()
+        who = Approver(approver, frozenset({"supervisor"}))
+        assert await bench.approvals.pending(who) == []
+        decided = await bench.approvals.decide(request_id, who, approve=True)
+        assert decided.kind == kind
+        [entry] = [e for e in bench.audit.entries() if e["decision"] == "approval_not_allowed"]
+        assert why in entry["result"] and entry["decided_by"] == approver
+        request = await bench.store.get(request_id)
+        assert request is not None and request.status == "pending"
+        # Another person may.
+        decided = await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+        assert decided.kind == "approved"
+    finally:
+        await bench.executor.aclose()
+
+
+async def test_a_requester_nobody_maps_cannot_be_approved_for(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    bench.approvals.people = PEOPLE
+    try:
+        request_id = await bench.confirmed(bench.conversation(user="socketio:unlisted"))
+        assert await bench.approvals.pending(SUPERVISOR) == []
+        decided = await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+        assert decided.kind == "unknown_person"
+        [entry] = [e for e in bench.audit.entries() if e["decision"] == "approval_not_allowed"]
+        assert "the requester is not in" in entry["result"]
+        assert bench.book.notes == []
+    finally:
+        await bench.executor.aclose()

@@ -102,6 +102,10 @@ class E2EStack(LoggedStack):
                 f'  {name}: {{roles: [{role}], password_hash: "${{HASH_{name.upper()}}}"}}\n'
                 for name, role in APPROVERS.items()
             )
+            # Who is who: each approver is the REST channel's user of the same name ("rest:operator",
+            # the requester of the cases, is the approver operator: their own requests are refused).
+            + "people:\n"
+            + "".join(f'  {name}: {{chat: ["rest:{name}"], approval_page: [{name}]}}\n' for name in APPROVERS)
         )
         return procs.approval_page(
             rasa_url=self.rasa.url,
