@@ -78,6 +78,7 @@ LOCK_LIFETIME_SECONDS = 20
 # name -> (environment variable, file in var/cluster)
 SECRETS = {
     "mcp_token": ("CRM_MCP_TOKEN", "crm_mcp_token"),
+    "crm_api_token": ("CRM_API_TOKEN", "crm_api_token"),
     "oauth_client_secret": ("CRM_OAUTH_CLIENT_SECRET", "crm_oauth_client_secret"),
     "person_client_secret": ("CRM_PERSON_CLIENT_SECRET", "crm_person_client_secret"),
     "token_key": ("MCP_TOKEN_KEY", "mcp_token_key"),
@@ -130,6 +131,7 @@ class Cluster:
         self.detached = detached
         self.logs = var / "log"
         self.secrets = {name: services.secret(var, *where) for name, where in SECRETS.items()}
+        services.use_crm_api_token(self.secrets["crm_api_token"])
         self.model = services.current_model()
         # OAuth (the default) or the static token between the action servers and the MCP servers;
         # with "person", OAuth as the person in the conversation.
@@ -441,9 +443,7 @@ lock_store:
                 "password_hash": f"${{{variable}}}",
             }
         approvers = self.var / "run" / "approvers.yml"
-        approvers.write_text(
-            yaml.safe_dump({"approvers": entries, "people": document["people"]}, sort_keys=False)
-        )
+        approvers.write_text(yaml.safe_dump({"approvers": entries}, sort_keys=False))
         return services.approval_page(
             rasa_url=self.rasa_url,
             rasa_token=self.secrets["rasa_auth_token"],

@@ -112,14 +112,30 @@ def end_processes(processes: list[tuple[int, str]], grace: float = 3.0) -> None:
             time.sleep(0.05)
 
 
+# The CRM REST API's bearer token (CRM_API_TOKEN), given to every service started here: the API
+# requires it, its MCP server's tools and the action servers' local tools send it. One made for this
+# process; the stack and the cluster set the one they keep in their var/ (use_crm_api_token).
+_CRM_API_TOKEN = [secrets.token_urlsafe(32)]
+
+
+def crm_api_token() -> str:
+    return _CRM_API_TOKEN[0]
+
+
+def use_crm_api_token(token: str) -> None:
+    _CRM_API_TOKEN[0] = token
+
+
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
-    """This process's environment without any CRM_* setting, plus `extra` (None values dropped).
+    """This process's environment without any CRM_* setting, plus CRM_API_TOKEN (:func:`crm_api_token`)
+    and `extra` (None values dropped).
 
     Starting from a clean CRM_* slate keeps a developer's shell settings (a real token, the
     default database) out of the tests.
     """
     env = {key: value for key, value in os.environ.items() if not key.startswith("CRM_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["CRM_API_TOKEN"] = crm_api_token()
     for key, value in (extra or {}).items():
         if value is not None:
             env[key] = value

@@ -79,6 +79,7 @@ def up(state: Path, with_rasa: bool) -> int:
     if mode not in MCP_AUTH_MODES:
         print(f"MCP_AUTH={mode!r}: use one of {', '.join(MCP_AUTH_MODES)}", file=sys.stderr)
         return 2
+    procs.use_crm_api_token(secret("CRM_API_TOKEN", "crm_api_token"))  # the CRM REST API's
     oauth = mode != "token"
     token = None if oauth else secret("CRM_MCP_TOKEN", "crm_mcp_token")
     action_port = port("ACTION_SERVER_PORT", 5055)

@@ -7,13 +7,19 @@ absolute counts. A test that needs a process of its own uses `services` and a fr
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from scripts.services import crm_api_token
 from tests.support import procs
+
+# The CRM REST API's token, as every service the tests start gets it: the local tools that run in
+# this process (crm.tools) read it from the environment, like the action server's.
+os.environ["CRM_API_TOKEN"] = crm_api_token()
 
 
 @pytest.fixture(scope="session")

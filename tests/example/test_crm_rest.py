@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -10,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from scripts.services import crm_api_token
 from tests.support import crm_db as sqlite_check
 from tests.support import procs
+from tests.support.crm_api import crm_json
 from tests.support.http import request_json
 
 DANA = {"email": "dana@example.com", "name": "Dana Whitfield", "company": "Whitfield Logistics"}
@@ -24,24 +31,24 @@ def assert_error(status: int, body: Any, expected_status: int) -> None:
 
 
 def test_health(crm_rest: str) -> None:
-    assert request_json("GET", f"{crm_rest}/health") == (200, {"ok": True})
+    assert crm_json("GET", f"{crm_rest}/health") == (200, {"ok": True})
 
 
 def test_lookup_found(crm_rest: str, crm_db: Path) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts?email=dana@example.com")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?email=dana@example.com")
     assert status == 200
     assert body == {"contact_id": sqlite_check.contact_id(crm_db, "dana@example.com"), **DANA}
 
 
 @pytest.mark.parametrize("email", ["DANA@Example.COM", "Dana@example.com", "%20dana@example.com%20"])
 def test_lookup_ignores_case_and_surrounding_space(crm_rest: str, email: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts?email={email}")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?email={email}")
     assert status == 200, body
     assert body["email"] == "dana@example.com"
 
 
 def test_lookup_absent_is_404_json(crm_rest: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts?email=nobody@example.com")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?email=nobody@example.com")
     assert_error(status, body, 404)
 
 
@@ -61,14 +68,14 @@ def test_lookup_absent_is_404_json(crm_rest: str) -> None:
 )
 def test_lookup_invalid_email_is_400_and_writes_nothing(crm_rest: str, crm_db: Path, query: str) -> None:
     before = sqlite_check.count_notes(crm_db)
-    status, body = request_json("GET", f"{crm_rest}/contacts?{query}")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?{query}")
     assert_error(status, body, 400)
     assert sqlite_check.count_notes(crm_db) == before
 
 
 def test_get_contact_by_id(crm_rest: str, crm_db: Path) -> None:
     contact_id = sqlite_check.contact_id(crm_db, "dana@example.com")
-    assert request_json("GET", f"{crm_rest}/contacts/{contact_id}") == (
+    assert crm_json("GET", f"{crm_rest}/contacts/{contact_id}") == (
         200,
         {"contact_id": contact_id, **DANA},
     )
@@ -76,7 +83,7 @@ def test_get_contact_by_id(crm_rest: str, crm_db: Path) -> None:
 
 @pytest.mark.parametrize("path", ["/contacts/999999", "/contacts/99999999999999999999999", "/contacts/abc"])
 def test_unknown_contact_is_404_json(crm_rest: str, path: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}{path}")
+    status, body = crm_json("GET", f"{crm_rest}{path}")
     assert_error(status, body, 404)
 
 
@@ -87,9 +94,9 @@ def test_add_note_then_list_shows_it_verbatim_and_newest_first(crm_rest: str, cr
     # Stored verbatim: surrounding whitespace, newlines and markup-like text are not touched.
     second_text = f"  Dana called about the VAT rate on invoice 4471\n<b>{{{{slot}}}}</b> {uuid.uuid4()}  "
 
-    status, first = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": first_text})
+    status, first = crm_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": first_text})
     assert status == 201, first
-    status, second = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": second_text})
+    status, second = crm_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": second_text})
     assert status == 201, second
 
     assert set(second) == {"note_id", "contact_id", "text", "created_at", "author"}
@@ -101,7 +108,7 @@ def test_add_note_then_list_shows_it_verbatim_and_newest_first(crm_rest: str, cr
     assert sqlite_check.count_notes(crm_db, contact_id) == before + 2
     assert sqlite_check.note_text(crm_db, second["note_id"]) == second_text
 
-    status, listing = request_json("GET", f"{crm_rest}/contacts/{contact_id}/notes")
+    status, listing = crm_json("GET", f"{crm_rest}/contacts/{contact_id}/notes")
     assert status == 200
     assert listing["contact_id"] == contact_id
     assert listing["notes"][:2] == [second, first]
@@ -113,23 +120,19 @@ def test_the_caller_names_the_author_in_a_header_and_a_bad_one_writes_nothing(
     contact_id = sqlite_check.contact_id(crm_db, "tom@example.org")
     url = f"{crm_rest}/contacts/{contact_id}"
     text = f"as Dana {uuid.uuid4()}"
-    status, note = request_json(
-        "POST", f"{url}/notes", {"text": text}, headers={"X-CRM-Author": "dana-agent"}
-    )
+    status, note = crm_json("POST", f"{url}/notes", {"text": text}, headers={"X-CRM-Author": "dana-agent"})
     assert status == 201 and note["author"] == "dana-agent", note
-    status, task = request_json(
+    status, task = crm_json(
         "POST",
         f"{url}/tasks",
         {"title": "Call back", "due_date": "2026-12-01"},
         headers={"X-CRM-Author": "lee"},
     )
     assert status == 201 and task["author"] == "lee", task
-    status, listing = request_json("GET", f"{url}/notes")
+    status, listing = crm_json("GET", f"{url}/notes")
     assert listing["notes"][0] == note
     before = sqlite_check.count_notes(crm_db, contact_id)
-    status, body = request_json(
-        "POST", f"{url}/notes", {"text": "never"}, headers={"X-CRM-Author": "x" * 201}
-    )
+    status, body = crm_json("POST", f"{url}/notes", {"text": "never"}, headers={"X-CRM-Author": "x" * 201})
     assert_error(status, body, 400)
     assert "author" in body["error"]
     assert sqlite_check.count_notes(crm_db, contact_id) == before
@@ -141,23 +144,23 @@ def test_list_notes_limit(fresh_crm_db: Path, services: procs.Services) -> None:
     contact_id = sqlite_check.contact_id(fresh_crm_db, "tom@example.org")
     texts = [f"note {i}" for i in range(7)]
     for text in texts:
-        assert request_json("POST", f"{rest}/contacts/{contact_id}/notes", {"text": text})[0] == 201
+        assert crm_json("POST", f"{rest}/contacts/{contact_id}/notes", {"text": text})[0] == 201
 
-    status, default = request_json("GET", f"{rest}/contacts/{contact_id}/notes")
+    status, default = crm_json("GET", f"{rest}/contacts/{contact_id}/notes")
     assert status == 200
     assert [note["text"] for note in default["notes"]] == texts[::-1][:5]
-    status, two = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=2")
+    status, two = crm_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=2")
     assert [note["text"] for note in two["notes"]] == ["note 6", "note 5"]
-    status, all_notes = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=100")
+    status, all_notes = crm_json("GET", f"{rest}/contacts/{contact_id}/notes?limit=100")
     assert len(all_notes["notes"]) == 7
 
     for bad in ("0", "101", "-1", "abc", "2.5", ""):
-        status, body = request_json("GET", f"{rest}/contacts/{contact_id}/notes?limit={bad}")
+        status, body = crm_json("GET", f"{rest}/contacts/{contact_id}/notes?limit={bad}")
         assert_error(status, body, 400)
 
 
 def test_list_notes_of_unknown_contact_is_404(crm_rest: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts/999999/notes")
+    status, body = crm_json("GET", f"{crm_rest}/contacts/999999/notes")
     assert_error(status, body, 404)
 
 
@@ -190,21 +193,21 @@ def test_bad_note_is_refused_with_json_and_writes_nothing(
     )
     before = sqlite_check.count_notes(crm_db)
     url = f"{crm_rest}/contacts/{contact_id}/notes"
-    status, reply = request_json("POST", url, body, raw=raw)
+    status, reply = crm_json("POST", url, body, raw=raw)
     assert_error(status, reply, expected_status)
     assert sqlite_check.count_notes(crm_db) == before
 
 
 def test_note_on_non_numeric_contact_is_404_json(crm_rest: str, crm_db: Path) -> None:
     before = sqlite_check.count_notes(crm_db)
-    status, body = request_json("POST", f"{crm_rest}/contacts/dana/notes", {"text": "hello"})
+    status, body = crm_json("POST", f"{crm_rest}/contacts/dana/notes", {"text": "hello"})
     assert_error(status, body, 404)
     assert sqlite_check.count_notes(crm_db) == before
 
 
 def test_note_of_exactly_4000_characters_is_accepted(crm_rest: str, crm_db: Path) -> None:
     contact_id = sqlite_check.contact_id(crm_db, "lena.fischer@example.net")
-    status, note = request_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": "y" * 4000})
+    status, note = crm_json("POST", f"{crm_rest}/contacts/{contact_id}/notes", {"text": "y" * 4000})
     assert status == 201, note
     assert sqlite_check.note_text(crm_db, note["note_id"]) == "y" * 4000
 
@@ -215,8 +218,8 @@ def test_idempotency_key_twice_stores_one_note(crm_rest: str, crm_db: Path) -> N
     before = sqlite_check.count_notes(crm_db)
     url = f"{crm_rest}/contacts/{contact_id}/notes"
 
-    first_status, first = request_json("POST", url, {"text": "Dana called", "idempotency_key": key})
-    again_status, again = request_json("POST", url, {"text": "Dana called", "idempotency_key": key})
+    first_status, first = crm_json("POST", url, {"text": "Dana called", "idempotency_key": key})
+    again_status, again = crm_json("POST", url, {"text": "Dana called", "idempotency_key": key})
 
     assert (first_status, again_status) == (201, 200)
     assert again == first
@@ -237,13 +240,13 @@ def test_a_key_reused_for_another_note_is_refused_with_409_and_writes_nothing(
     dana = sqlite_check.contact_id(crm_db, "dana@example.com")
     other = sqlite_check.contact_id(crm_db, email)
     key = f"reused-{uuid.uuid4()}"
-    status, first = request_json(
+    status, first = crm_json(
         "POST", f"{crm_rest}/contacts/{dana}/notes", {"text": "Dana called", "idempotency_key": key}
     )
     assert status == 201
     before = sqlite_check.count_notes(crm_db)
 
-    status, body = request_json(
+    status, body = crm_json(
         "POST", f"{crm_rest}/contacts/{other}/notes", {"text": text, "idempotency_key": key}
     )
 
@@ -261,7 +264,7 @@ def test_concurrent_requests_with_one_key_store_one_note(crm_rest: str, crm_db: 
     with ThreadPoolExecutor(max_workers=8) as pool:
         replies = list(
             pool.map(
-                lambda i: request_json("POST", url, {"text": "the same retry", "idempotency_key": key}),
+                lambda i: crm_json("POST", url, {"text": "the same retry", "idempotency_key": key}),
                 range(16),
             )
         )
@@ -271,7 +274,68 @@ def test_concurrent_requests_with_one_key_store_one_note(crm_rest: str, crm_db: 
 
 
 def test_unknown_route_and_method_answer_json(crm_rest: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/nope")
+    status, body = crm_json("GET", f"{crm_rest}/nope")
     assert_error(status, body, 404)
-    status, body = request_json("DELETE", f"{crm_rest}/contacts/1")
+    status, body = crm_json("DELETE", f"{crm_rest}/contacts/1")
     assert_error(status, body, 405)
+
+
+def _post(url: str, data: bytes, headers: dict[str, str]) -> int:
+    """A POST exactly as given (no header added), as a page's form or fetch() would send it."""
+    request = urllib.request.Request(url, data=data, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({"Content-Type": "text/plain"}, id="cross-site text/plain, no token"),
+        pytest.param({"Content-Type": "application/json"}, id="JSON without the token"),
+        pytest.param(
+            {"Content-Type": "application/json", "Authorization": "Bearer wrong"}, id="a wrong token"
+        ),
+        pytest.param(
+            {"Content-Type": "text/plain", "Authorization": f"Bearer {crm_api_token()}"},
+            id="the token, text/plain",
+        ),
+        pytest.param(
+            {
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Authorization": f"Bearer {crm_api_token()}",
+            },
+            id="the token, a form",
+        ),
+    ],
+)
+def test_a_write_without_the_token_or_as_other_than_json_writes_nothing(
+    crm_rest: str, crm_db: Path, headers: dict[str, str]
+) -> None:
+    contact_id = sqlite_check.contact_id(crm_db, "dana@example.com")
+    before = sqlite_check.count_notes(crm_db)
+    body = json.dumps({"text": "written by a page the user visited"}).encode()
+    status = _post(f"{crm_rest}/contacts/{contact_id}/notes", body, headers)
+    assert status == (415 if "Authorization" in headers and "wrong" not in headers["Authorization"] else 401)
+    assert sqlite_check.count_notes(crm_db) == before
+
+
+def test_reads_need_the_token_and_health_does_not(crm_rest: str) -> None:
+    assert request_json("GET", f"{crm_rest}/contacts?email=dana@example.com")[0] == 401
+    assert crm_json("GET", f"{crm_rest}/contacts?email=dana@example.com")[0] == 200
+    assert request_json("GET", f"{crm_rest}/health")[0] == 200
+
+
+def test_the_api_does_not_start_without_its_token(tmp_path: Path) -> None:
+    env = {key: value for key, value in procs.child_env().items() if key != "CRM_API_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "crm", "rest", "--port", str(procs.free_port())],
+        env={**env, "CRM_DB": str(tmp_path / "crm.sqlite3")},
+        cwd=procs.EXAMPLE_BOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "CRM_API_TOKEN is not set" in done.stderr

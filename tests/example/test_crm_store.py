@@ -28,7 +28,7 @@ from crm.store import DEMO_CONTACTS, CRMStore, SQLiteStore
 
 from scripts.engines import Postgres
 from tests.support import procs
-from tests.support.http import request_json
+from tests.support.crm_api import crm_json
 
 DANA = "dana@example.com"
 
@@ -363,15 +363,15 @@ def test_rest_api_on_postgres_keeps_one_note_per_key(postgres: Postgres, service
     url = _new_pg_database(postgres)
     procs.seed_db(database_url=url)
     rest = services.start(procs.crm_rest(database_url=url))
-    status, contact = request_json("GET", f"{rest.url}/contacts?email=DANA@example.com")
+    status, contact = crm_json("GET", f"{rest.url}/contacts?email=DANA@example.com")
     assert status == 200 and contact["email"] == DANA
     body = {"text": "over REST on PostgreSQL", "idempotency_key": "rest-key"}
-    first = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
-    second = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
+    first = crm_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
+    second = crm_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", body)
     assert first[0] == 201 and second[0] == 200 and first[1] == second[1]
     reused = {"text": "another note under the same key", "idempotency_key": "rest-key"}
-    status, refused = request_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", reused)
+    status, refused = crm_json("POST", f"{rest.url}/contacts/{contact['contact_id']}/notes", reused)
     assert status == 409 and "idempotency key" in refused["error"]
-    status, listed = request_json("GET", f"{rest.url}/contacts/{contact['contact_id']}/notes")
+    status, listed = crm_json("GET", f"{rest.url}/contacts/{contact['contact_id']}/notes")
     assert [note["text"] for note in listed["notes"]] == ["over REST on PostgreSQL"]
     assert "postgres" in rest.output().lower() and "crm-test-password" not in rest.output()

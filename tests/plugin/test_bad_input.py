@@ -21,8 +21,8 @@ from mcp_bridge.runtime import MCPRuntime
 from mcp_bridge.skills import domain_responses, load_skills
 from mcp_bridge.tools import ToolBox
 from tests.support.conversation import Conversation, notes_for, responses, skills_with_source
+from tests.support.crm_api import crm_json
 from tests.support.crm_db import contact_id, count_notes, note_text
-from tests.support.http import request_json
 from tests.support.procs import EXAMPLE_BOT
 
 BOT = EXAMPLE_BOT
@@ -270,7 +270,7 @@ async def test_arguments_failing_the_input_schema_are_refused_before_asking(
 @pytest.mark.parametrize("note", list(STORED_VERBATIM.values()), ids=list(STORED_VERBATIM))
 def test_rest_api_stores_notes_verbatim(crm_rest: str, crm_db: Path, note: str) -> None:
     dana = contact_id(crm_db, DANA)
-    status, body = request_json("POST", f"{crm_rest}/contacts/{dana}/notes", {"text": note})
+    status, body = crm_json("POST", f"{crm_rest}/contacts/{dana}/notes", {"text": note})
     assert status == 201, body
     assert note_text(crm_db, body["note_id"]) == note
     assert body["text"] == note
@@ -279,9 +279,7 @@ def test_rest_api_stores_notes_verbatim(crm_rest: str, crm_db: Path, note: str) 
 @pytest.mark.parametrize(("note", "reason"), list(REFUSED.values()), ids=list(REFUSED))
 def test_rest_api_refuses_bad_notes_clearly(crm_rest: str, crm_db: Path, note: str, reason: str) -> None:
     before = count_notes(crm_db)
-    status, body = request_json(
-        "POST", f"{crm_rest}/contacts/{contact_id(crm_db, DANA)}/notes", {"text": note}
-    )
+    status, body = crm_json("POST", f"{crm_rest}/contacts/{contact_id(crm_db, DANA)}/notes", {"text": note})
     assert status == 400, body
     assert body["error"] and (
         "4000" in body["error"] or "empty" in body["error"].lower() or "NUL" in body["error"]
@@ -292,21 +290,21 @@ def test_rest_api_refuses_bad_notes_clearly(crm_rest: str, crm_db: Path, note: s
 def test_rest_api_refuses_a_lone_surrogate_with_a_400(crm_rest: str, crm_db: Path) -> None:
     before = count_notes(crm_db)
     raw = json.dumps({"text": "Dana \ud800 called"}).encode()  # ensure_ascii: sent as \ud800
-    status, body = request_json("POST", f"{crm_rest}/contacts/{contact_id(crm_db, DANA)}/notes", raw=raw)
+    status, body = crm_json("POST", f"{crm_rest}/contacts/{contact_id(crm_db, DANA)}/notes", raw=raw)
     assert count_notes(crm_db) == before
     assert status == 400, body
 
 
 @pytest.mark.parametrize("email", ["DANA@EXAMPLE.COM", "Dana@Example.Com", " dana@example.com "])
 def test_rest_api_finds_a_contact_whatever_the_case(crm_rest: str, crm_db: Path, email: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts?email={quote(email)}")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?email={quote(email)}")
     assert status == 200, body
     assert body["contact_id"] == contact_id(crm_db, DANA)
 
 
 @pytest.mark.parametrize("email", list(INVALID_EMAILS.values()), ids=list(INVALID_EMAILS))
 def test_rest_api_refuses_invalid_emails(crm_rest: str, email: str) -> None:
-    status, body = request_json("GET", f"{crm_rest}/contacts?email={quote(email)}")
+    status, body = crm_json("GET", f"{crm_rest}/contacts?email={quote(email)}")
     assert status == 400, body
     assert "email" in body["error"].lower()
     assert len(body["error"]) < 400, "the refusal does not echo an absurdly long address back"

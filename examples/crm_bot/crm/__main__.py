@@ -43,9 +43,9 @@ async def _seed() -> int:
     return 0
 
 
-async def _serve_rest(host: str, port: int) -> None:
+async def _serve_rest(host: str, port: int, token: str) -> None:
     store = open_store()
-    runner = web.AppRunner(rest.create_app(store), access_log=None)
+    runner = web.AppRunner(rest.create_app(store, token), access_log=None)
     await runner.setup()  # opens the store
     try:
         await web.TCPSite(runner, host, port).start()
@@ -151,7 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "seed":
         return asyncio.run(_seed())
     if args.command == "rest":
-        asyncio.run(_serve_rest(args.host, args.port))
+        token = config.api_token()
+        if token is None:
+            print(
+                f"CRM REST API not started: environment variable {config.API_TOKEN_ENV} is not set. The API "
+                "requires it as a bearer token from every caller (the MCP server's tools and the local tools "
+                "send it); set the same random value for the API and its callers",
+                file=sys.stderr,
+            )
+            return 2
+        asyncio.run(_serve_rest(args.host, args.port, token))
     elif config.mcp_token() and config.mcp_issuer():
         print(
             "CRM MCP server not started: CRM_MCP_TOKEN (a static token) and CRM_MCP_ISSUER (OAuth access "

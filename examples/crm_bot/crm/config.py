@@ -36,6 +36,18 @@ def crm_url() -> str:
     return (os.environ.get("CRM_URL") or DEFAULT_URL).rstrip("/")
 
 
+API_TOKEN_ENV = "CRM_API_TOKEN"
+
+
+def api_token() -> str | None:
+    """Bearer token of the CRM REST API (`CRM_API_TOKEN`): the API requires it, and its clients (the
+    MCP server's tools, the local tools in the action server) send it. None when unset or empty.
+
+    The value is a secret: callers may say whether one is set, never what it is.
+    """
+    return os.environ.get(API_TOKEN_ENV) or None
+
+
 def mcp_token() -> str | None:
     """Bearer token the MCP server requires (`CRM_MCP_TOKEN`); None when unset or empty.
 

@@ -4,14 +4,21 @@ Every refusal is a 4xx JSON body `{"error": "<human message>"}` and writes nothi
 input, 404 for an unknown contact, 409 for an idempotency key reused with another contact or text.
 The app opens the store when it starts and closes it when it stops.
 
+Every route but `/health` requires the API's bearer token (`Authorization: Bearer <CRM_API_TOKEN>`;
+401 without it), and every write a `Content-Type: application/json` body (415 otherwise), both
+checked before the body is read: a web page cannot send a header such as Authorization, or a JSON
+content type, across sites without the API's consent (a preflight it never grants), so a cross-site
+`text/plain` POST from a page the CRM's user visits writes nothing.
+
 A caller that writes on someone's behalf names them in the `X-CRM-Author` header (the CRM's MCP
-server sends the verified access token's subject); the note or task keeps it as its author. The API
-itself authenticates nobody (it listens on the loopback, behind the MCP server): the header is
-the caller's word, the way its other fields are.
+server sends the verified access token's subject); the note or task keeps it as its author. The
+token says which program calls (the MCP server, the local tools), not for whom: the header is the
+caller's word, the way its other fields are.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,6 +33,7 @@ from crm.validation import NOTES_LIMIT_DEFAULT, validate_limit
 log = logging.getLogger(__name__)
 
 STORE_KEY = web.AppKey("store", CRMStore)
+TOKEN_KEY = web.AppKey("token", str)
 _NOTE_FIELDS = frozenset({"text", "idempotency_key"})
 _TASK_FIELDS = frozenset({"title", "due_date", "idempotency_key"})
 AUTHOR_HEADER = "X-CRM-Author"
@@ -56,6 +64,26 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
         # A bug, not a caller's mistake: log it here and keep internals out of the response.
         log.exception("unexpected error in %s %s", request.method, request.path)
         return _error(500, "The CRM failed unexpectedly.")
+
+
+_OPEN_PATHS = frozenset({"/health"})
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@web.middleware
+async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The API's token on every route but /health, and a JSON body on every write, before any
+    handler reads anything."""
+    if request.path not in _OPEN_PATHS:
+        given = request.headers.get("Authorization", "")
+        expected = f"Bearer {request.app[TOKEN_KEY]}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            response = _error(401, "The CRM API requires its bearer token (Authorization: Bearer ...).")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="crm"'
+            return response
+    if request.method in _WRITES and request.content_type != "application/json":
+        return _error(415, "The CRM API takes writes only as JSON (Content-Type: application/json).")
+    return await handler(request)
 
 
 _MAX_ID = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's BIGINT alike
@@ -175,9 +203,13 @@ async def list_tasks(request: web.Request) -> web.Response:
     return web.json_response({"contact_id": contact_id, "tasks": [task.as_dict() for task in tasks]})
 
 
-def create_app(store: CRMStore) -> web.Application:
-    app = web.Application(middlewares=[_errors_as_json])
+def create_app(store: CRMStore, token: str) -> web.Application:
+    """The API over ``store``, requiring ``token`` (not empty) from every caller."""
+    if not token:
+        raise ValueError("the CRM API needs a token")
+    app = web.Application(middlewares=[_errors_as_json, _guarded])
     app[STORE_KEY] = store
+    app[TOKEN_KEY] = token
 
     async def open_store(app: web.Application) -> None:
         await store.open()

@@ -154,7 +154,10 @@ async def _call(
     decoded JSON body)."""
     url = config.crm_url() + path
     writes = method != "GET"
-    headers = {AUTHOR_HEADER: author} if author is not None else None
+    headers = {AUTHOR_HEADER: author} if author is not None else {}
+    token = config.api_token()
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     try:
         async with _client.get().request(method, url, params=params, json=body, headers=headers) as response:
             status = response.status
