@@ -443,7 +443,9 @@ lock_store:
                 "password_hash": f"${{{variable}}}",
             }
         approvers = self.var / "run" / "approvers.yml"
-        approvers.write_text(yaml.safe_dump({"approvers": entries}, sort_keys=False))
+        approvers.write_text(
+            yaml.safe_dump({"approvers": entries, "people": document["people"]}, sort_keys=False)
+        )
         return services.approval_page(
             rasa_url=self.rasa_url,
             rasa_token=self.secrets["rasa_auth_token"],
