@@ -66,6 +66,7 @@ Outcome = Literal[
     "handed_back",  # the message was not an answer; the bot handles it, the question waits
     "nothing_pending",
     "too_long",  # the message was over the reader's limit: refused unread, nothing pending or called
+    "too_many_items",  # a for_each list over its max_items (mcp_bridge.skills): nothing ran
     "rejected",  # the pending confirmation did not hold; nothing was called
     "refused",  # an answer from someone other than the person asked; nothing called, the question waits
     "failed",
@@ -124,6 +125,9 @@ class Responses:
     question_dropped: str = "utter_question_dropped"
     # Said instead of reading a message over the reader's limit (variable: limit).
     message_too_long: str = "utter_message_too_long"
+    # Said instead of starting a request whose for_each list is over its max_items (variables:
+    # count, limit): no lookup ran and nothing was written.
+    too_many_items: str = "utter_too_many_items"
     # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
     confirmation_expired: str = "utter_confirmation_expired"
     # A question about several calls (variables: calls, the numbered list; count), with Yes / No

@@ -115,6 +115,7 @@ from mcp_bridge.skills import (
     Step,
     resolve_arguments,
     runs_when,
+    too_many_items,
 )
 from mcp_bridge.tools import ToolBox
 
@@ -212,6 +213,19 @@ class Executor:
         if too_long is not None:
             # Started by a message over the limit: whatever the NLU took from it is not used.
             return Decision("too_long", [self.calls.too_long(too_long)])
+        crowded = too_many_items(skill, turn.slots) if turn.new_message else None
+        if crowded is not None:
+            # One message naming hundreds of addresses: no lookups, no question of hundreds of calls.
+            self.calls.audit.record(
+                event="too_many_items",
+                conversation_id=turn.conversation_id,
+                skill=skill.id,
+                slot=crowded.slot,
+                count=crowded.count,
+                limit=crowded.limit,
+            )
+            variables = {"count": crowded.count, "limit": crowded.limit}
+            return Decision("too_many_items", [Say(self.responses.too_many_items, variables)])
         said: list[Say] = []
         cleared: dict[str, Any] = {}
         raw = turn.slots.get(PENDING_SLOT)

@@ -55,9 +55,13 @@ value is there:
 ```
 
 ``for_each`` over a list that is unset or empty runs the step once, with the slots as they are (so a
-request that names one contact runs as before). Constrained steps in a row, and a constrained step's
-runs over several items, are asked about in one question, a numbered list; each line is the tool's
-``describe`` (a format over the same variables as its responses), and the person answers each call.
+request that names one contact runs as before). ``max_items`` (default :data:`DEFAULT_MAX_ITEMS`,
+at most :data:`MAX_ITEMS_LIMIT`) bounds the list: a request whose list in the slots is longer starts
+nothing, no lookup and no question (``for_each: {slot: contact_emails, as: contact_email,
+max_items: 5}``); the bot says ``utter_too_many_items`` (variables: count, limit). Constrained
+steps in a row, and a constrained step's runs over several items, are asked about in one question,
+a numbered list; each line is the tool's ``describe`` (a format over the same variables as its
+responses), and the person answers each call.
 A constrained step that reads a slot a waiting step fills, or an earlier step's result, waits for
 its own question after them.
 """
@@ -192,13 +196,42 @@ class ResultArgument(_Strict):
 ArgumentSource = SlotArgument | ResultArgument | str | int | float | bool | None
 
 
+DEFAULT_MAX_ITEMS = 20
+MAX_ITEMS_LIMIT = 1000
+
+
 class ForEach(_Strict):
-    """Run the step once per item of the list in ``slot``, with the slot ``as`` set to the item."""
+    """Run the step once per item of the list in ``slot``, with the slot ``as`` set to the item;
+    a list of more than ``max_items`` starts nothing (:func:`too_many_items`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     slot: str
     as_: str = Field(alias="as")
+    max_items: int = Field(default=DEFAULT_MAX_ITEMS, ge=1, le=MAX_ITEMS_LIMIT)
+
+
+@dataclass(frozen=True)
+class TooManyItems:
+    """A ``for_each`` list over its step's ``max_items``: which slot, how long, the limit."""
+
+    slot: str
+    count: int
+    limit: int
+
+
+def too_many_items(skill: Skill, slots: Mapping[str, Any]) -> TooManyItems | None:
+    """The first ``for_each`` step of ``skill`` whose list in ``slots`` is over its ``max_items``.
+
+    Checked before a request starts, so one message naming hundreds of addresses runs no lookup
+    and asks no question of hundreds of calls."""
+    for step in skill.steps:
+        if step.for_each is None:
+            continue
+        items = slots.get(step.for_each.slot)
+        if isinstance(items, list) and len(items) > step.for_each.max_items:
+            return TooManyItems(step.for_each.slot, len(items), step.for_each.max_items)
+    return None
 
 
 class Step(_Strict):

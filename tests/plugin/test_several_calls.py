@@ -71,14 +71,21 @@ class World:
     """The tools, what they wrote, and an executor over them."""
 
     def __init__(
-        self, tmp_path: Path, *, failing_note_for: int | None = None, task_approver: bool = False
+        self,
+        tmp_path: Path,
+        *,
+        failing_note_for: int | None = None,
+        task_approver: bool = False,
+        max_items: int | None = None,
     ) -> None:
         self.now = 1_000_000.0
         self.notes: list[tuple[int, str, str | None]] = []
         self.tasks: list[tuple[int, str, str | None]] = []
+        self.lookups: list[str] = []
         self.audit_path = tmp_path / "audit.jsonl"
 
         async def find_contact(email: str) -> dict[str, Any]:
+            self.lookups.append(email)
             found = CONTACTS.get(email)
             if found is None:
                 return {"ok": True, "found": False}
@@ -100,7 +107,11 @@ class World:
 
         directory = tmp_path / "skills"
         directory.mkdir(exist_ok=True)
-        skill = SKILL
+        skill = (
+            SKILL
+            if max_items is None
+            else SKILL.replace("as: contact_email}", f"as: contact_email, max_items: {max_items}}}")
+        )
         if task_approver:  # every task needs a supervisor after the person's yes; notes do not
             task_line = '        describe: "Task for {contact_name}, due {arg_due}"\n'
             skill = skill.replace(task_line, task_line + _TASK_APPROVER)
@@ -437,3 +448,37 @@ async def test_a_call_of_the_list_that_needs_a_second_approver_waits_and_the_oth
     assert (await world.executor.approval_decided(chat.turn(None), request.id)).say == []
     assert world.tasks == [(1, "2026-12-04", keys["create_task"])]
     assert world.notes == [(1, NOTE, keys["record_note"])]
+
+
+def _addresses(count: int) -> list[str]:
+    return [f"person{n}@example.com" for n in range(count)]
+
+
+async def test_a_message_naming_200_addresses_starts_nothing_and_the_audit_says_so(world: World) -> None:
+    chat = world.chat(contact_emails=_addresses(200), note_text=NOTE)
+    decision = await chat.start("notes")
+    assert decision.outcome == "too_many_items"
+    assert responses(decision) == ["utter_too_many_items"]
+    assert decision.say[0].variables == {"count": 200, "limit": 20}  # the default max_items
+    assert world.lookups == [] and world.notes == [] and world.tasks == []  # no lookup ran
+    assert PENDING_SLOT not in chat.slots or not chat.slots[PENDING_SLOT]  # nothing asked
+    entries = [json.loads(line) for line in world.audit_path.read_text().splitlines()]
+    (entry,) = [e for e in entries if e.get("event") == "too_many_items"]
+    assert (entry["slot"], entry["count"], entry["limit"], entry["skill"]) == (
+        "contact_emails",
+        200,
+        20,
+        "notes",
+    )
+    assert "person0@example.com" not in json.dumps(entries)  # what was asked for stays out of the audit
+
+
+async def test_a_list_at_the_limit_runs_and_one_over_it_does_not(tmp_path: Path) -> None:
+    world = World(tmp_path, max_items=2)  # the bot owner's for_each max_items
+    over = await world.chat(contact_emails=_addresses(3), note_text=NOTE).start("notes")
+    assert over.outcome == "too_many_items" and over.say[0].variables == {"count": 3, "limit": 2}
+    assert world.lookups == []
+    at = await world.chat(contact_emails=["dana@example.com", "priya@example.com"], note_text=NOTE).start(
+        "notes"
+    )
+    assert at.outcome == "pending" and world.lookups == ["dana@example.com", "priya@example.com"]
