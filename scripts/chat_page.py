@@ -4,7 +4,11 @@
         [--host 127.0.0.1] [--port 8080] [--no-answer-seconds 20] [--token-seconds 120]
 
 Who may talk in a conversation is decided here, not by the browser. The page (`/`) comes with an
-HttpOnly session cookie: 32 random bytes, the browser session's key. `/token` answers that browser
+HttpOnly session cookie this server issued: 32 random bytes, the time it was issued, and an HMAC of
+both under a key derived from CHAT_JWT_KEY. A cookie value it did not issue (unsigned, signed with
+another key, altered, or issued more than SESSION_SECONDS ago) is no session: the page replaces it
+with a new one it issues, and `/token` refuses it, so a value planted in a browser beforehand (a
+cookie set by a sibling site, say) never becomes a conversation. `/token` answers that browser
 session (and only a same-origin request from it) with a short-lived JWT signed with CHAT_JWT_KEY,
 the key of the Rasa server's socket.io channel (mcp_bridge.channels.socketio): `sub` is the
 conversation id, an HMAC of the cookie, so the same browser session always gets the same
@@ -52,7 +56,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The browser session's cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's
 # request carries it), no expiry (it ends with the browser session).
 COOKIE = "chat_session"
-_COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+# secrets.token_urlsafe(32), the Unix time it was issued, and the HMAC-SHA256 of both (hex).
+_COOKIE_VALUE = re.compile(r"([A-Za-z0-9_-]{43})\.([0-9]{1,12})\.([0-9a-f]{64})")
+# A session cookie older than this is no longer taken (the page then issues a new one).
+SESSION_SECONDS = 24 * 3600
 MIN_KEY_CHARS = 32
 TOKEN_SECONDS = 120
 
@@ -83,22 +90,40 @@ Identify = Callable[[web.Request], Awaitable[Identity | None]]
 class BrowserSessions:
     """The default identity: no login; each browser session (its cookie) is one conversation."""
 
-    def __init__(self, key: bytes) -> None:
-        # A key of its own for conversation ids, derived from the page's key.
+    def __init__(self, key: bytes, clock: Callable[[], float] = time.time) -> None:
+        # Keys of their own for conversation ids and for signing the cookies, derived from the page's.
         self._key = hmac.new(key, b"chat page: conversation ids", hashlib.sha256).digest()
+        self._cookie_key = hmac.new(key, b"chat page: session cookies", hashlib.sha256).digest()
+        self._clock = clock
+
+    def _mac(self, nonce: str, issued: str) -> str:
+        return hmac.new(self._cookie_key, f"{nonce}.{issued}".encode("ascii"), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        """A new session cookie's value, signed by this server."""
+        nonce, issued = secrets.token_urlsafe(32), str(int(self._clock()))
+        return f"{nonce}.{issued}.{self._mac(nonce, issued)}"
+
+    def issued(self, value: str) -> bool:
+        """``value`` is a session cookie this server issued, and not too old."""
+        match = _COOKIE_VALUE.fullmatch(value) if len(value) <= 200 else None
+        if match is None:
+            return False
+        nonce, issued, mac = match.groups()
+        if not hmac.compare_digest(mac, self._mac(nonce, issued)):
+            return False
+        return 0 <= self._clock() - int(issued) <= SESSION_SECONDS
 
     def start(self, request: web.Request, response: web.StreamResponse) -> None:
-        """Give a browser without a session cookie a new one, with the page."""
-        if _COOKIE_VALUE.fullmatch(request.cookies.get(COOKIE, "")):
+        """Give a browser without a session cookie this server issued a new one, with the page."""
+        if self.issued(request.cookies.get(COOKIE, "")):
             return
         secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
-        response.set_cookie(
-            COOKIE, secrets.token_urlsafe(32), path="/", httponly=True, samesite="Strict", secure=secure
-        )
+        response.set_cookie(COOKIE, self.issue(), path="/", httponly=True, samesite="Strict", secure=secure)
 
     async def identify(self, request: web.Request) -> Identity | None:
         cookie = request.cookies.get(COOKIE, "")
-        if not _COOKIE_VALUE.fullmatch(cookie):
+        if not self.issued(cookie):
             return None
         return Identity(hmac.new(self._key, cookie.encode("ascii"), hashlib.sha256).hexdigest()[:32])
 

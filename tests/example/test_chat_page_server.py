@@ -14,6 +14,7 @@ from http.cookies import SimpleCookie
 import jwt
 import pytest
 
+from scripts.chat_page import COOKIE, SESSION_SECONDS, BrowserSessions
 from tests.support import procs
 
 RASA = "http://127.0.0.1:5999"  # only named, never contacted: the page's settings point there
@@ -102,7 +103,10 @@ def test_the_page_comes_with_a_session_cookie_no_script_can_read_or_another_site
     attributes = {part.strip().split("=")[0].lower() for part in header.split(";")}
     assert {"httponly", "samesite", "path"} <= attributes and "SameSite=Strict" in header
     assert "expires" not in attributes and "max-age" not in attributes  # ends with the browser session
-    assert len(value) == 43  # 32 random bytes
+    nonce, issued, mac = value.split(".")
+    assert (
+        len(nonce) == 43 and abs(int(issued) - time.time()) < 60 and len(mac) == 64
+    )  # 32 random bytes, signed
     assert session_cookie(page_url)[1] != value  # every new browser session gets its own
 
 
@@ -143,3 +147,35 @@ def test_a_short_key_is_refused_at_start() -> None:
     with pytest.raises(RuntimeError, match="CHAT_JWT_KEY must be at least 32"):
         page.start()
     page.close()
+
+
+def _forged_cookies(cookie: str) -> dict[str, str]:
+    """Session cookie values this server did not issue, beside one it did (``cookie``)."""
+    nonce, issued, mac = cookie.split(".")
+    other = BrowserSessions(b"another page's key, 32+ characters long")
+    stale = BrowserSessions(KEY.encode(), clock=lambda: time.time() - SESSION_SECONDS - 5).issue()
+    return {
+        "unsigned, as this server once issued": nonce,
+        "a random value of the right shape": f"{'B' * 43}.{issued}.{'0' * 64}",
+        "signed with another key": other.issue(),
+        "altered": f"{'C' * 43}.{issued}.{mac}",
+        "another time": f"{nonce}.{int(issued) + 1}.{mac}",
+        "issued too long ago": stale,
+    }
+
+
+def test_the_page_replaces_a_session_cookie_it_did_not_issue_and_gives_it_no_token(page_url: str) -> None:
+    _, cookie = session_cookie(page_url)
+    for name, forged in _forged_cookies(cookie).items():
+        status, headers, _ = get(page_url, {"Cookie": f"chat_session={forged}"})
+        assert status == 200
+        issued = SimpleCookie(headers.get("Set-Cookie", ""))
+        assert COOKIE in issued and issued[COOKIE].value != forged, name  # replaced ...
+        assert BrowserSessions(KEY.encode()).issued(issued[COOKIE].value), name  # ... by one it issued
+        status, _, body = get(
+            page_url + "token", {"Cookie": f"chat_session={forged}", "Sec-Fetch-Site": "same-origin"}
+        )
+        assert status == 401 and b"token" not in body.replace(b"no token", b""), name
+    # The one it issued is kept, and has its token.
+    assert "Set-Cookie" not in get(page_url, {"Cookie": f"chat_session={cookie}"})[1]
+    assert token_claims(page_url, cookie)["sub"]
