@@ -42,7 +42,14 @@ from sanic.request import Request
 from sanic.response import HTTPResponse
 
 from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
-from mcp_bridge.person_oauth import CALLBACK_PATH, SIGN_IN_SECONDS, PersonOAuth, SignedIn, SignInError
+from mcp_bridge.person_oauth import (
+    CALLBACK_PATH,
+    CONFIRM_SECONDS,
+    SIGN_IN_SECONDS,
+    PersonOAuth,
+    SignedIn,
+    SignInError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +104,9 @@ async def _start(ticket: str, person: PersonOAuth) -> HTTPResponse:
         (SECURE_COOKIE, "; Path=/; Secure") if started.secure else (COOKIE, f"; Path={started.path}")
     )
     headers = dict(_HEADERS)
-    headers["Set-Cookie"] = f"{name}={secret}{attributes}; Max-Age={SIGN_IN_SECONDS}; HttpOnly; SameSite=Lax"
+    # Good for as long as the state, then the "which account" page (the cookie is useless after).
+    lifetime = SIGN_IN_SECONDS + CONFIRM_SECONDS
+    headers["Set-Cookie"] = f"{name}={secret}{attributes}; Max-Age={lifetime}; HttpOnly; SameSite=Lax"
     return response.redirect(started.url, status=303, headers=headers)
 
 
