@@ -36,7 +36,11 @@ from tests.support.stack import LoggedStack
 DANA = "dana@example.com"
 EXPIRES_AFTER = 15
 RUN_LEASE = 4
-PASSWORDS = {"sam": secrets.token_urlsafe(12), "operator": secrets.token_urlsafe(12)}
+PASSWORDS = {
+    "sam": secrets.token_urlsafe(12),
+    "operator": secrets.token_urlsafe(12),
+    "olsen": secrets.token_urlsafe(12),
+}
 
 
 class Stack(LoggedStack):
@@ -84,10 +88,12 @@ class Stack(LoggedStack):
             "approvers:\n"
             '  sam: {roles: [supervisor], password_hash: "${SAM_HASH}"}\n'
             '  operator: {roles: [supervisor], password_hash: "${OPERATOR_HASH}"}\n'
-            # Who is who: the requester, "rest:operator", is the approver operator.
+            '  olsen: {roles: [supervisor], password_hash: "${OLSEN_HASH}"}\n'
+            # Who is who: the requester, "rest:operator", is the approver operator, who also logs in
+            # as olsen (a name nothing but this mapping ties to the requester).
             "people:\n"
             '  sam: {chat: ["rest:sam"], approval_page: [sam]}\n'
-            '  operator: {chat: ["rest:operator"], approval_page: [operator]}\n'
+            '  operator: {chat: ["rest:operator"], approval_page: [operator, olsen]}\n'
             "  carol: {approval_page: [carol]}\n"
         )
         rasa_url = self.wait_for_rasa()
@@ -103,6 +109,7 @@ class Stack(LoggedStack):
                 extra_env={
                     "SAM_HASH": hash_password(PASSWORDS["sam"]),
                     "OPERATOR_HASH": hash_password(PASSWORDS["operator"]),
+                    "OLSEN_HASH": hash_password(PASSWORDS["olsen"]),
                 },
             )
         )
@@ -227,7 +234,15 @@ def test_a_supervisor_approves_on_the_page_and_the_note_is_written_once(stack: S
     assert request["requester"] == "rest:operator"
     status, body = requester.call("POST", "/api/decide", {"id": request["id"], "approve": True})
     assert status == 403 and "yourself" in body["error"]
-    assert "approval_not_allowed" in [e["decision"] for e in stack.audit_entries()]
+    # The same person under another login (the deployment's people: say olsen is the operator).
+    olsen = Page(stack.page.url)
+    olsen.login("olsen")
+    assert olsen.pending() == []
+    status, body = olsen.call("POST", "/api/decide", {"id": request["id"], "approve": True})
+    assert status == 403 and "yourself" in body["error"]
+    refused = [e for e in stack.audit_entries() if e["decision"] == "approval_not_allowed"]
+    assert [e["decided_by"] for e in refused] == ["operator", "olsen"]
+    assert note not in notes_for(stack.db, DANA)
 
     assert sam.call("POST", "/api/decide", {"id": request["id"], "approve": True}) == (
         200,
