@@ -175,6 +175,7 @@ class Calls:
             user_turn=turn.user_turn,
             key=asked_before.key if same_call and asked_before is not None else question_id,
             user=turn.user,
+            asked_after=turn.said_at,
         )
 
     # -- the call ---------------------------------------------------------------------------
@@ -322,18 +323,31 @@ class Calls:
         self.record(turn, pending, "rejected", reason)
         return Decision("rejected", [Say(self.responses.confirmation_invalid)], ended(skill))
 
-    def refuse(self, turn: Turn, pending: PendingConfirmation) -> Decision:
-        """Rule 3: only the person asked may answer. Nothing runs; the question stays for them."""
+    def unanswerable(self, turn: Turn, pending: PendingConfirmation) -> str | None:
+        """Why this turn's message cannot answer the question ``pending`` was asked in (rule 3: only
+        the person asked, in a message their channel vouches for, received after the question was
+        asked); None when it can."""
+        if turn.unvouched is not None:
+            return f"no channel vouches for the answer: {turn.unvouched}"
+        if pending.user != turn.user:
+            return "answered by someone other than the person asked"
+        if turn.new_message and not received_after(turn, pending):
+            return "a message the channel received before the question was asked"
+        return None
+
+    def refuse(self, turn: Turn, pending: PendingConfirmation, reason: str) -> Decision:
+        """Rule 3: an answer that :meth:`unanswerable` refuses. Nothing runs; the question stays for
+        its person."""
         log.warning(
-            "conversation %s: an answer to confirmation %s came from someone other than the person "
-            "asked; refused, nothing was run",
+            "conversation %s: an answer to confirmation %s was refused (%s); nothing was run",
             turn.conversation_id,
             pending.id,
+            reason,
         )
-        self.record(
-            turn, pending, "refused", "answered by someone other than the person asked", answered_by=turn.user
-        )
-        return Decision("refused", [Say(self.responses.confirmation_invalid)])
+        self.record(turn, pending, "refused", reason, answered_by=turn.user)
+        unvouched = turn.unvouched is not None
+        said = self.responses.not_vouched if unvouched else self.responses.confirmation_invalid
+        return Decision("refused", [Say(said)])
 
     def too_long(self, reading: TooLong) -> Say:
         return Say(self.responses.message_too_long, {"limit": reading.limit})
@@ -347,3 +361,19 @@ class Calls:
         **extra: str | None,
     ) -> None:
         self.audit.record_question(turn.conversation_id, pending, decision, result, **extra)
+
+
+# A question asked in a turn no channel signed (the resume after a sign-in) has only the action
+# server's clock: an answer the channel received more than this before it is refused as older.
+CLOCK_SKEW_SECONDS = 2.0
+
+
+def received_after(turn: Turn, pending: PendingConfirmation) -> bool:
+    """The turn's message reached its channel after the question was asked, so it is no earlier
+    message replayed into a later question: later than the signed message the question was asked
+    in, or, when that one was unsigned, than the question itself (on the action server's clock)."""
+    if pending.asked_after is not None:
+        return turn.said_at is not None and turn.said_at > pending.asked_after
+    if turn.said_at is not None:
+        return turn.said_at > pending.asked_at - CLOCK_SKEW_SECONDS
+    return True

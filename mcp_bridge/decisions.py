@@ -46,9 +46,16 @@ class Turn:
     # True when the confirmation loop is the conversation's active loop: a pending question is
     # being answered or was interrupted. A pending question without it was left behind.
     loop_active: bool = False
-    # Who sent the message, as the channel authenticated them ("socketio:...", "rest:..."); None
-    # when the channel names nobody. A question is sealed to it, and only its answers count.
+    # Who sent the message, as the channel authenticated and signed it ("socketio:...", "rest:...");
+    # None when no channel vouches for anyone. A question is sealed to it, and only its answers count.
     user: str | None = None
+    # When the channel received the message (its clock, seconds), from its signature; None unsigned.
+    # An answer must be newer than the message its question was asked in.
+    said_at: float | None = None
+    # Why no channel vouches for the message (no signature where one is required, or one that does
+    # not hold: mcp_bridge.channels.proof); None when one does, or none is required. Such a message
+    # starts nothing and answers nothing.
+    unvouched: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ Outcome = Literal[
     "too_many_items",  # a for_each list over its max_items (mcp_bridge.skills): nothing ran
     "rejected",  # the pending confirmation did not hold; nothing was called
     "refused",  # an answer from someone other than the person asked; nothing called, the question waits
+    "unvouched",  # a request no channel vouches for (mcp_bridge.channels.proof); nothing ran
     "failed",
     "not_found",
     "unavailable",
@@ -152,6 +160,9 @@ class Responses:
     permission_used: str = "utter_permission_used"
     # Said when the person withdraws their permissions (variable: count, how many were withdrawn).
     permissions_revoked: str = "utter_permissions_revoked"
+    # Said to a request or an answer that no channel vouches for: it reached the action server
+    # without the signature of the channel that authenticated the person; nothing ran.
+    not_vouched: str = "utter_not_vouched"
 
     def names(self) -> set[str]:
         """The responses every bot needs (those of rule 8 only a bot whose skills allow it)."""

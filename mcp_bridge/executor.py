@@ -24,8 +24,10 @@ The rules, in order of importance:
    exactly the sealed arguments, once, with the question's idempotency key (the first question's
    id, kept when the same call is asked about again). A seal that does not verify, arguments that
    changed since, or a yes that came late or after other messages never write. An answer of any kind
-   from someone else (another user the channel names) is refused and audited; the question waits
-   for its person.
+   from someone else (another user the channel names), in a message no channel vouches for (its
+   signature missing or not holding: :mod:`mcp_bridge.channels.proof`), or received before the
+   question was asked (a replay) is refused and audited; the question waits for its person. A
+   request no channel vouches for starts nothing.
 4. A no calls nothing. An edit or a redirect replaces the question with a new one. An answer
    after the question expired is told so and that nothing was written, and the question is asked
    again (audited as expired). An unclear answer asks again, and so does a message over the
@@ -203,12 +205,22 @@ class Executor:
 
     async def start(self, skill_id: str, turn: Turn) -> Decision:
         """Run a skill from its first step, until it ends or asks (rule 1); not for a message over
-        the reader's limit, which is refused unread.
+        the reader's limit, which is refused unread, nor for one no channel vouches for (rule 3).
 
         A question still pending while the confirmation loop is active was interrupted: it stays
         and is asked again afterwards. One left behind outside the loop is dropped aloud (rule 4).
         """
         skill = self.skills[skill_id]
+        if turn.unvouched is not None:
+            # Posted to the action server, or appended through Rasa's API, not sent by the person
+            # through a channel that authenticated them: nothing runs, not even a lookup.
+            log.warning(
+                "conversation %s: %s not started: %s; nothing ran",
+                turn.conversation_id,
+                skill_id,
+                turn.unvouched,
+            )
+            return Decision("unvouched", [Say(self.responses.not_vouched)])
         too_long = self.reader.too_long(turn.text) if turn.new_message else None
         if too_long is not None:
             # Started by a message over the limit: whatever the NLU took from it is not used.
@@ -266,11 +278,13 @@ class Executor:
             if isinstance(reading, Yes | No):
                 return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
             return Decision("handed_back")  # not an answer to anything: the bot's to handle
-        if pending.user != turn.user:
-            return self.calls.refuse(turn, pending)
         bound = await self.calls.verified(pending, turn)
         if bound is None:
             return self.calls.reject(turn, pending, "confirmation does not match a known call")
+        # Who was asked is sealed, so it is compared only once the seal holds.
+        refusal = self.calls.unanswerable(turn, pending)
+        if refusal is not None:
+            return self.calls.refuse(turn, pending, refusal)
         skill, step, resolved = bound
         reading = self.reader.read(turn.text, nlu, pending.arguments)
         if isinstance(reading, Yes):
@@ -310,8 +324,9 @@ class Executor:
         if question is None:
             return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
         pending = question[0]
-        if pending.user != turn.user:
-            return self.calls.refuse(turn, pending)
+        refusal = self.calls.unanswerable(turn, pending)
+        if refusal is not None:
+            return self.calls.refuse(turn, pending, refusal)
         if pending.in_batch:
             return self.several.deny(question, turn)  # rule 6
         self.calls.record(turn, pending, "denied", None)

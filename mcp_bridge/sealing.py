@@ -50,6 +50,9 @@ class PendingConfirmation:
     # Who was asked, as the channel named them ("socketio:...", "rest:..."); None: the channel names
     # nobody. Only an answer from the same name counts.
     user: str | None = None
+    # When the channel received the message this question was asked in (its signature's time);
+    # None when it was unsigned. Only an answer the channel received later counts.
+    asked_after: float | None = None
     # Several calls asked about together: the question's id, this call's place (1-based) and how many
     # calls it asks about. Empty and 0 for a question about one call.
     batch: str = ""
@@ -68,7 +71,7 @@ class PendingConfirmation:
     def to_slot(self) -> dict[str, Any]:
         # A call asked about on its own travels exactly as before questions could hold several.
         slot = asdict(self)
-        for name in _BATCH_FIELDS:
+        for name in (*_BATCH_FIELDS, "asked_after"):
             if slot[name] == _SIGNED_ONLY_WHEN_SET[name]:
                 del slot[name]
         return slot
@@ -91,6 +94,7 @@ class PendingConfirmation:
                 user_turn=int(value["user_turn"]),
                 key=str(value.get("key") or value["id"]),
                 user=_optional_text(value.get("user")),
+                asked_after=_optional_number(value.get("asked_after")),
                 batch=str(value.get("batch") or ""),
                 place=int(value.get("place") or 0),
                 count=int(value.get("count") or 0),
@@ -125,6 +129,14 @@ def question_from_slot(value: Any) -> Question | None:
     return None if single is None or single.in_batch else (single,)
 
 
+def _optional_number(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("not a number")
+    return float(value)
+
+
 def _optional_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -143,7 +155,14 @@ def _canonical(value: Any) -> str:
 
 
 _BATCH_FIELDS = ("batch", "place", "count", "context")
-_SIGNED_ONLY_WHEN_SET: dict[str, Any] = {"user": None, "batch": "", "place": 0, "count": 0, "context": {}}
+_SIGNED_ONLY_WHEN_SET: dict[str, Any] = {
+    "user": None,
+    "asked_after": None,
+    "batch": "",
+    "place": 0,
+    "count": 0,
+    "context": {},
+}
 
 
 class Seal:

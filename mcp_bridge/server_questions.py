@@ -221,9 +221,10 @@ class ServerQuestions:
                 "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
             )
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        if state.user != turn.user:
+        if state.user != turn.user or turn.unvouched is not None:
             log.warning(
-                "conversation %s: a reply from someone other than the person asked; refused",
+                "conversation %s: a reply from someone other than the person asked, or that no channel "
+                "vouches for; refused",
                 turn.conversation_id,
             )
             return Decision("refused", [self._invalid()])
@@ -251,7 +252,7 @@ class ServerQuestions:
     async def cancel(self, turn: Turn) -> Decision:
         """The bot's "stop": the server's question is cancelled, and the server hears so."""
         state = QuestionState.from_slot(turn.slots.get(ELICITATION_SLOT))
-        if state is None or not self._verified(state, turn) or state.user != turn.user:
+        if state is None or not self._verified(state, turn) or state.user != turn.user or turn.unvouched:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
         responses.update({key: {"action": "cancel"} for key in state.waiting})

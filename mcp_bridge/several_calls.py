@@ -72,6 +72,7 @@ class SeveralCalls:
                 user_turn=turn.user_turn,
                 key=keys.get(digest, question_id),
                 user=turn.user,
+                asked_after=turn.said_at,
                 batch=batch,
                 place=place,
                 count=len(planned),
@@ -114,13 +115,15 @@ class SeveralCalls:
     async def answer(self, calls: Question, turn: Turn) -> Decision:
         """Rule 6: the answer to a question about several calls, read once, decided per call."""
         first = calls[0]
-        if first.user != turn.user:
-            return self.calls.refuse(turn, first)
         bound = await self._verified(calls, turn)
         if bound is None:
             for call in calls[1:]:
                 self.calls.record(turn, call, "rejected", "confirmation does not match a known call")
             return self.calls.reject(turn, first, "confirmation does not match a known call")
+        # Who was asked is sealed, so it is compared only once the seal holds.
+        refusal = self.calls.unanswerable(turn, first)
+        if refusal is not None:
+            return self.calls.refuse(turn, first, refusal)
         skill, steps = bound
         if not turn.new_message:
             if first.user_turn == turn.user_turn:

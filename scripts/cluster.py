@@ -31,7 +31,7 @@ Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it
 generated once into files there (mode 0600), or taken from the environment: CRM_OAUTH_CLIENT_SECRET
 (the bridge's at the authorization server), CRM_MCP_TOKEN (with MCP_AUTH=token),
 CRM_PERSON_CLIENT_SECRET and MCP_TOKEN_KEY (with MCP_AUTH=person),
-ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
+ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, MCP_BRIDGE_CHANNEL_KEY, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
 bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
 
@@ -87,6 +87,7 @@ SECRETS = {
     "rasa_auth_token": ("RASA_AUTH_TOKEN", "rasa_auth_token"),
     "rest_token": ("REST_CHANNEL_TOKEN", "rest_channel_token"),
     "chat_key": ("CHAT_JWT_KEY", "chat_jwt_key"),
+    "channel_key": ("MCP_BRIDGE_CHANNEL_KEY", "channel_key"),
     "postgres_password": ("", "postgres_password"),
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
@@ -201,6 +202,7 @@ class Cluster:
             rest_token=self.secrets["rest_token"],
             chat_key=self.secrets["chat_key"],
             api_token=self.secrets["rasa_auth_token"],
+            channel_key=self.secrets["channel_key"],
         )
 
     def audit_log(self, replica: int) -> Path:
@@ -379,6 +381,7 @@ lock_store:
                 extra_env={
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
+                    "MCP_BRIDGE_CHANNEL_KEY": self.secrets["channel_key"],
                     "APPROVALS_DATABASE": self.approvals_database_url,
                     **(
                         {"APPROVAL_RUN_LEASE_SECONDS": str(self.approval_run_lease)}

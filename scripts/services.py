@@ -497,6 +497,8 @@ RASA_PYTHON = REPO_ROOT / ".venv-rasa" / "bin" / "python"
 # `rasa` with its HTTP API token read from the environment instead of the command line.
 RASA_RUN = REPO_ROOT / "scripts" / "rasa_run.py"
 RASA_START_TIMEOUT = 240.0
+# Shared by every Rasa server and action server a test starts, as one deployment's share one key.
+TEST_CHANNEL_KEY = "test-only-channel-key-3f8a1c6e9b2d4705c1e8"
 
 
 @dataclass(frozen=True)
@@ -507,12 +509,16 @@ class RasaAccess:
     REST channel (REST_CHANNEL_TOKEN), ``chat_key`` signs the chat page's tokens for the socket.io
     channel (CHAT_JWT_KEY, shared with the chat page's server), ``api_token`` guards Rasa's HTTP API
     (its --auth-token, RASA_AUTH_TOKEN). ``page_origins`` are the chat pages allowed to connect.
+    ``channel_key`` (MCP_BRIDGE_CHANNEL_KEY) signs who sent each message; every action server a test
+    starts checks it (:func:`action_server` gives them the same value).
     """
 
     rest_token: str
     chat_key: str
     api_token: str
     page_origins: tuple[str, ...] = ()
+    # The key the channels sign who sent each message with; the action servers check it.
+    channel_key: str = TEST_CHANNEL_KEY
 
     @classmethod
     def generate(cls, page_origins: Sequence[str] = ()) -> RasaAccess:
@@ -524,6 +530,7 @@ class RasaAccess:
             "REST_CHANNEL_TOKEN": self.rest_token,
             "CHAT_JWT_KEY": self.chat_key,
             "RASA_AUTH_TOKEN": self.api_token,
+            "MCP_BRIDGE_CHANNEL_KEY": self.channel_key,
         }
         if self.page_origins:
             env["CHAT_PAGE_ORIGINS"] = " ".join(self.page_origins)
@@ -645,6 +652,7 @@ def action_server(
             "AUDIT_LOG": str(audit_log) if audit_log else None,
             # Shared by every action server a test starts, as replicas of one deployment share it.
             "CONFIRMATION_SECRET": "test-only confirmation secret: 9f2c41d7e0b3a865",
+            "MCP_BRIDGE_CHANNEL_KEY": TEST_CHANNEL_KEY,
             **(extra_env or {}),
         }
     )

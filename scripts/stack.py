@@ -25,7 +25,8 @@ resumes the conversation through Rasa's HTTP API. MCP_AUTH=token keeps the stati
 CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token. Likewise ACTION_SERVER_TOKEN
 (var/action_server_token), which Rasa sends to the action server, CONFIRMATION_SECRET
 (var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the REST channel's bearer
-token), CHAT_JWT_KEY (var/chat_jwt_key: signs the chat page's tokens) and
+token), CHAT_JWT_KEY (var/chat_jwt_key: signs the chat page's tokens), MCP_BRIDGE_CHANNEL_KEY
+(var/channel_key: the channels sign who sent each message with it, the action server checks it) and
 RASA_AUTH_TOKEN (var/rasa_auth_token: Rasa's HTTP API). The state file (mode 0600) records what
 runs, `rest_token` and `rasa_token`. SKILLS_DIR picks the skill files (default skills/). Logs go to
 var/log/ (STACK_VAR moves var/ elsewhere).
@@ -105,6 +106,7 @@ def up(state: Path, with_rasa: bool) -> int:
         chat_key=secret("CHAT_JWT_KEY", "chat_jwt_key"),
         api_token=secret("RASA_AUTH_TOKEN", "rasa_auth_token"),
         page_origins=procs.page_origins(page_port),
+        channel_key=secret("MCP_BRIDGE_CHANNEL_KEY", "channel_key"),
     )
     db = Path(os.environ.get("CRM_DB", VAR / "crm.sqlite3"))
     logs = VAR / "log"
@@ -191,7 +193,10 @@ def up(state: Path, with_rasa: bool) -> int:
                 extra_env={
                     "ACTION_SERVER_TOKEN": action_token,
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
+                    "MCP_BRIDGE_CHANNEL_KEY": access.channel_key,
                     "APPROVALS_DATABASE": approvals_db,
+                    # rasa shell (make chat) signs nothing: its messages are taken as from nobody.
+                    **({} if with_rasa else {"MCP_BRIDGE_DEVELOPMENT": "1"}),
                     **bridge_env,
                 },
             ),

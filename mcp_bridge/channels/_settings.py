@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_bridge.channels import USER_KEY
+from mcp_bridge.channels.proof import KEY_ENV, ChannelKeys
 from mcp_bridge.envsubst import UnsetVariableError, expand
 
 # A secret shorter than this is refused: `secrets.token_urlsafe(32)` gives 43 characters.
@@ -30,16 +30,6 @@ def printable_id(value: Any, limit: int = MAX_ID_CHARS) -> str | None:
     if isinstance(value, str) and 0 < len(value) <= limit and value.isprintable():
         return value
     return None
-
-
-def with_user(metadata: Any, user: str) -> dict[str, Any]:
-    """The client's metadata (a JSON object, else nothing) with :data:`USER_KEY` set to ``user``.
-
-    Whatever the client put under that key is replaced: only the channel says who sent a message.
-    """
-    own = dict(metadata) if isinstance(metadata, Mapping) else {}
-    own[USER_KEY] = user
-    return own
 
 
 class Settings:
@@ -80,6 +70,18 @@ class Settings:
         if not isinstance(value, str) or len(value.strip()) < MIN_SECRET_CHARS:
             raise self.error(key, f"shorter than {MIN_SECRET_CHARS} characters: use a random value")
         return value.strip()
+
+    def channel_keys(self, key: str = "channel_key") -> ChannelKeys:
+        """The keys this channel signs its proofs with (:mod:`mcp_bridge.channels.proof`): the setting,
+        or the environment variable the action servers read too (never echoed in an error)."""
+        raw = self.values.get(key, f"${{{KEY_ENV}}}")
+        value = self._expanded(key, raw)
+        if not isinstance(value, str):
+            raise self.error(key, "a string is required")
+        try:
+            return ChannelKeys.parse(value)
+        except ValueError as exc:
+            raise self.error(key, f"{exc} (the action servers need the same value in {KEY_ENV})") from None
 
     def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
         value = self._expanded(key, self.values.get(key, default))

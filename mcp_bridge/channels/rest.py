@@ -13,11 +13,14 @@ The same routes and answers as Rasa's ``rest`` channel (``POST /webhooks/rest/we
 * a body over ``max_body_bytes`` (default 64 KiB) is answered 413, one that is not a JSON object with
   a ``sender`` (1 to 128 printable characters) and a string ``message`` is answered 400;
 * every message carries, in its metadata, who sent it: ``rest:<user>`` (``user``, default
-  ``operator``). The caller still chooses the conversation (``sender``): whoever holds the token can
+  ``operator``), signed with the conversation and the text under ``channel_key``
+  (:mod:`mcp_bridge.channels.proof`), which the action server checks before an answer counts.
+  The caller still chooses the conversation (``sender``): whoever holds the token can
   speak in any conversation, but the confirmation seal refuses its "yes" to a question that was
   asked of someone else (a person on the chat page, say). Give the token to trusted callers only.
 
-Settings: ``token`` (required, at least 32 characters), ``user``, ``max_body_bytes``.
+Settings: ``token`` (required, at least 32 characters), ``user``, ``max_body_bytes``, ``channel_key``
+(default ``"${MCP_BRIDGE_CHANNEL_KEY}"``, the action servers' value).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from sanic import Blueprint, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
-from mcp_bridge.channels._settings import Settings, printable_id, with_user
+from mcp_bridge.channels._settings import Settings, printable_id
+from mcp_bridge.channels.proof import ChannelKeys
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
-_KNOWN = {"token", "user", "max_body_bytes"}
+_KNOWN = {"token", "user", "max_body_bytes", "channel_key"}
 
 
 class BearerRestInput(RestInput):
@@ -54,14 +58,21 @@ class BearerRestInput(RestInput):
         settings = Settings(credentials, f"{cls.__module__}.{cls.__qualname__}", _KNOWN)
         return cls(
             settings.secret("token"),
+            keys=settings.channel_keys(),
             user=settings.text("user", "operator"),
             max_body_bytes=settings.integer("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
         )
 
     def __init__(
-        self, token: str, *, user: str = "operator", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self,
+        token: str,
+        *,
+        keys: ChannelKeys,
+        user: str = "operator",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._token = token.encode("utf-8")
+        self._keys = keys
         self.user = f"{self.name()}:{user}"
         self.max_body_bytes = max_body_bytes
 
@@ -113,4 +124,8 @@ class BearerRestInput(RestInput):
         return self.name()  # not the client's say-so
 
     def get_metadata(self, request: Request) -> dict[str, Any] | None:
-        return with_user(request.json.get("metadata"), self.user)
+        # The body was checked before the handler ran (_refusal): a sender and a string message.
+        body = request.json
+        return self._keys.vouch(
+            body.get("metadata"), conversation=str(body["sender"]), user=self.user, text=body["message"]
+        )

@@ -19,7 +19,9 @@ What Rasa's ``socketio`` channel (Rasa 3.6) leaves open, and what this one does 
   message naming another conversation is dropped. Rasa's own channel checks the token at connect
   and then lets the client name any conversation.
 * **Who sent it.** Each message's metadata says ``socketio:<user>``: the token's ``user`` claim
-  (a deployment's login) or, without one, its ``sub``. The confirmation seal binds a question to it.
+  (a deployment's login) or, without one, its ``sub``, signed with the conversation and the text
+  under ``channel_key`` (:mod:`mcp_bridge.channels.proof`); the action server checks the signature
+  before an answer counts, and the confirmation seal binds a question to the person.
 * **Only the page's origin.** A browser connection whose ``Origin`` is not in ``allowed_origins`` is
   refused (Rasa's own channel turns python-socketio's origin check off), so another web page the
   person visits cannot talk to the assistant in their name. WebSocket transport only: no
@@ -29,7 +31,8 @@ What Rasa's ``socketio`` channel (Rasa 3.6) leaves open, and what this one does 
 * ``enter_room`` is awaited: python-socketio 5.10 made it a coroutine, which Rasa's channel calls
   without ``await`` (its sessions then never receive a reply; RasaHQ/rasa#13027).
 
-Settings: ``jwt_key`` (required), ``jwt_method``, ``allowed_origins`` (required),
+Settings: ``jwt_key`` (required), ``jwt_method``, ``allowed_origins`` (required), ``channel_key``
+(default ``"${MCP_BRIDGE_CHANNEL_KEY}"``, the action servers' value),
 ``max_message_bytes``, and Rasa's ``user_message_evt``, ``bot_message_evt``, ``namespace``,
 ``socketio_path``, ``metadata_key``; ``session_persistence`` is accepted and has no effect (a
 conversation always outlives its connections: it is the token's).
@@ -53,7 +56,8 @@ from sanic.response import HTTPResponse
 from socketio import AsyncServer
 from socketio.exceptions import ConnectionRefusedError as Refused
 
-from mcp_bridge.channels._settings import ChannelConfigError, Settings, printable_id, with_user
+from mcp_bridge.channels._settings import ChannelConfigError, Settings, printable_id
+from mcp_bridge.channels.proof import ChannelKeys
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ _KNOWN = {
     "socketio_path",
     "metadata_key",
     "session_persistence",
+    "channel_key",
 }
 
 
@@ -105,6 +110,7 @@ class SignedSocketIOInput(InputChannel):
         if "*" in origins:
             raise settings.error("allowed_origins", "'*' would let every web page in: name the page's origin")
         return cls(
+            keys=settings.channel_keys(),
             jwt_key=settings.secret("jwt_key"),
             jwt_method=method,
             allowed_origins=origins,
@@ -119,6 +125,7 @@ class SignedSocketIOInput(InputChannel):
     def __init__(
         self,
         *,
+        keys: ChannelKeys,
         jwt_key: str,
         allowed_origins: tuple[str, ...],
         jwt_method: str = "HS256",
@@ -131,6 +138,7 @@ class SignedSocketIOInput(InputChannel):
     ) -> None:
         if not jwt_key or not allowed_origins:
             raise ChannelConfigError("SignedSocketIOInput needs a jwt_key and allowed_origins")
+        self.keys = keys
         self.jwt_key = jwt_key
         self.jwt_method = jwt_method
         self.allowed_origins = tuple(allowed_origins)
@@ -243,7 +251,12 @@ class SignedSocketIOInput(InputChannel):
                     SocketIOOutput(sio, self.bot_message_evt),
                     person.conversation,
                     input_channel=self.name(),
-                    metadata=with_user(self._metadata(data), person.user),
+                    metadata=self.keys.vouch(
+                        self._metadata(data),
+                        conversation=person.conversation,
+                        user=person.user,
+                        text=data["message"],
+                    ),
                 )
             )
 

@@ -1,4 +1,10 @@
-"""The one module that speaks rasa_sdk: tracker in, :class:`Turn` out; :class:`Decision` in, events out.
+"""The Rasa adapter: tracker in, :class:`Turn` out; :class:`Decision` in, events out.
+
+Who sent the latest message is what the channel that authenticated them signed
+(:mod:`mcp_bridge.channels.proof`), checked here against the tracker's conversation and the
+message's text with the action servers' channel key (:class:`ChannelCheck`): a tracker posted to
+the action server, or a user event appended through Rasa's HTTP API, carries no proof that holds,
+so its turn names nobody and is marked unvouched, and the executor lets it start and answer nothing.
 
 A pending question is a Rasa *loop*: the action that asks it activates ``action_confirm_tool`` as
 the conversation's active loop, so Rasa sends the person's next message to that action whatever
@@ -12,19 +18,102 @@ action is not recorded as run, the policies predict the next action), but logs t
 level, and a hand-back is normal behaviour, not an error in a deployment's alerting.
 """
 
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.channels import USER_KEY
+from mcp_bridge.channels.proof import KEY_ENV, PROOF_KEY, ChannelKeys, Unvouched
 from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT
+from mcp_bridge.errors import ConfigError
 from mcp_bridge.executor import Decision, Turn
+from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
 from mcp_bridge.rasa.rewinds import unrewound
 
+log = logging.getLogger(__name__)
 
-def turn_from_tracker(tracker: Tracker) -> Turn:
+
+@dataclass(frozen=True)
+class Sender:
+    """Who the channel vouches sent a message, and when it received it; or why nobody is vouched."""
+
+    user: str | None = None
+    said_at: float | None = None
+    unvouched: str | None = None
+
+
+@dataclass(frozen=True)
+class ChannelCheck:
+    """How this action server checks who sent a message: the channels' keys, and whether a message
+    without any signature is taken as from nobody (development) or refused."""
+
+    keys: ChannelKeys | None
+    allow_unsigned: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ChannelCheck:
+        """From MCP_BRIDGE_CHANNEL_KEY and MCP_BRIDGE_DEVELOPMENT (development only: messages without
+        a channel's signature are taken as from nobody instead of refused, for ``rasa shell`` and
+        Rasa's own channels); ConfigError when neither is set."""
+        development = env.get(DEVELOPMENT_FLAG) == "1"
+        raw = env.get(KEY_ENV)
+        keys = None
+        if raw:
+            try:
+                keys = ChannelKeys.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"environment variable {KEY_ENV}: {exc}") from None
+        elif not development:
+            raise ConfigError(
+                f"environment variable {KEY_ENV} is not set: the action server could not tell the "
+                "person's own yes from a tracker anyone posted to it. Give the Rasa server's channels "
+                "(mcp_bridge.channels) and every action server the same random value (32+ characters), "
+                f"or, for `rasa shell` and Rasa's own channels on your machine only, {DEVELOPMENT_FLAG}=1"
+            )
+        return cls(keys, allow_unsigned=development)
+
+    def sender(self, metadata: Any, conversation: str, text: str) -> Sender:
+        has_proof = isinstance(metadata, Mapping) and metadata.get(PROOF_KEY) is not None
+        if not has_proof and self.allow_unsigned:
+            return Sender()  # development: from nobody, so only a question asked of nobody is answered
+        if self.keys is None:
+            return Sender(unvouched="a channel signature this action server has no key for")
+        checked = self.keys.check(metadata, conversation=conversation, text=text)
+        if isinstance(checked, Unvouched):
+            return Sender(unvouched=checked.reason)
+        return Sender(checked.user, checked.said_at)
+
+
+_PROCESS_CHECK: list[ChannelCheck] = []
+
+
+def channel_check() -> ChannelCheck:
+    """This process's check, from its environment (read once; :func:`warn_unsigned` says it at start)."""
+    if not _PROCESS_CHECK:
+        _PROCESS_CHECK.append(ChannelCheck.from_env(os.environ))
+    return _PROCESS_CHECK[0]
+
+
+def warn_unsigned(check: ChannelCheck) -> None:
+    if check.allow_unsigned:
+        log.warning(
+            "DEVELOPMENT MODE (%s=1): messages that no channel signed are accepted as from nobody, so "
+            "anyone who can post to this action server or to Rasa's HTTP API can answer a question "
+            "asked of nobody. Never in production: use the plugin's channels and %s instead",
+            DEVELOPMENT_FLAG,
+            KEY_ENV,
+        )
+
+
+def turn_from_tracker(tracker: Tracker, check: ChannelCheck | None = None) -> Turn:
+    """The turn of ``tracker``; its sender as ``check`` (this process's by default) finds it."""
     latest = tracker.latest_message or {}
     intent = latest.get("intent") or {}
     ranking = {
@@ -32,8 +121,11 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
         for item in latest.get("intent_ranking") or []
         if isinstance(item, dict)
     }
+    conversation = str(tracker.sender_id)
+    text = str(latest.get("text") or "")
+    sender = (check or channel_check()).sender(latest.get("metadata"), conversation, text)
     return Turn(
-        conversation_id=str(tracker.sender_id),
+        conversation_id=conversation,
         # A rewind (/back) brings back no question already ended and no permission withdrawn.
         slots=unrewound(
             {name: whole_numbers(value) for name, value in tracker.slots.items()},
@@ -44,23 +136,13 @@ def turn_from_tracker(tracker: Tracker) -> Turn:
         intent=intent.get("name"),
         intent_confidence=float(intent.get("confidence") or 0.0),
         intent_ranking=ranking,
-        text=str(latest.get("text") or ""),
+        text=text,
         new_message=tracker.latest_action_name == "action_listen",
         loop_active=tracker.active_loop_name == CONFIRMATION_LOOP,
-        user=sender(latest),
+        user=sender.user,
+        said_at=sender.said_at,
+        unvouched=sender.unvouched,
     )
-
-
-def sender(latest_message: dict[str, Any]) -> str | None:
-    """Who sent the message, as the channel that received it says (:mod:`mcp_bridge.channels`).
-
-    The channel writes it into the message's metadata, replacing whatever a client put there; Rasa
-    passes the metadata on with the latest message. None when the channel names nobody (Rasa's own
-    channels, ``rasa shell``).
-    """
-    metadata = latest_message.get("metadata")
-    user = metadata.get(USER_KEY) if isinstance(metadata, dict) else None
-    return user if isinstance(user, str) and user else None
 
 
 def whole_numbers(value: Any) -> Any:

@@ -194,7 +194,8 @@ def confirmation_reader() -> ConfirmationReader:
     return executor().reader
 
 
-# Development only: accept a short or placeholder CONFIRMATION_SECRET (with a warning at every start).
+# Development only, with a warning at every start: accept a short or placeholder CONFIRMATION_SECRET,
+# and messages no channel signed as from nobody (mcp_bridge.rasa.adapter.ChannelCheck).
 DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
 MIN_SECRET_BYTES = 32
 _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")

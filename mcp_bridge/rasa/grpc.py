@@ -95,6 +95,9 @@ def build_server(args: argparse.Namespace) -> GrpcActionServer:
     action_executor = ActionExecutor()
     action_executor.register_package(args.actions)
     executor()  # the start-up checks; raises ConfigError with file, place and reason
+    from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
+
+    warn_unsigned(channel_check())  # who sent each message: MCP_BRIDGE_CHANNEL_KEY
     host = os.environ.get("ACTION_SERVER_HOST") or "127.0.0.1"
     token = os.environ.get("ACTION_SERVER_TOKEN") or None
     credentials = None

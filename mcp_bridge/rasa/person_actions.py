@@ -72,7 +72,8 @@ class ResumeAfterSignIn(Action):
                 "conversation %s: a resume after sign-in that we did not seal; ignored", turn.conversation_id
             )
             return []
-        turn = replace(turn, user=signed.person, new_message=False)
+        # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned).
+        turn = replace(turn, user=signed.person, new_message=False, unvouched=None, said_at=None)
         try:
             with acting(turn.conversation_id, signed.person, skill.id):
                 decision = await executor().start(skill.id, turn)

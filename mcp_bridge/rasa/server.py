@@ -13,6 +13,12 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
 * the token: with ACTION_SERVER_TOKEN set, /webhook, /actions and /metrics answer 401 unless the
   request carries it the way Rasa's ``action_endpoint: {token: ...}`` sends it (``?token=...``), or as
   ``Authorization: Bearer ...`` (rasa_sdk itself checks no credentials at all);
+* the Host header, on loopback: a request that names another host is refused (421), so a web page
+  the bot owner visits cannot reach the action server through a DNS name rebound to 127.0.0.1
+  (ACTION_SERVER_ALLOWED_HOSTS adds names; the host of ACTION_SERVER_PUBLIC_URL is allowed);
+* the channel key: MCP_BRIDGE_CHANNEL_KEY checks who sent each message
+  (:mod:`mcp_bridge.channels.proof`); without it the server does not start, unless
+  MCP_BRIDGE_DEVELOPMENT=1 says it is a trial, which it warns about at every start;
 * Prometheus metrics at /metrics (:mod:`mcp_bridge.metrics`), behind the token check;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
@@ -34,8 +40,9 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import pluggy
 from sanic import Sanic, response
@@ -47,6 +54,7 @@ from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.person_oauth import CALLBACK_PATH
 from mcp_bridge.rasa import sign_in
+from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
 from mcp_bridge.rasa.build import PROCESS_SECRET, executor
 
 hookimpl = pluggy.HookimplMarker("rasa_sdk")
@@ -105,6 +113,7 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         os.environ[PROCESS_SECRET] = secrets.token_hex(32)
     try:
         executor()
+        check = channel_check()
     except ConfigError as exc:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -118,7 +127,10 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
             flush=True,
         )
         sys.exit(2)
+    warn_unsigned(check)
     attribute_calls(app)
+    if host in LOOPBACK:
+        require_loopback_host(app, allowed_hosts(os.environ))
     if token:
         require_token(app, token)
     runtime = executor().tools.runtime
@@ -151,6 +163,33 @@ def attribute_calls(app: Sanic[Any, Any]) -> None:
             if isinstance(body, dict) and body.get("sender_id") is not None:
                 sender = str(body["sender_id"])
         attribute_to(sender)
+
+
+def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:
+    """The names a request's Host header may give a loopback action server (without the port)."""
+    names = {"127.0.0.1", "localhost", "::1"}
+    names |= {n.lower() for n in env.get("ACTION_SERVER_ALLOWED_HOSTS", "").replace(",", " ").split()}
+    public = urlsplit(env.get("ACTION_SERVER_PUBLIC_URL", "")).hostname
+    if public:
+        names.add(public.lower())
+    return frozenset(names)
+
+
+def host_name(header: str) -> str:
+    """The host of a Host header, without its port (``[::1]:5055`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def require_loopback_host(app: Sanic[Any, Any], names: frozenset[str]) -> None:
+    @app.middleware("request")
+    async def check_host(request: Request) -> HTTPResponse | None:
+        if host_name(request.headers.get("host", "")) in names:
+            return None
+        log.warning("a request naming another host than this loopback action server's was refused")
+        return response.json({"error": "this action server answers on its loopback address only"}, status=421)
 
 
 def require_token(app: Sanic[Any, Any], token: str) -> None:

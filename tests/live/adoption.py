@@ -362,6 +362,9 @@ def _answers(url: str) -> bool:
 
 # The REST channel's bearer token for this run (the Rasa server gets it as REST_CHANNEL_TOKEN).
 REST_TOKEN = secrets.token_urlsafe(32)
+# The key the channels sign who sent each message with, and the action server checks (the guide's
+# MCP_BRIDGE_CHANNEL_KEY, given to the Rasa server and the action server alike).
+CHANNEL_KEY = secrets.token_urlsafe(32)
 
 
 def authenticated_rest(bot: Path) -> None:
@@ -529,6 +532,7 @@ def check_logs(work: Path, bot: Path, rasa: procs.ServiceProcess, written: list[
         check(not errors, f"{log.name} has lines at ERROR level: {errors[:5]}")
         check(secret not in text, f"{log.name} holds CONFIRMATION_SECRET")
         check(REST_TOKEN not in text, f"{log.name} holds the REST channel's token")
+        check(CHANNEL_KEY not in text, f"{log.name} holds the channel key")
     audit = bot / "var" / "audit.jsonl"
     check(audit.is_file(), f"no audit trail at {audit} (the guide's step 9 announces it)")
     for log in [audit, *action_logs]:
@@ -566,7 +570,8 @@ def _run(
         lambda: fresh_venv(end, work),
     )
     mcp = services.start(reminder_server())
-    env = {"REMINDERS_MCP_URL": mcp.url}  # step 4: exported before anything needs it
+    # step 4: exported before anything needs it; the channel key as the guide's "Rasa's channels" says
+    env = {"REMINDERS_MCP_URL": mcp.url, "MCP_BRIDGE_CHANNEL_KEY": CHANNEL_KEY}
     steps.run("Rasa's scaffold writes the starter bot", lambda: scaffold(bot))
 
     # The bot is adopted with this checkout's command so that training overlaps the venv's
@@ -622,7 +627,12 @@ def _run(
         [*rasa, "run", "--enable-api", "--model", str(model), "--endpoints", "endpoints.yml"]
         + ["--credentials", "credentials.yml", "-i", procs.HOST, "-p", str(rasa_port)],
         env=procs.child_env(
-            {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(rasa_site), "REST_CHANNEL_TOKEN": REST_TOKEN}
+            {
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "PYTHONPATH": str(rasa_site),
+                "REST_CHANNEL_TOKEN": REST_TOKEN,
+                "MCP_BRIDGE_CHANNEL_KEY": CHANNEL_KEY,
+            }
         ),
         ready_url=f"http://{procs.HOST}:{rasa_port}/status",
         url=f"http://{procs.HOST}:{rasa_port}",

@@ -53,6 +53,7 @@ def test_the_channels_import_in_rasas_environment_without_the_plugins_dependenci
         "mcp_bridge",
         "mcp_bridge.channels",
         "mcp_bridge.channels._settings",
+        "mcp_bridge.channels.proof",  # the signature of who sent a message (standard library only)
         "mcp_bridge.channels.rest",
         "mcp_bridge.channels.socketio",
         "mcp_bridge.envsubst",  # the ${VAR} rule endpoints.yml uses too (standard library only)
@@ -112,6 +113,8 @@ def test_a_channel_that_cannot_be_used_stops_rasa_naming_channel_key_and_reason(
         "rest, no token": (REST, {}),
         "rest, unknown key": (REST, {"token": KEY, "tokne": KEY}),
         "rest, ok": (REST, {"token": KEY}),
+        "rest, short channel key": (REST, {"token": KEY, "channel_key": "${SHORT_TOKEN}"}),
+        "rest, channel key unset": (REST, {"token": KEY, "channel_key": "${NOT_SET_ANYWHERE}"}),
         "socket, no key": (SOCKET, {"allowed_origins": origins}),
         "socket, no origins": (SOCKET, {"jwt_key": KEY}),
         "socket, any origin": (SOCKET, {"jwt_key": KEY, "allowed_origins": "*"}),
@@ -119,7 +122,12 @@ def test_a_channel_that_cannot_be_used_stops_rasa_naming_channel_key_and_reason(
         "socket, ok": (SOCKET, {"jwt_key": "${GOOD_KEY}", "allowed_origins": "${ORIGINS}"}),
     }
     code = SETTINGS.replace("json.loads(CASES)", repr(json.dumps(cases)).join(["json.loads(", ")"]))
-    env = {"SHORT_TOKEN": "too-short", "GOOD_KEY": KEY, "ORIGINS": "http://a.example, http://b.example"}
+    env = {
+        "SHORT_TOKEN": "too-short",
+        "GOOD_KEY": KEY,
+        "ORIGINS": "http://a.example, http://b.example",
+        "MCP_BRIDGE_CHANNEL_KEY": KEY,
+    }
     results = in_rasas_environment(code, env)
 
     assert results["file"] == {REST: ["token"], SOCKET: sorted(results["file"][SOCKET])}
@@ -134,6 +142,10 @@ def test_a_channel_that_cannot_be_used_stops_rasa_naming_channel_key_and_reason(
     assert "token: required" in results["rest, no token"]
     assert "tokne: unknown setting" in results["rest, unknown key"]
     assert results["rest, ok"] == "ok BearerRestInput"
+    assert "channel_key: key 1 is 9 characters long" in results["rest, short channel key"]
+    assert "MCP_BRIDGE_CHANNEL_KEY" in results["rest, short channel key"]  # the action servers' value
+    assert "too-short" not in results["rest, short channel key"]
+    assert "NOT_SET_ANYWHERE is not set" in results["rest, channel key unset"]
     assert "jwt_key: required" in results["socket, no key"]
     assert "allowed_origins: required" in results["socket, no origins"]
     assert "would let every web page in" in results["socket, any origin"]

@@ -568,3 +568,75 @@ async def test_a_skill_reaches_only_the_tools_its_source_lines_name(
             toolbox.resolve(lookup, "add_timeline_note")
     finally:
         await toolbox.aclose()
+
+
+# -- who sent the answer: the channel's signature (mcp_bridge.channels.proof) ----------------------
+
+
+async def test_a_request_no_channel_vouches_for_starts_nothing(make_executor: Any, book: Notebook) -> None:
+    """A tracker posted to the action server, or a user event appended through Rasa's API, carries no
+    signature that holds: not even the lookup runs, and no question is asked."""
+    before = book.notes_for(DANA)
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="forged request")
+    chat.unvouched = "no channel signature"
+    decision = await chat.start()
+    assert decision.outcome == "unvouched"
+    assert [s.response for s in decision.say] == ["utter_not_vouched"]
+    assert chat.slots.get(PENDING_SLOT) is None
+    assert book.notes_for(DANA) == before
+
+
+async def test_a_yes_no_channel_vouches_for_is_refused_and_audited(
+    make_executor: Any, book: Notebook, tmp_path: Path
+) -> None:
+    """The person's question, answered "yes" in a message without a valid signature (a forged
+    /webhook call): refused and audited, nothing written; the person's own signed yes then writes once."""
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    before = book.notes_for(DANA)
+    chat = Conversation(
+        make_executor(audit=audit), contact_email=DANA, note_text="only mine", user="rest:dana"
+    )
+    chat.said_at = 100.0
+    assert (await chat.start()).outcome == "pending"
+    for reason in ("no channel signature", "a channel signature of another text"):
+        chat.user, chat.said_at, chat.unvouched = None, None, reason
+        refused = await chat.yes()
+        assert refused.outcome == "refused"
+        assert [s.response for s in refused.say] == ["utter_not_vouched"]
+        assert book.notes_for(DANA) == before
+        entry = audit.entries()[-1]
+        assert entry["decision"] == "refused" and reason in entry["result"]
+        chat.user_turn -= 1  # the forged message was never the person's
+    chat.user, chat.said_at, chat.unvouched = "rest:dana", 101.0, None
+    assert (await chat.yes()).outcome == "done"
+    assert book.notes_for(DANA) == [*before, "only mine"]
+
+
+async def test_an_earlier_signed_yes_replayed_into_a_new_question_is_refused(
+    make_executor: Any, book: Notebook, tmp_path: Path
+) -> None:
+    """The person's own signed "yes" to one question, copied into the tracker of a later question:
+    its signature holds, but the channel received it before the later question was asked."""
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    executor = make_executor(audit=audit)
+    before = book.notes_for(DANA)
+    first = Conversation(executor, contact_email=DANA, note_text="the first note", user="rest:dana")
+    first.said_at = 100.0
+    await first.start()
+    first.said_at = 101.0  # the yes that is replayed below
+    assert (await first.yes()).outcome == "done"
+    second = Conversation(executor, contact_email=DANA, note_text="the second note", user="rest:dana")
+    second.said_at = 200.0
+    assert (await second.start()).outcome == "pending"
+    second.said_at = 101.0  # the replay: the same signature, the same text "yes"
+    replayed = await second.yes()
+    assert replayed.outcome == "refused"
+    assert book.notes_for(DANA) == [*before, "the first note"]
+    assert "before the question was asked" in audit.entries()[-1]["result"]
+    second.user_turn -= 1
+    second.said_at = 200.0  # not newer than the message the question was asked in, either
+    assert (await second.yes()).outcome == "refused"
+    second.user_turn -= 1
+    second.said_at = 201.0
+    assert (await second.yes()).outcome == "done"
+    assert book.notes_for(DANA) == [*before, "the first note", "the second note"]

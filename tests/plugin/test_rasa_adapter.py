@@ -6,7 +6,6 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.channels import USER_KEY
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.executor import Decision, Say, Turn
 from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
@@ -46,17 +45,6 @@ def test_a_message_that_is_not_an_answer_is_handed_back_by_a_rejection_event_onl
     handed = apply_decision(Decision("handed_back"), dispatcher, action=LOOP, loop_active=True)
     assert handed == [ActionExecutionRejected(LOOP)]
     assert dispatcher.messages == []
-
-
-def test_the_sender_is_who_the_channel_names_in_the_metadata() -> None:
-    def turn(metadata: object) -> Turn:
-        latest = {"text": "yes", "intent": {"name": "affirm", "confidence": 0.99}, "metadata": metadata}
-        return turn_from_tracker(Tracker.from_dict({"sender_id": "c1", "latest_message": latest}))
-
-    assert turn({USER_KEY: "socketio:alice", "other": 1}).user == "socketio:alice"
-    # Rasa's own channels, `rasa shell`: nobody named.
-    assert turn({}).user is None and turn(None).user is None
-    assert turn({USER_KEY: ""}).user is None and turn({USER_KEY: ["x"]}).user is None
 
 
 def test_a_list_of_calls_carries_its_per_call_buttons_to_rasa() -> None:

@@ -54,6 +54,10 @@ class Conversation:
         self.user = user
         self.slots: dict[str, Any] = dict(slots)
         self.user_turn = 0
+        # What the channel's signature says of the next message: when it was received (None:
+        # unsigned) and why no channel vouches for it (None: one does, or none is required).
+        self.said_at: float | None = None
+        self.unvouched: str | None = None
 
     def turn(
         self,
@@ -80,6 +84,8 @@ class Conversation:
             # As in Rasa: the confirmation loop is active while a question is pending.
             loop_active=self.slots.get(PENDING_SLOT) is not None if loop_active is None else loop_active,
             user=self.user,
+            said_at=self.said_at,
+            unvouched=self.unvouched,
         )
 
     def absorb(self, decision: Decision) -> Decision:

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.procs import EXAMPLE_BOT
+from mcp_bridge.channels.proof import ChannelKeys
+from tests.support.procs import EXAMPLE_BOT, TEST_CHANNEL_KEY
 
 RASA_VERSION = "3.6.21"
 
@@ -33,8 +34,21 @@ def slot_names() -> list[str]:
 
 
 class FakeTracker:
-    def __init__(self, sender_id: str, **slots: Any) -> None:
+    """``user`` signs each message as the plugin's channels do (:mod:`mcp_bridge.channels.proof`),
+    as ``signed_as`` with ``channel_key`` (the tests' key, which every action server a test starts
+    checks); ``signed_as=None`` sends it unsigned, as Rasa's own channels would."""
+
+    def __init__(
+        self,
+        sender_id: str,
+        *,
+        signed_as: str | None = "rest:operator",
+        channel_key: str = TEST_CHANNEL_KEY,
+        **slots: Any,
+    ) -> None:
         self.sender_id = sender_id
+        self.signed_as = signed_as
+        self.channel_key = channel_key
         self.slots: dict[str, Any] = {name: None for name in slot_names()}
         self.slots.update(slots)
         self.events: list[dict[str, Any]] = [
@@ -50,13 +64,17 @@ class FakeTracker:
         """The person says ``text``; the NLU reads ``intent`` (and ``ranking`` for the others)."""
         intent_ranking = [{"name": intent, "confidence": confidence}]
         intent_ranking += [{"name": name, "confidence": value} for name, value in ranking.items()]
-        parse_data = {
+        parse_data: dict[str, Any] = {
             "text": text,
             "intent": {"name": intent, "confidence": confidence},
             "entities": [],
             "intent_ranking": intent_ranking,
         }
-        self.latest_message = parse_data
+        metadata: dict[str, Any] = {}
+        if self.signed_as is not None:
+            keys = ChannelKeys.parse(self.channel_key)
+            metadata = keys.vouch(None, conversation=self.sender_id, user=self.signed_as, text=text)
+        self.latest_message = {**parse_data, "metadata": metadata}
         self.events.append(
             {
                 "event": "user",
@@ -64,6 +82,7 @@ class FakeTracker:
                 "text": text,
                 "parse_data": parse_data,
                 "input_channel": "rest",
+                "metadata": metadata,
             }
         )
         return self

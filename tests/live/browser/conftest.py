@@ -52,6 +52,9 @@ class ChatStack:
     # A port whose pages the Rasa server lets in too, for a page server a test starts (one at a time).
     spare_page_port: int
     audit_log: Path
+    # The action server's /webhook and the token Rasa sends it (for the forged-request tests).
+    action_url: str
+    action_token: str
 
     def page_server(self, rasa_url: str, **options: float) -> procs.ServiceProcess:
         """A chat page server on the spare port, talking to `rasa_url` (the Rasa server, or a proxy)."""
@@ -74,7 +77,17 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatStack]:
             procs.chat_page(rasa_url=rasa_url, chat_key=stack.access.chat_key, port=page_port)
         )
         audit = stack.workdir / "audit-mcp.jsonl"
-        yield ChatStack(StoreReader(stack.db), rasa_url, page.url, stack.access, spare_port, audit)
+        action_url = f"http://{procs.HOST}:{stack.action_port}/webhook"
+        yield ChatStack(
+            StoreReader(stack.db),
+            rasa_url,
+            page.url,
+            stack.access,
+            spare_port,
+            audit,
+            action_url,
+            stack.action_token,
+        )
     finally:
         stack.close()
 

@@ -31,6 +31,8 @@ class ProofStack(LoggedStack):
         self.client = procs.OAuthClient("crm-bridge", secrets.token_urlsafe(24))
         self.auth: procs.ServiceProcess | None = None
         self.action_port = procs.free_port()
+        # Rasa sends it to the action server, which refuses any request without it.
+        self.action_token = secrets.token_urlsafe(32)
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
         self.mcp_port = 0
@@ -78,7 +80,13 @@ class ProofStack(LoggedStack):
         archive = self.start_logged(procs.plain_dict_mcp())
         action_url = f"http://{procs.HOST}:{self.action_port}/webhook"
         archive_entry = {"name": ARCHIVE_SERVER, "url": archive.url, "type": "http"}
-        variants.write_endpoints(self.endpoints, action_url, [archive_entry], crm_oauth=procs.OAUTH_BLOCK)
+        variants.write_endpoints(
+            self.endpoints,
+            action_url,
+            [archive_entry],
+            crm_oauth=procs.OAUTH_BLOCK,
+            action_token=self.action_token,
+        )
         self.skills = {
             "mcp": variants.write_skills(self.workdir / "skills-mcp", variants.every_tool("mcp:crm")),
             "local": variants.write_skills(self.workdir / "skills-local", variants.every_tool("local")),
@@ -106,7 +114,10 @@ class ProofStack(LoggedStack):
                 skills_dir=self.skills[variant],
                 audit_log=self.workdir / f"audit-{variant}.jsonl",
                 port=self.action_port,
-                extra_env=procs.oauth_env(self.client, self.auth_url),
+                extra_env={
+                    **procs.oauth_env(self.client, self.auth_url),
+                    "ACTION_SERVER_TOKEN": self.action_token,
+                },
             )
         )
         return self.actions

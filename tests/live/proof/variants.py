@@ -69,14 +69,18 @@ def write_endpoints(
     extra_servers: list[dict[str, str]],
     *,
     crm_oauth: Mapping[str, str] | None = None,
+    action_token: str | None = None,
 ) -> Path:
     """The repository's endpoints.yml with ``action_url`` and ``extra_servers`` added to mcp_servers;
-    with ``crm_oauth``, the crm server authenticates with that ``oauth:`` block instead of its token.
+    with ``crm_oauth``, the crm server authenticates with that ``oauth:`` block instead of its token;
+    with ``action_token``, Rasa sends it to the action server (a header, never in the URL).
 
     Every value is double-quoted, so Rasa leaves ``${...}`` alone for the bridge to expand.
     """
     document = yaml.safe_load((procs.EXAMPLE_BOT / "endpoints.yml").read_text(encoding="utf-8"))
     document["action_endpoint"] = {"url": action_url}
+    if action_token:
+        document["action_endpoint"]["headers"] = {"Authorization": f"Bearer {action_token}"}
     if crm_oauth is not None:
         for server in document.get("mcp_servers", []):
             if server["name"] == "crm":
