@@ -28,7 +28,9 @@ The rules:
   call (see :mod:`mcp_bridge.executor`), and a yes here only answers the server.
 
 Answers a reply cannot be: over :data:`MAX_ANSWER` characters, or a form of more than
-:data:`MAX_FIELDS` fields (declined unasked: a chat is no place for it).
+:data:`MAX_FIELDS` fields (declined unasked: a chat is no place for it). A field's ``pattern`` is
+run in RE2, in linear time (:mod:`mcp_bridge.schema`); a form with a pattern RE2 cannot run is
+declined unasked.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from urllib.parse import urlsplit
 
 import jsonschema
 
-from mcp_bridge.schema import describe_result_problem
+from mcp_bridge.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
 
 __all__ = [
     "ALL_AT_ONCE_FIELDS",
@@ -192,6 +194,12 @@ def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
     schema = request.get("requestedSchema") or request.get("requested_schema") or {}
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(properties, Mapping) or not properties or len(properties) > MAX_FIELDS:
+        return Answered("decline")
+    try:
+        # A field's pattern the linear-time engine cannot run (mcp_bridge.schema): no reply could
+        # be checked against it, so the question is declined unasked.
+        check_schema_patterns(f"{server} (a question)", schema)
+    except PatternRefusedError:
         return Answered("decline")
     required = set(schema.get("required") or [])
     fields = tuple(Field(str(name), dict(spec), name in required) for name, spec in properties.items())

@@ -93,7 +93,12 @@ from mcp_bridge.held_calls import HeldCall, HeldCalls
 from mcp_bridge.oauth import ClientCredentials
 from mcp_bridge.person_oauth import PersonOAuth, current
 from mcp_bridge.results import ToolResult
-from mcp_bridge.schema import describe_result_problem, validate_against_schema
+from mcp_bridge.schema import (
+    PatternRefusedError,
+    check_schema_patterns,
+    describe_result_problem,
+    validate_against_schema,
+)
 from mcp_bridge.server_questions import MAX_ROUNDS, take_resume
 from mcp_bridge.transport import AiohttpTransport, Delivery
 
@@ -541,6 +546,9 @@ class MCPRuntime:
         args = dict(arguments)
         tool = await self.get_tool(server, tool_name)
         validate_against_schema(tool.name, tool.input_schema, args)
+        # A result's schema with a pattern that cannot be run would be found only after the call
+        # ran (and maybe wrote): refused before it is sent instead.
+        check_schema_patterns(tool.name, tool.output_schema or {})
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
         if input_responses is None and request_state is None and handle is None:
@@ -758,11 +766,15 @@ def _invalid_result(server: str, tool: str, failure: BaseException) -> ToolResul
     ``ClientSession.call_tool`` checks ``structuredContent`` against the schema the tool published
     and raises RuntimeError (the jsonschema error as its cause); the value itself stays out of the
     message."""
+    where = f"MCP tool {tool!r} on server {server!r}"
+    consequence = "; the result was not used. The tool ran, so it may have written: check before repeating it"
+    if isinstance(failure, PatternRefusedError):  # a result's text too long for a pattern
+        return ToolResultInvalidError(
+            f"{where}: its output schema could not be checked ({failure}){consequence}"
+        )
     if isinstance(failure, MCPError) or not isinstance(failure, RuntimeError):
         return None
     text = str(failure)
-    where = f"MCP tool {tool!r} on server {server!r}"
-    consequence = "; the result was not used. The tool ran, so it may have written: check before repeating it"
     cause = failure.__cause__
     if isinstance(cause, jsonschema.ValidationError):
         problem = describe_result_problem(cause)

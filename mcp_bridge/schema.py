@@ -4,20 +4,133 @@ A local tool's schema is the one the mcp SDK would publish for the function; an 
 the one its server publishes. Either way, arguments the schema rejects are refused before anything
 is sent (and before the person is asked about them), with a reason that names the rule that
 failed and never the value: arguments can be note text, which stays out of logs.
+
+Patterns in a schema come from MCP servers (a tool's input and output schema, an elicitation's
+fields), so they are run in a linear-time engine, RE2 (``google-re2``), never by Python's ``re``,
+whose backtracking takes exponential time on a pattern like ``^(a+)+$``. jsonschema runs every
+``pattern`` and ``patternProperties`` (and the ``additionalProperties`` and
+``unevaluatedProperties`` that depend on them) through the ``re.search`` of its keyword modules;
+importing this module points those at :func:`linear_search`, for every validator in the process,
+the mcp SDK's check of a result against a tool's output schema included. A pattern RE2 cannot run
+(a backreference, a lookaround), one over :data:`MAX_PATTERN_CHARS` characters, or a text over
+:data:`MAX_PATTERN_INPUT_CHARS` characters to match is not skipped: it raises
+:class:`PatternRefusedError`, so the schema counts as one that cannot be checked and the call is
+refused before it is sent (:func:`check_schema_patterns` runs every pattern of a schema at once).
+RE2 reads JSON Schema's (ECMA-262) patterns as ECMA does in the common cases: ``\\d`` and ``\\w``
+are ASCII, ``\\p{L}`` is a Unicode class.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jsonschema
+import jsonschema._keywords
+import jsonschema._legacy_keywords
+import jsonschema._utils
+import re2
 
 from mcp_bridge.errors import ToolArgumentsError
 
-__all__ = ["describe_result_problem", "validate_against_schema"]
+__all__ = [
+    "MAX_PATTERN_CHARS",
+    "MAX_PATTERN_INPUT_CHARS",
+    "PatternRefusedError",
+    "check_schema_patterns",
+    "describe_result_problem",
+    "linear_search",
+    "validate_against_schema",
+]
+
+MAX_PATTERN_CHARS = 1_000
+MAX_PATTERN_INPUT_CHARS = 100_000
+
+
+class PatternRefusedError(ToolArgumentsError):
+    """A schema's pattern that is not run: RE2 cannot compile it, or it or the text is too long."""
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the refusal says why; RE2's own line on stderr would repeat it
+_RE2_OPTIONS.max_mem = 8 << 20  # RE2's own bound on one compiled pattern's memory, made explicit
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise PatternRefusedError(
+            f"a schema pattern of {len(pattern)} characters (the most is {MAX_PATTERN_CHARS}) is not run"
+        )
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error:
+        raise PatternRefusedError(
+            f"the schema pattern {pattern[:80]!r} cannot be run in linear time "
+            "(a backreference, a lookaround or another construct RE2 does not have)"
+        ) from None
+
+
+def linear_search(pattern: str, text: str) -> Any:
+    """``re.search`` for jsonschema, in RE2: linear in the text, refused rather than skipped."""
+    compiled = _compiled(pattern)
+    if len(text) > MAX_PATTERN_INPUT_CHARS:
+        raise PatternRefusedError(
+            f"a text of {len(text)} characters (the most is {MAX_PATTERN_INPUT_CHARS}) "
+            "is not matched against a schema pattern"
+        )
+    return compiled.search(text)
+
+
+class _LinearRe:
+    """What jsonschema's keyword modules see as ``re``: ``search`` in RE2, the rest Python's."""
+
+    search = staticmethod(linear_search)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+
+def _install_linear_patterns() -> None:
+    for module in (jsonschema._keywords, jsonschema._utils, jsonschema._legacy_keywords):
+        if getattr(module, "re", None) is not re and not isinstance(getattr(module, "re", None), _LinearRe):
+            # A jsonschema that no longer reads patterns through its module's ``re``: refuse to
+            # start rather than run servers' patterns in a backtracking engine unnoticed.
+            raise ImportError(f"{module.__name__} has no 're' to point at RE2 (jsonschema changed?)")
+        module.re = _LinearRe()
+
+
+_install_linear_patterns()
+
+
+def check_schema_patterns(name: str, schema: Any) -> None:
+    """Raise :class:`PatternRefusedError` naming tool ``name`` when a pattern anywhere in
+    ``schema`` (a ``pattern`` string, a ``patternProperties`` key) cannot be run."""
+    for pattern in _patterns(schema, depth=0):
+        try:
+            _compiled(pattern)
+        except PatternRefusedError as exc:
+            raise PatternRefusedError(f"the schema of tool {name!r} cannot be checked: {exc}") from None
+
+
+def _patterns(node: Any, depth: int) -> Iterator[str]:
+    # Every string under a "pattern" key and every key of a "patternProperties" object, wherever
+    # it sits (a "const" that happens to hold one too: refusing more is the safe side).
+    if depth > 64:
+        raise PatternRefusedError("a schema nested over 64 levels deep is not checked")
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            elif key == "patternProperties" and isinstance(value, Mapping):
+                yield from (str(pattern) for pattern in value)
+            yield from _patterns(value, depth + 1)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _patterns(item, depth + 1)
 
 
 def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
@@ -31,10 +144,14 @@ def validate_against_schema(name: str, schema: Mapping[str, Any], arguments: Map
         raise ToolArgumentsError(
             f"arguments for tool {name!r} contain a value that cannot be sent (not valid UTF-8 text)"
         ) from None
+    check_schema_patterns(name, schema)
     validator = _validator(schema)
-    if validator.is_valid(arguments):
-        return
-    problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
+    try:
+        if validator.is_valid(arguments):
+            return
+        problems = sorted(validator.iter_errors(arguments), key=lambda error: list(error.absolute_path))
+    except PatternRefusedError as exc:
+        raise PatternRefusedError(f"arguments for tool {name!r} cannot be checked: {exc}") from None
     if problems:
         details = "; ".join(_describe_problem(problem) for problem in problems)
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
