@@ -108,7 +108,8 @@ test_cases:
         ("      - approval: {by: 'sam smith', decides: approve}\n", "approval.by: String should match"),
         (
             "      - approval: {by: sam, decides: approve, page_answers: ok}\n",
-            "approval.page_answers: Input should be 'decided', 'own_request', 'not_allowed' or",
+            "approval.page_answers: Input should be 'decided', 'own_request', 'not_allowed', "
+            "'unknown_person' or",
         ),
         (
             "      - approval_expires: {within: 0}\n",

@@ -53,7 +53,8 @@ told in answer (:mod:`mcp_bridge.cli.e2e.approvals` drives the approval page):
   trail's ``approval_requested`` entry). ``page_answers`` (default ``decided``) is what the page must
   answer: ``decided`` (then the request must be on NAME's list, and the runner waits for the
   conversation to be told), ``own_request`` (NAME asked for the call: not on their list, refused),
-  ``not_allowed`` (NAME lacks the role), ``already_decided`` (decided before, or expired).
+  ``not_allowed`` (NAME lacks the role), ``unknown_person`` (the approvers file's ``people:`` does not
+  name NAME or the requester), ``already_decided`` (decided before, or expired).
 * ``approval_expires: {within: SECONDS}``: nobody decides; waits at most that long for the
   conversation to be told the held call's outcome (its expiry, when the skill's ``expires_after`` is
   shorter than ``within``).
@@ -89,8 +90,8 @@ _LINE = "__line__"
 _NAMED = ("utter", "tool_called", "no_tool_called")
 # Steps that make something happen in the conversation; the checks after one are about its answer.
 ACTION_STEPS = ("user", "approval", "approval_expires")
-PageAnswer = Literal["decided", "own_request", "not_allowed", "already_decided"]
-PAGE_ANSWERS: tuple[str, ...] = ("decided", "own_request", "not_allowed", "already_decided")
+PageAnswer = Literal["decided", "own_request", "not_allowed", "unknown_person", "already_decided"]
+PAGE_ANSWERS: tuple[str, ...] = ("decided", "own_request", "not_allowed", "unknown_person", "already_decided")
 # The longest an approval_expires step may wait (the runner polls; a case is not a soak test).
 MAX_WITHIN_SECONDS = 600.0
 
