@@ -26,7 +26,8 @@ Matching is deliberately generous: when in doubt a call is held for a supervisor
 over-matches (``credit nothing`` holds for ``credit note``; a word inside another word holds), never
 the other way round. It is linear in the text: one pass to make the skeleton, then a fixed number
 of substring searches for needles of at most :data:`MAX_TERM_CHARS` characters; no patterns. A text
-over :data:`MAX_TEXT_CHARS` characters is not read at all: it is held.
+over :data:`MAX_TEXT_CHARS` characters is not read at all: it is held. A term with no letter or
+digit (``€``) is looked for in the text after steps 1 to 3 instead.
 """
 
 from __future__ import annotations
@@ -132,5 +133,13 @@ def names_any(text: str, terms: Iterable[str]) -> bool:
     """True when ``text`` names one of ``terms`` by the module's rule, or is too long to read."""
     if len(text) > MAX_TEXT_CHARS:
         return True
-    body = skeleton(text)
-    return any(form in body for term in terms for form in forms(term))
+    plain = _plain(text)
+    body = "".join(c for c in plain if c.isalnum())
+    for term in terms:
+        found = forms(term)
+        if found and any(form in body for form in found):
+            return True
+        # A term of symbols only ("€") has no skeleton: it is found in the plain text as it is.
+        if not found and _plain(term).strip() and _plain(term).strip() in plain:
+            return True
+    return False

@@ -169,3 +169,9 @@ async def test_a_remembered_permission_never_covers_a_held_spelling(skill: Skill
             {"contact_id": "c1", "text": text},  # type: ignore[arg-type]
         )
         assert allowed is None, text
+
+
+def test_a_term_of_symbols_only_is_still_found() -> None:
+    assert textmatch.names_any("a credit of 40 \u20ac", ["\u20ac"])
+    assert textmatch.names_any("a credit of 40 \uff04", ["$"])  # fullwidth dollar sign
+    assert not textmatch.names_any("a credit of 40 EUR", ["\u20ac"])
