@@ -160,6 +160,7 @@ def start_up(endpoints: Path, timeout: float = 60.0, **env: str) -> subprocess.C
         "ENDPOINTS": str(endpoints),
         "CRM_MCP_TOKEN": TOKEN,
         "ACTION_SERVER_PORT": str(procs.free_port()),
+        "MCP_BRIDGE_CHANNEL_KEY": procs.TEST_CHANNEL_KEY,
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", variables["ACTION_SERVER_PORT"]],
@@ -259,6 +260,62 @@ def test_the_development_flag_accepts_a_weak_secret_loudly(endpoints: Path) -> N
     assert result.returncode == -1, result.stderr[-2000:]  # still running when stopped
     output = result.stdout + result.stderr
     assert "accepted only because MCP_BRIDGE_DEVELOPMENT=1" in output
+
+
+def test_without_the_channel_key_the_action_server_does_not_start(endpoints: Path) -> None:
+    result = start_up(endpoints, MCP_BRIDGE_CHANNEL_KEY="")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "MCP_BRIDGE_CHANNEL_KEY is not set" in result.stderr and "MCP_BRIDGE_DEVELOPMENT=1" in result.stderr
+    )
+    short = start_up(endpoints, MCP_BRIDGE_CHANNEL_KEY="short-channel-key")
+    assert short.returncode == 2 and "shorter than 32" in short.stderr
+    assert "short-channel-key" not in short.stderr  # the value itself is never printed
+
+
+def test_the_development_flag_takes_unsigned_messages_loudly(endpoints: Path) -> None:
+    """`make chat` (rasa shell, which signs nothing): the action server starts without the key and
+    says at start that unsigned messages are taken as from nobody."""
+    result = start_up(endpoints, 20.0, MCP_BRIDGE_CHANNEL_KEY="", MCP_BRIDGE_DEVELOPMENT="1")
+    assert result.returncode == -1, result.stderr[-2000:]  # still running when stopped
+    assert "DEVELOPMENT MODE (MCP_BRIDGE_DEVELOPMENT=1): messages that no channel signed" in (
+        result.stdout + result.stderr
+    )
+
+
+def test_on_loopback_a_request_naming_another_host_is_refused(
+    services: procs.Services, endpoints: Path, crm_rest: str, crm_mcp: str
+) -> None:
+    """DNS rebinding: a web page on evil.example whose name now points at 127.0.0.1 reaches the port,
+    but its requests name evil.example in the Host header."""
+    server = services.start(
+        procs.action_server(
+            endpoints=endpoints,
+            crm_url=crm_rest,
+            mcp_url=crm_mcp,
+            mcp_token=TOKEN,
+            extra_env={"ACTION_SERVER_ALLOWED_HOSTS": "actions.internal"},
+        )
+    )
+    port = server.url.split(":")[2].split("/")[0]
+
+    def status(host: str) -> int:
+        request = urllib.request.Request(
+            server.url,
+            data=json.dumps(nothing_pending_call()).encode(),
+            headers={"Content-Type": "application/json", "Host": host},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+
+    assert status(f"evil.example:{port}") == 421
+    assert status("evil.example") == 421
+    assert status(f"127.0.0.1.evil.example:{port}") == 421
+    for allowed in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"actions.internal:{port}"):
+        assert status(allowed) == 200, allowed
 
 
 def test_generated_secret_files_are_private_and_long_enough(tmp_path: Path) -> None:
