@@ -5,7 +5,7 @@ by `mcp-bridge test e2e`'s runner with the cases in tests/fixtures/e2e/server_qu
 The bot variant swaps the skill behind "who is ...?" (action_lookup_contact, in the example domain)
 for one that books a visit: the server's form is asked field by field in the chat while the call is
 held open in the action server (one worker), and the call completes with the answers; a decline
-writes nothing.
+writes nothing, and a /back after a completed form brings back no question that runs the call again.
 """
 
 from __future__ import annotations
@@ -90,6 +90,10 @@ def test_the_servers_form_is_answered_in_the_chat_and_a_decline_writes_nothing(
     )
     results = asyncio.run(run_cases(load_paths([CASES]), target, concurrency=1))
     report = text_report(results)
-    assert len(results) == 2 and all(result.passed for result in results), report
-    # Written once, by the answered form; the declined one wrote nothing.
-    assert writes(items) == ["visit dana@example.com 2026-12-04 x3 parking=True "]
+    assert len(results) == 3 and all(result.passed for result in results), report
+    # Written once by each answered form (a /back after the second runs it not again); the declined
+    # one wrote nothing.
+    assert writes(items) == [
+        "visit dana@example.com 2026-12-04 x3 parking=True ",
+        "visit dana@example.com 2026-12-05 x2 parking=False ",
+    ]
