@@ -39,12 +39,18 @@ importing a subpackage runs this file first.
 - :class:`ToolArgumentsError`: arguments a tool refuses (its input schema); nothing was sent.
 - :class:`ToolCallError`: a call failed; ``may_have_run`` says whether it may have written.
 - :class:`OutcomeUnknownError`: a call that may have run, whose result never came.
+
+``__version__`` is the release, as the installed distribution's metadata names it.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+# The one place the release is named: pyproject.toml reads it (`[tool.setuptools.dynamic]`), so the
+# wheel's metadata and `mcp_bridge.__version__` cannot differ. CHANGELOG.md has a section for each.
+__version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from mcp_bridge.errors import (
