@@ -23,7 +23,7 @@ EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 
 .PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
-	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test quick
+	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -41,6 +41,7 @@ help:
 	@echo "                   (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)"
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
+	@echo "make container-test  the action server's image built with podman, run, and called by Rasa (root)"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
 	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
@@ -222,6 +223,12 @@ cluster-down:
 
 cluster-test: setup train services
 	@$(PY) -m tests.live.cluster
+
+# The action server's image (deploy/Dockerfile) built with podman on a base of the official image's
+# shape, run, and called by a real Rasa (deploy/README.md); as root, the base is cached in var/container.
+container-test: setup train services
+	@echo "==> container test (podman)"
+	@MCP_BRIDGE_CONTAINER_TEST=1 $(VENV)/bin/pytest -q -s -p no:xdist tests/live/test_container.py
 
 clean:
 	rm -rf var models results bench-results
