@@ -42,6 +42,7 @@ help:
 	@echo "make cluster-down  stop what make cluster-up started"
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make container-test  the action server's image built with podman, run, and called by Rasa (root)"
+	@echo "make package      the sdist and wheel, checked, and the wheel in a fresh venv with the newest releases it allows"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
 	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
@@ -160,7 +161,7 @@ rasa-test: train
 	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test adoption adoption-sdk36
+test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test adoption adoption-sdk36 package
 
 chat: setup train
 	@scripts/chat.sh
@@ -229,6 +230,42 @@ cluster-test: setup train services
 container-test: setup train services
 	@echo "==> container test (podman)"
 	@MCP_BRIDGE_CONTAINER_TEST=1 $(VENV)/bin/pytest -q -s -p no:xdist tests/live/test_container.py
+
+# The package a user installs: `python -m build` makes the sdist and the wheel from a copy of the files
+# the sdist takes (in the checkout, setuptools would walk every venv and node_modules first), with the
+# setuptools that constraints/venv.txt pins, so no build environment is downloaded; `twine check` and
+# `check-wheel-contents` read them, and the wheel goes into a fresh venv without a constraints file, so
+# rasa-sdk and every other dependency resolve to the newest release the declared ranges allow. The
+# plugin's suite (tests/plugin) then runs there, from a copy of the checkout without mcp_bridge/, so
+# that what it imports is the installed wheel (test_packaging.py checks it, from MCP_BRIDGE_DIST); the
+# copy is taken with the package's source, so the tests are those of the code in the wheel.
+# All under var/package/, made anew each time.
+PACKAGE := var/package
+PACKAGE_SOURCE := mcp_bridge pyproject.toml README.md LICENSE CHANGELOG.md MANIFEST.in
+.PHONY: package
+package: $(VENV)/.installed
+	@echo "==> package: sdist and wheel (python -m build), twine check, check-wheel-contents"
+	@rm -rf $(PACKAGE) && mkdir -p $(PACKAGE)/source
+	@tar -cf - --exclude=__pycache__ $(PACKAGE_SOURCE) | tar -xf - -C $(PACKAGE)/source
+	@mkdir -p $(PACKAGE)/tree
+	@tar -cf - --exclude=node_modules --exclude=__pycache__ --exclude=examples/crm_bot/var tests scripts examples \
+		docs constraints $(filter-out mcp_bridge,$(PACKAGE_SOURCE)) | tar -xf - -C $(PACKAGE)/tree
+	@ln -s $(CURDIR)/$(EVERYTHING)/node_modules $(PACKAGE)/tree/$(EVERYTHING)/node_modules
+	@ln -s $(CURDIR)/$(VENV_RASA) $(PACKAGE)/tree/$(VENV_RASA)
+	@$(PY) -m build --no-isolation --outdir $(PACKAGE)/dist $(PACKAGE)/source >$(PACKAGE)/build.log 2>&1 \
+		|| { cat $(PACKAGE)/build.log; exit 1; }
+	@$(VENV)/bin/twine check --strict $(PACKAGE)/dist/*
+	@$(VENV)/bin/check-wheel-contents $(PACKAGE)/dist/*.whl
+	@PYBIN=$$(scripts/find-python.sh 3.13 3.12) || exit 1; \
+	echo "==> package: the wheel in a fresh venv ($$($$PYBIN -V)), newest releases, no constraints file"; \
+	"$$PYBIN" -m venv $(PACKAGE)/venv
+	@$(PACKAGE)/venv/bin/python -m pip install -q --disable-pip-version-check "$$(ls $(PACKAGE)/dist/*.whl)[example,dev]" \
+		2>&1 | grep -v "is ignored: it is neither" || true
+	@$(PACKAGE)/venv/bin/python -m pip check
+	@$(PACKAGE)/venv/bin/python -c 'import importlib.metadata as m; \
+		print("    resolved:", ", ".join(f"{d} {m.version(d)}" for d in ("rasa-sdk", "mcp", "pydantic", "aiohttp", "cryptography")))'
+	@echo "==> package: the plugin's suite (tests/plugin) against the installed wheel"
+	@cd $(PACKAGE)/tree && MCP_BRIDGE_DIST=$(CURDIR)/$(PACKAGE)/dist ../venv/bin/pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider tests/plugin
 
 clean:
 	rm -rf var models results bench-results
