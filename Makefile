@@ -161,7 +161,7 @@ rasa-test: train
 	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test adoption adoption-sdk36 package
+test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test container-test adoption adoption-sdk36 package
 
 chat: setup train
 	@scripts/chat.sh
