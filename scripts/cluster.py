@@ -31,8 +31,8 @@ Data, configuration, logs and secrets live in var/cluster/ (CLUSTER_VAR moves it
 generated once into files there (mode 0600), or taken from the environment: CRM_OAUTH_CLIENT_SECRET
 (the bridge's at the authorization server), CRM_MCP_TOKEN (with MCP_AUTH=token),
 CRM_PERSON_CLIENT_SECRET and MCP_TOKEN_KEY (with MCP_AUTH=person),
-ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, MCP_BRIDGE_CHANNEL_KEY, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN (the REST channel's
-bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
+ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, MCP_BRIDGE_CHANNEL_KEY, RASA_AUTH_TOKEN, REST_CHANNEL_TOKEN
+(the REST channel's bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
 
 The approval page (scripts/approval_page.py, password logins) lets second approvers decide held

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import Decision, Say, Turn
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision, turn_from_tracker
+from mcp_bridge.executor import Decision, Say
+from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision
 
 LOOP = CONFIRMATION_LOOP
 
