@@ -16,18 +16,19 @@ command. The names are imported on first use (PEP 562), not with the package: th
 imports :mod:`mcp_bridge.channels` from an environment without the plugin's dependencies, and
 importing a subpackage runs this file first.
 
-**Local tools** (:mod:`mcp_bridge.tools`)
+**Local tools** (:mod:`mcp_bridge.skills.toolbox`)
 
 - :func:`local_tool`: register an async function as a tool, under its name or ``name=``; a decorator.
 - :func:`register_local_tools`: register several at once, ``{name: async function}``.
 
-**The reader, for a bot's own forms** (:mod:`mcp_bridge.reader`)
+**The reader, for a bot's own forms** (:mod:`mcp_bridge.reading.reader`)
 
 - :func:`confirmation_reader`: the reader the action server's executor uses (its word file and
   message limit), so a form's "cancel" and "help" are the confirmation's words.
 - :class:`ConfirmationReader`: ``read(text, nlu)`` returns an :data:`Answer`, ``too_long(text)`` a
   :class:`TooLong` or None, ``way_out(text)`` ``"cancel"``, ``"help"`` or None.
-- The answers: :class:`Yes`, :class:`No`, :class:`Edit`, :class:`Redirect`, :class:`Unclear`,
+- The answers: :class:`Yes`, :class:`Grant` (a yes that also gives a remembered permission),
+  :class:`No`, :class:`Edit`, :class:`Redirect`, :class:`Unclear`,
   :class:`Other`, :class:`TooLong` (:data:`Answer` is their union); :class:`NluOpinion` is the NLU's
   intent and confidences, a second opinion the reader may use.
 
@@ -61,10 +62,11 @@ if TYPE_CHECKING:
         ToolCallError,
     )
     from mcp_bridge.rasa.build import confirmation_reader
-    from mcp_bridge.reader import (
+    from mcp_bridge.reading.reader import (
         Answer,
         ConfirmationReader,
         Edit,
+        Grant,
         NluOpinion,
         No,
         Other,
@@ -73,23 +75,24 @@ if TYPE_CHECKING:
         Unclear,
         Yes,
     )
-    from mcp_bridge.tools import local_tool, register_local_tools
+    from mcp_bridge.skills.toolbox import local_tool, register_local_tools
 
 # name -> the module that defines it
 _EXPORTS = {
-    "local_tool": "tools",
-    "register_local_tools": "tools",
+    "local_tool": "skills.toolbox",
+    "register_local_tools": "skills.toolbox",
     "confirmation_reader": "rasa.build",
-    "Answer": "reader",
-    "ConfirmationReader": "reader",
-    "Edit": "reader",
-    "NluOpinion": "reader",
-    "No": "reader",
-    "Other": "reader",
-    "Redirect": "reader",
-    "TooLong": "reader",
-    "Unclear": "reader",
-    "Yes": "reader",
+    "Answer": "reading.reader",
+    "ConfirmationReader": "reading.reader",
+    "Edit": "reading.reader",
+    "Grant": "reading.reader",
+    "NluOpinion": "reading.reader",
+    "No": "reading.reader",
+    "Other": "reading.reader",
+    "Redirect": "reading.reader",
+    "TooLong": "reading.reader",
+    "Unclear": "reading.reader",
+    "Yes": "reading.reader",
     "BridgeError": "errors",
     "ConfigError": "errors",
     "OutcomeUnknownError": "errors",
@@ -103,6 +106,7 @@ __all__ = [
     "ConfigError",
     "ConfirmationReader",
     "Edit",
+    "Grant",
     "NluOpinion",
     "No",
     "Other",

@@ -34,7 +34,8 @@ PENDING_SLOT = "pending_confirmation"
 # The slot that carries a server's pending question (elicitation) and the call it stopped, sealed.
 ELICITATION_SLOT = "pending_elicitation"
 
-# The slot that carries the conversation's remembered permissions, each sealed (mcp_bridge/permissions.py).
+# The slot that carries the conversation's remembered permissions, each sealed
+# (mcp_bridge/confirmation/permissions.py).
 PERMISSIONS_SLOT = "remembered_permissions"
 
 # The intents of a yes and a no; a question's buttons send exactly their payloads.
@@ -51,13 +52,15 @@ DENY_ACTION = "action_deny_tool"
 PLUGIN_ACTIONS = (CONFIRMATION_LOOP, DENY_ACTION)
 
 # "stop saving without asking": the intent (examples from `mcp-bridge init`) and the action that
-# withdraws every remembered permission of the person in the conversation (mcp_bridge/permissions.py).
+# withdraws every remembered permission of the person in the conversation
+# (mcp_bridge/confirmation/permissions.py).
 REVOKE_INTENT = "revoke_permissions"
 REVOKE_ACTION = "action_revoke_permissions"
 
 # A second approver's decision reaches the requester's conversation as this intent, sent with Rasa's
 # HTTP API (`POST /conversations/<id>/trigger_intent`) with the request's id as this entity; a rule
-# runs the action, which runs an approved call once or says the refusal (mcp_bridge/approvals.py).
+# runs the action, which runs an approved call once or says the refusal
+# (mcp_bridge/approvals/second_approver.py).
 APPROVAL_INTENT = "approval_decided"
 APPROVAL_ENTITY = "approval_id"
 APPROVAL_ACTION = "action_approval_decided"

@@ -16,7 +16,8 @@ hash of their password, the hash from an environment variable, never in the repo
 ``python scripts/approval_page.py hash`` makes one). A login sets an HttpOnly, SameSite=Strict
 cookie holding the user and an expiry, signed (HMAC-SHA256) with APPROVAL_PAGE_KEY; every API call
 checks it, and every POST must come from this page (Origin / Sec-Fetch-Site). The rules (only the
-role decides, never the requester, once, before the expiry) are mcp_bridge.approvals', enforced
+role decides, never the requester, once, before the expiry) are mcp_bridge.approvals.second_approver',
+enforced
 there and in the store's SQL, not here; this server only says who is asking.
 
 The page never writes to the system of record. A decision triggers the intent ``approval_decided``
@@ -35,7 +36,7 @@ unknown_person, already_decided, unknown), `/health`.
 Who is who: the approvers file's ``people:`` (required, in both login modes) maps each person to
 their chat identities, as the channels name them, and their logins here (password logins or OpenID
 subjects); the rules compare the requester and the approver as persons through it, and refuse an
-approver or a requester it does not name (``unknown_person``; mcp_bridge.approvals rule 2).
+approver or a requester it does not name (``unknown_person``; mcp_bridge.approvals.second_approver rule 2).
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ import aiohttp
 import jwt
 from aiohttp import web
 
-from mcp_bridge.approval_store import open_store
-from mcp_bridge.approvals import ApprovalRequest, Approvals, Approver, People
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals, Approver, People
+from mcp_bridge.approvals.store import open_store
+from mcp_bridge.config.envsubst import UnsetVariableError, expand
+from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
-from mcp_bridge.envsubst import UnsetVariableError, expand
-from mcp_bridge.yamlfile import YAMLFileError, load_yaml
+from mcp_bridge.observability.audit import AuditLog
 from scripts.chat_page import MIN_KEY_CHARS, same_origin
 
 log = logging.getLogger("approval_page")

@@ -63,7 +63,7 @@ import yaml
 from scripts import engines, services
 from scripts.services import HOST, ServiceProcess, free_port
 
-CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.person_oauth.CALLBACK_PATH
+CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.auth.person.CALLBACK_PATH
 # MCP_AUTH: oauth (client credentials, the default), person (authorization code), token (static).
 MCP_AUTH_MODES = ("oauth", "person", "token")
 

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from scripts import services as procs  # noqa: E402
 
-CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.person_oauth.CALLBACK_PATH
+CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.auth.person.CALLBACK_PATH
 
 # Everything the stack writes (database, tokens, logs, PIDs) goes here; tests point it elsewhere.
 VAR = Path(os.environ.get("STACK_VAR", REPO / "var"))

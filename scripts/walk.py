@@ -38,11 +38,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mcp_bridge.audit import AuditLog  # noqa: E402
-from mcp_bridge.config import MCPServerConfig  # noqa: E402
+from mcp_bridge.config.servers import MCPServerConfig  # noqa: E402
+from mcp_bridge.confirmation.executor import Decision, Executor, Turn  # noqa: E402
 from mcp_bridge.contract import PENDING_SLOT  # noqa: E402
-from mcp_bridge.executor import Decision, Executor, Turn  # noqa: E402
-from mcp_bridge.skills import load_skills  # noqa: E402
+from mcp_bridge.observability.audit import AuditLog  # noqa: E402
+from mcp_bridge.skills.files import load_skills  # noqa: E402
 
 PACKAGE = "mcp_bridge"
 
@@ -240,8 +240,8 @@ def wait_for(port: int, timeout: float = 20.0) -> None:
 
 def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
     """The executor as the action server builds it (mcp_bridge.rasa.build): audited calls."""
-    from mcp_bridge.runtime import MCPRuntime
-    from mcp_bridge.tools import ToolBox
+    from mcp_bridge.mcp_client.runtime import MCPRuntime
+    from mcp_bridge.skills.toolbox import ToolBox
 
     skills = load_skills(skills_dir, local_tools=LOCAL_TOOLS, mcp_servers=servers, responses=None)
     audit = AuditLog(None)

@@ -17,7 +17,7 @@ binds a question to the person:
 
 They run in the *Rasa* server's process, whose environment has Rasa, python-socketio, PyJWT and
 Sanic but none of the plugin's dependencies: these modules import nothing else of the plugin but
-:mod:`mcp_bridge.envsubst` (the ``${VAR}`` expansion endpoints.yml uses too) and
+:mod:`mcp_bridge.config.envsubst` (the ``${VAR}`` expansion endpoints.yml uses too) and
 :mod:`mcp_bridge.channels.proof` (the standard library only). Install the plugin
 into Rasa's environment without its dependencies (``pip install --no-deps rasa-mcp-bridge``), or
 run Rasa from a folder that holds ``mcp_bridge/``.

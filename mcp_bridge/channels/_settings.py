@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_bridge.channels.proof import KEY_ENV, ChannelKeys
-from mcp_bridge.envsubst import UnsetVariableError, expand
+from mcp_bridge.config.envsubst import UnsetVariableError, expand
 
 # A secret shorter than this is refused: `secrets.token_urlsafe(32)` gives 43 characters.
 MIN_SECRET_CHARS = 32

@@ -40,7 +40,8 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.cli.tools import as_operator, before_sign_in, with_operator
-from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
@@ -53,10 +54,9 @@ from mcp_bridge.contract import (
     REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError, ToolCallError
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime, ServerDescription
-from mcp_bridge.skills import ResultArgument, Skill, SlotArgument, domain_documents
-from mcp_bridge.tools import registered_local_tools
+from mcp_bridge.mcp_client.runtime import MCPRuntime, ServerDescription
+from mcp_bridge.skills.files import ResultArgument, Skill, SlotArgument, domain_documents
+from mcp_bridge.skills.toolbox import registered_local_tools
 
 _FILES = ("ENDPOINTS", "SKILLS_DIR", "DOMAIN")
 # Files the action server reads from its working directory, the bot's folder.

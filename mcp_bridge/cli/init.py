@@ -46,7 +46,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from mcp_bridge.approvals import RESPONSES
+from mcp_bridge.approvals.second_approver import RESPONSES
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.cli.yaml_splice import (
     Splice,
@@ -57,7 +57,7 @@ from mcp_bridge.cli.yaml_splice import (
     load,
     top_level,
 )
-from mcp_bridge.config import AUTHORIZATION_CODE
+from mcp_bridge.config.servers import AUTHORIZATION_CODE
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
@@ -72,7 +72,7 @@ from mcp_bridge.contract import (
     REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.skills import ACTION_NAME
+from mcp_bridge.skills.files import ACTION_NAME
 
 DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"

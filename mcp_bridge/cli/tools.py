@@ -27,11 +27,11 @@ from typing import Any
 
 from mcp.types import Tool
 
+from mcp_bridge.auth.person import authorization_server
 from mcp_bridge.cli.command import add_command, bot_folder
-from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
 from mcp_bridge.errors import ConfigError, ToolCallError
-from mcp_bridge.person_oauth import authorization_server
-from mcp_bridge.runtime import MCPRuntime, ServerDescription
+from mcp_bridge.mcp_client.runtime import MCPRuntime, ServerDescription
 
 # An access token for a server that acts as the person, to list its tools with (never printed).
 OPERATOR_TOKEN = "MCP_OPERATOR_TOKEN"

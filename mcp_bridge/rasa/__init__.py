@@ -7,7 +7,7 @@ import mcp_bridge.rasa  # noqa: F401
 
 rasa_sdk (``python -m rasa_sdk --actions actions``, which ``rasa run actions`` runs) then serves
 ``action_confirm_tool`` (the confirmation loop), ``action_deny_tool``, ``action_approval_decided`` (a
-second approver's decision, :mod:`mcp_bridge.approvals`) and one action per skill file
+second approver's decision, :mod:`mcp_bridge.approvals.second_approver`) and one action per skill file
 in ``SKILLS_DIR`` (the file's ``action:``), and for servers that act as the person
 ``action_mcp_resume`` and ``action_mcp_disconnect`` (:mod:`mcp_bridge.rasa.person_actions`).
 Its start-up checks, the token check on ``/webhook`` and a

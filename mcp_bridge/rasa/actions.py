@@ -19,6 +19,8 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
+from mcp_bridge.auth.person import SignInRequiredError, acting
+from mcp_bridge.confirmation.executor import Decision, Turn
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_ENTITY,
@@ -29,8 +31,6 @@ from mcp_bridge.contract import (
     REVOKE_ACTION,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import Decision, Turn
-from mcp_bridge.person_oauth import SignInRequiredError, acting
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 from mcp_bridge.rasa.person_actions import sign_in_decision
@@ -109,7 +109,8 @@ class DenyTool(ExecutorAction):
 
 class ApprovalDecided(ExecutorAction):
     """A second approver decided (Rasa's API triggered ``approval_decided`` with the request's id):
-    an approved call runs once, a refusal or an expiry is said (:mod:`mcp_bridge.approvals`)."""
+    an approved call runs once, a refusal or an expiry is said
+    (:mod:`mcp_bridge.approvals.second_approver`)."""
 
     action_name = APPROVAL_ACTION
 
@@ -190,7 +191,7 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
 
 def _class_name(action: str) -> str:
     """A Python identifier for ``action`` (``action_`` and letters, digits and underscores, as
-    :data:`mcp_bridge.skills.ACTION_NAME` requires) that no other skill action of this process has."""
+    :data:`mcp_bridge.skills.files.ACTION_NAME` requires) that no other skill action of this process has."""
     base = "".join(part.capitalize() for part in action.split("_"))  # ActionLogInteraction
     name, n = base, 1
     while name in _BY_CLASS_NAME or name in globals():

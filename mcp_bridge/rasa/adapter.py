@@ -31,9 +31,9 @@ from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.channels.proof import KEY_ENV, PROOF_KEY, ChannelKeys, Unvouched
+from mcp_bridge.confirmation.executor import Decision, Turn
 from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import Decision, Turn
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
 from mcp_bridge.rasa.rewinds import unrewound
 

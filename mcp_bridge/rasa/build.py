@@ -7,7 +7,8 @@ confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's Engli
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
 when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
-approved call may go unrecorded before it counts as lost and is resumed; :mod:`mcp_bridge.approvals`
+approved call may go unrecorded before it counts as lost and is resumed;
+:mod:`mcp_bridge.approvals.second_approver`
 rule 5); with a server that acts as the person, MCP_TOKEN_KEY
 (encrypts the people's tokens; required, long and random, the same on every replica) and
 MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
@@ -26,18 +27,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from mcp_bridge import approvals, elicitation, held_calls, metrics
-from mcp_bridge.approval_store import open_store
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import MCPServerConfig, load_mcp_servers
-from mcp_bridge.confirmation import declared
+from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.approvals.store import open_store
+from mcp_bridge.auth.person import PersonOAuth
+from mcp_bridge.auth.token_store import TokenStore
+from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor, Responses
+from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import ConfirmationPolicy, Executor, Responses
-from mcp_bridge.person_oauth import PersonOAuth
-from mcp_bridge.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability import metrics
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.questions import elicitation
+from mcp_bridge.questions import waiting_calls as waiting_calls
+from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills import (
+from mcp_bridge.skills.files import (
     SkillFiles,
     check_question_buttons,
     check_skills,
@@ -45,8 +50,7 @@ from mcp_bridge.skills import (
     domain_responses,
     read_skill_dir,
 )
-from mcp_bridge.token_store import TokenStore
-from mcp_bridge.tools import ToolBox, registered_local_tools
+from mcp_bridge.skills.toolbox import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +134,8 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
         held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease)
     runtime = MCPRuntime(servers, person_oauth=person)
-    runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", held_calls.WAIT_SECONDS)
-    runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", held_calls.MAX_HELD)
+    runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", waiting_calls.WAIT_SECONDS)
+    runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", waiting_calls.MAX_HELD)
     built = Executor(
         skills,
         ToolBox(local, runtime, audit=audit),  # every call is an entry too

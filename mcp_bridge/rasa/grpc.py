@@ -29,8 +29,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.audit import attribute_to
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.observability.audit import attribute_to
 from mcp_bridge.rasa.server import LOOPBACK
 
 log = logging.getLogger(__name__)

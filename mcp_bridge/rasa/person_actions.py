@@ -19,9 +19,9 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
+from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError, acting
+from mcp_bridge.confirmation.executor import Decision, Say
 from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESUME_ACTION, RESUME_ENTITY
-from mcp_bridge.executor import Decision, Say
-from mcp_bridge.person_oauth import PersonOAuth, SignInRequiredError, acting
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.rasa.sign_in import open_resume

@@ -19,7 +19,7 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
 * the channel key: MCP_BRIDGE_CHANNEL_KEY checks who sent each message
   (:mod:`mcp_bridge.channels.proof`); without it the server does not start, unless
   MCP_BRIDGE_DEVELOPMENT=1 says it is a trial, which it warns about at every start;
-* Prometheus metrics at /metrics (:mod:`mcp_bridge.metrics`), behind the token check;
+* Prometheus metrics at /metrics (:mod:`mcp_bridge.observability.metrics`), behind the token check;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
 * MCP sessions are closed when the server stops;
@@ -49,10 +49,10 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
-from mcp_bridge import metrics
-from mcp_bridge.audit import attribute_to
+from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.person_oauth import CALLBACK_PATH
+from mcp_bridge.observability import metrics
+from mcp_bridge.observability.audit import attribute_to
 from mcp_bridge.rasa import sign_in
 from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
 from mcp_bridge.rasa.build import PROCESS_SECRET, executor

@@ -2,7 +2,7 @@
 
 ``/mcp-bridge/oauth/callback`` (the ``redirect_uri`` of such a server's ``oauth:`` block points here,
 through whatever public address the action server has) takes the three steps a browser makes, and
-binds the sign-in to that browser (:mod:`mcp_bridge.person_oauth`):
+binds the sign-in to that browser (:mod:`mcp_bridge.auth.person`):
 
 * ``GET ?start=<ticket>``: the link shown in the chat. Good once; it sets a cookie holding a random
   browser secret (``HttpOnly; SameSite=Lax``, its path this route's; ``__Host-`` and ``Secure`` on
@@ -41,8 +41,7 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
-from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
-from mcp_bridge.person_oauth import (
+from mcp_bridge.auth.person import (
     CALLBACK_PATH,
     CONFIRM_SECONDS,
     SIGN_IN_SECONDS,
@@ -50,6 +49,7 @@ from mcp_bridge.person_oauth import (
     SignedIn,
     SignInError,
 )
+from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
 
 log = logging.getLogger(__name__)
 

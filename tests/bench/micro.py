@@ -13,13 +13,13 @@ import aiohttp
 from crm import tools as crm_tools
 from mcp_types import LATEST_PROTOCOL_VERSION
 
-from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.confirmation.executor import Executor, Turn
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import Executor, Turn
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
-from mcp_bridge.transport import AiohttpTransport
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.mcp_client.transport import AiohttpTransport
+from mcp_bridge.skills.files import domain_responses, load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.bench import floor_server
 from tests.bench.stats import Series, Variant, round_robin
 from tests.support.conversation import skills_with_source

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from mcp_bridge.approval_store import SQLiteApprovalStore
-from mcp_bridge.approvals import ApprovalRequest, Approvals
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
+from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.observability.audit import AuditLog
 from scripts.approval_page import (
     COOKIE,
     Account,

@@ -10,7 +10,7 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActiveLoop, FollowupAction, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.reader import ConfirmationReader
+from mcp_bridge.reading.reader import ConfirmationReader
 from tests.support.example_form import load_form
 
 FORM = load_form()

@@ -26,10 +26,10 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from mcp_bridge.config import parse_mcp_servers
+from mcp_bridge.auth.client_credentials import ClientCredentials
+from mcp_bridge.config.servers import parse_mcp_servers
 from mcp_bridge.errors import NotAuthorisedError, ToolCallError
-from mcp_bridge.oauth import ClientCredentials
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
 from tests.support import crm_db, procs
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said

@@ -27,10 +27,7 @@ from urllib.parse import parse_qs, urljoin, urlparse
 import httpx2
 import pytest
 
-from mcp_bridge.channels.proof import ChannelKeys
-from mcp_bridge.config import parse_mcp_servers
-from mcp_bridge.errors import ConfigError
-from mcp_bridge.person_oauth import (
+from mcp_bridge.auth.person import (
     CALLBACK_PATH,
     PersonOAuth,
     SignInError,
@@ -38,8 +35,11 @@ from mcp_bridge.person_oauth import (
     SignInRequiredError,
     acting,
 )
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.token_store import Keys, TokenStore, token_keys
+from mcp_bridge.auth.token_store import Keys, TokenStore, token_keys
+from mcp_bridge.channels.proof import ChannelKeys
+from mcp_bridge.config.servers import parse_mcp_servers
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.mcp_client.runtime import MCPRuntime
 from scripts import engines
 from scripts.services import TEST_CHANNEL_KEY
 from tests.support import crm_db, procs

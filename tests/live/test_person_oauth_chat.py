@@ -27,10 +27,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_bridge.approval_store import open_store as open_approval_store
-from mcp_bridge.approvals import Approvals, Approver
-from mcp_bridge.person_oauth import CALLBACK_PATH
-from mcp_bridge.token_store import Keys, TokenStore
+from mcp_bridge.approvals.second_approver import Approvals, Approver
+from mcp_bridge.approvals.store import open_store as open_approval_store
+from mcp_bridge.auth.person import CALLBACK_PATH
+from mcp_bridge.auth.token_store import Keys, TokenStore
 from tests.live.proof.chat import RasaChat
 from tests.live.test_person_oauth import KEY, SERVICE, sign_in_in_browser
 from tests.support import procs

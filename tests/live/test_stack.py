@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from mcp_bridge.person_oauth import CALLBACK_PATH
+from mcp_bridge.auth.person import CALLBACK_PATH
 from tests.live.test_person_oauth import sign_in_in_browser
 from tests.support import procs
 from tests.support.crm_db import authors_of

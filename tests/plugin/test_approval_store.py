@@ -1,4 +1,4 @@
-"""The approval store (mcp_bridge/approval_store.py), the same tests on both engines: a SQLite file and a
+"""The approval store (mcp_bridge/approvals/store.py), the same tests on both engines: a SQLite file and a
 real PostgreSQL (Debian's server on a free port, data in a temporary folder, stopped afterwards).
 
 What matters is that the database decides: two stores (two replicas' worth of connections) deciding,
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.approval_store import PostgresApprovalStore, SQLiteApprovalStore, open_store
-from mcp_bridge.approvals import ApprovalRequest, ApprovalStore
+from mcp_bridge.approvals.second_approver import ApprovalRequest, ApprovalStore
+from mcp_bridge.approvals.store import PostgresApprovalStore, SQLiteApprovalStore, open_store
 from scripts.engines import Postgres
 
 NOW = 1_000_000.0

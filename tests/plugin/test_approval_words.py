@@ -1,6 +1,7 @@
 """The example bot's supervisor rule (examples/crm_bot/skills/log_interaction.yml: a note naming a
 refund, a write-off or a credit note waits for a supervisor) cannot be spelt around: every spelling
-below is held by mcp_bridge.approvals.required, which mcp_bridge.permissions also asks before a
+below is held by mcp_bridge.approvals.second_approver.required, which mcp_bridge.confirmation.permissions
+also asks before a
 remembered permission covers a call; innocent notes are not held."""
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge import approvals, permissions, textmatch
-from mcp_bridge.skills import Skill, load_skills
+from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.approvals import textmatch
+from mcp_bridge.confirmation import permissions
+from mcp_bridge.skills.files import Skill, load_skills
 
 EXAMPLE_SKILLS = Path(__file__).resolve().parents[2] / "examples" / "crm_bot" / "skills"
 SHY, ZWSP, ZWJ, BOM, RLM = "\u00ad", "\u200b", "\u200d", "\ufeff", "\u200f"

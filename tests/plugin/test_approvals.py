@@ -1,4 +1,5 @@
-"""A second approver (mcp_bridge/approvals.py): the rules, through the executor, on fixture tools and a
+"""A second approver (mcp_bridge/approvals/second_approver.py): the rules, through the executor, on fixture
+tools and a
 real SQLite store. What is written is read from the notebook; what was decided from the store and
 the audit trail."""
 
@@ -12,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.approval_store import SQLiteApprovalStore
-from mcp_bridge.approvals import Approvals, Approver, People
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.approvals.second_approver import Approvals, Approver, People
+from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses
 from tests.support.fixture_tools import SKILLS, ContactId, Notebook, NoteResult, NoteText, local_tools
 
@@ -392,7 +393,7 @@ async def test_a_lost_run_of_a_tool_that_keeps_no_key_is_never_repeated(tmp_path
 async def test_a_call_that_keeps_killing_its_action_server_is_run_at_most_max_runs_times(
     bench: Bench,
 ) -> None:
-    from mcp_bridge.approvals import MAX_RUNS
+    from mcp_bridge.approvals.second_approver import MAX_RUNS
 
     request_id = await lost_run(bench, reached_the_tool=False)
     for _ in range(MAX_RUNS - 1):  # each resumed run dies too

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge.audit import CALLED, AuditLog, argument_digest, serving
-from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.confirmation.executor import Executor
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import CALLED, AuditLog, argument_digest, serving
+from mcp_bridge.skills.files import domain_responses, load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, skills_with_source
 from tests.support.procs import EXAMPLE_BOT

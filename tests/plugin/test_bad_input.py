@@ -14,12 +14,12 @@ from urllib.parse import quote
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import Decision, Executor
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.skills.files import domain_responses, load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, notes_for, responses, skills_with_source
 from tests.support.crm_api import crm_json
 from tests.support.crm_db import contact_id, count_notes, note_text

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.config import MCPServerConfig, SlotMeta, load_mcp_servers, parse_mcp_servers
-from mcp_bridge.envsubst import UnsetVariableError, expand
+from mcp_bridge.config.envsubst import UnsetVariableError, expand
+from mcp_bridge.config.servers import MCPServerConfig, SlotMeta, load_mcp_servers, parse_mcp_servers
 from mcp_bridge.errors import ConfigError
 from tests.support.procs import EXAMPLE_BOT
 

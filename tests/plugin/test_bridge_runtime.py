@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import ServerUnavailableError, ToolArgumentsError, ToolNotFoundError
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
 from tests.support import procs
 from tests.support.mcp_client import connections_opened
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge import approvals
+from mcp_bridge.approvals import second_approver as approvals
 from tests.support import procs
 from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
 

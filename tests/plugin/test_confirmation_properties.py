@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from mcp_bridge.confirmation.executor import ConfirmationPolicy, Decision, Executor
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import ConfirmationPolicy, Decision, Executor
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses
 
 TTL = 60.0

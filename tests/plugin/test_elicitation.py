@@ -1,12 +1,12 @@
-"""The elicitation state machine (mcp_bridge/elicitation.py): a server's form or URL, asked in the
+"""The elicitation state machine (mcp_bridge/questions/elicitation.py): a server's form or URL, asked in the
 chat, turn by turn, as plain data. Live round trips are in test_elicitation_live.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mcp_bridge import elicitation
-from mcp_bridge.elicitation import Answered, Asked, PendingElicitation, begin, reply
+from mcp_bridge.questions import elicitation
+from mcp_bridge.questions.elicitation import Answered, Asked, PendingElicitation, begin, reply
 
 VISIT: dict[str, Any] = {
     "mode": "form",

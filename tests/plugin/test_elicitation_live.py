@@ -12,11 +12,11 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.elicitation import Answered, begin, reply
+from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import InputRequiredError, QuestionLapsedError
-from mcp_bridge.results import ToolResult
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.questions.elicitation import Answered, begin, reply
+from mcp_bridge.tools.results import ToolResult
 from tests.support import procs
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor, Turn
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import ToolNotFoundError
-from mcp_bridge.executor import ConfirmationPolicy, Executor, Turn
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox, ToolFunction
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox, ToolFunction
 from tests.support import procs
 from tests.support.conversation import Conversation
 from tests.support.fixture_tools import (
@@ -321,7 +321,7 @@ async def test_a_server_that_does_not_serve_the_tool_is_asked_about_then_refused
 ) -> None:
     # The write names a configured, reachable MCP server that serves other tools only: the question
     # is still asked (the constraint is found by name), and the "yes" is refused, naming the tool.
-    from mcp_bridge.config import MCPServerConfig
+    from mcp_bridge.config.servers import MCPServerConfig
 
     with procs.reminders_mcp() as other:
         configured = {"archive": MCPServerConfig(name="archive", url=other.url, trusted=True)}

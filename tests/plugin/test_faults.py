@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 from crm.tools import CRM_UNREACHABLE, TOOLS
 
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import OutcomeUnknownError
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import call_digest
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.skills.files import domain_responses, load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, all_notes, notes_for, responses, skills_with_source
 from tests.support.crm_db import contact_id, count_notes_with_key

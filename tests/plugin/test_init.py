@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge import approvals
+from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import fragment_text
-from mcp_bridge.executor import Responses
+from mcp_bridge.confirmation.executor import Responses
 from tests.support.bots import (
     DATA_BLOCK,
     SKILL_BLOCK,

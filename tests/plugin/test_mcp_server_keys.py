@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import ServerUnavailableError, ToolTimeoutError
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.bots import SKILL_BLOCK, guide_block
 from tests.support.conversation import Conversation, responses

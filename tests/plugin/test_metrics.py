@@ -13,11 +13,11 @@ from types import ModuleType
 from crm import tools as crm_tool_functions
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcp_bridge import metrics
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.executor import Executor
-from mcp_bridge.skills import domain_responses, load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.confirmation.executor import Executor
+from mcp_bridge.observability import metrics
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import domain_responses, load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, responses, skills_with_source
 from tests.support.rasa_calls import FakeTracker, call_action, said

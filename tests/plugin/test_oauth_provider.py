@@ -1,4 +1,5 @@
-"""The bridge's settings on the SDK's client credentials provider (mcp_bridge.oauth), request by request.
+"""The bridge's settings on the SDK's client credentials provider (mcp_bridge.auth.client_credentials),
+request by request.
 
 The flow itself (discovery, 401, retry) is the SDK's and is proven live in tests/live/test_mcp_oauth.py.
 """
@@ -10,9 +11,8 @@ from urllib.parse import parse_qs
 
 import httpx2
 
-from mcp_bridge.config import OAuthConfig
-from mcp_bridge.oauth import ClientCredentials
-from mcp_bridge.transport import AUTH_REQUEST
+from mcp_bridge.auth.client_credentials import AUTH_REQUEST, ClientCredentials
+from mcp_bridge.config.servers import OAuthConfig
 
 CONFIG = OAuthConfig(
     client_id="bridge",

@@ -257,8 +257,8 @@ def test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else(dist: D
     assert not [n for n in shipped if "__pycache__" in n or n.endswith(".pyc")]
     # What the runtime loads beside the code: the word files, init's fragments, the type marker.
     for data in [
-        "confirmation_words.yml",
-        "lookalikes.yml",
+        "reading/confirmation_words.yml",
+        "approvals/lookalikes.yml",
         "py.typed",
         "cli/bot/domain.yml",
         "cli/bot/skill.yml",
@@ -294,5 +294,5 @@ def test_the_plugin_under_test_is_the_installed_wheel(dist: Dist) -> None:
     distribution = importlib.metadata.distribution("rasa-mcp-bridge")
     assert distribution.version == mcp_bridge.__version__ == wheel_metadata(dist)["Version"]
     assert "mcp_bridge/__init__.py" in {str(f) for f in distribution.files or []}
-    assert (resources.files("mcp_bridge") / "lookalikes.yml").is_file()
+    assert (resources.files("mcp_bridge.approvals") / "lookalikes.yml").is_file()
     assert not (Path(distribution.locate_file("")) / "tests").exists(), "tests/ was installed"

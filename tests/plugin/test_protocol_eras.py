@@ -17,13 +17,13 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import MCPServerConfig, OAuthConfig
+from mcp_bridge.config.servers import MCPServerConfig, OAuthConfig
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.errors import ToolArgumentsError, ToolResultInvalidError
-from mcp_bridge.executor import Executor
-from mcp_bridge.runtime import MCPRuntime
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, responses
 

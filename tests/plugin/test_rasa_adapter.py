@@ -5,8 +5,8 @@ from __future__ import annotations
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
+from mcp_bridge.confirmation.executor import Decision, Say
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import Decision, Say
 from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision
 
 LOOP = CONFIRMATION_LOOP

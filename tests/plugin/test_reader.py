@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.reader import (
+from mcp_bridge.reading.reader import (
     Choices,
     ConfirmationReader,
     Edit,

@@ -26,7 +26,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_bridge.reader import ConfirmationReader, NluOpinion, address_spans
+from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, address_spans
 from tests.support.example_form import load_form
 from tests.support.procs import EXAMPLE_BOT
 

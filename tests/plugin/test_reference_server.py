@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.mcp_client.runtime import MCPRuntime
 from tests.plugin.test_check import bot, check, edit, initialised_bot  # noqa: F401 - fixtures
 from tests.support import procs
 from tests.support.bots import mcp_bridge

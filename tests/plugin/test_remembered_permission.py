@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge import permissions
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.confirmation import permissions
+from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.contract import PENDING_SLOT, PERMISSIONS_SLOT
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import Decision, Executor
+from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills import load_skills
-from mcp_bridge.sources import Annotations
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.sources import Annotations
 from tests.support.conversation import Conversation, responses
 
 CONTACTS = {"dana@example.com": (1, "Dana Whitfield"), "priya@example.com": (2, "Priya Raman")}

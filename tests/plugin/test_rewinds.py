@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from rasa_sdk import Tracker
 
+from mcp_bridge.confirmation.executor import Decision, Executor, Turn
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PERMISSIONS_SLOT
-from mcp_bridge.executor import Decision, Executor, Turn
 from mcp_bridge.rasa.adapter import turn_from_tracker, whole_numbers
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
 from mcp_bridge.rasa.rewinds import unrewound

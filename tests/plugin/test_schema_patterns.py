@@ -22,11 +22,11 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_bridge import schema
-from mcp_bridge.config import MCPServerConfig
-from mcp_bridge.elicitation import Answered, begin, reply
+from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import ToolArgumentsError, ToolResultInvalidError
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.questions.elicitation import Answered, begin, reply
+from mcp_bridge.tools import schema
 from tests.support import procs
 
 PATTERN_SERVER = procs.REPO_ROOT / "tests" / "fixtures" / "pattern_server.py"

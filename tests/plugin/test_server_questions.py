@@ -2,7 +2,8 @@
 (tests/fixtures/era_server.py): the confirmation first, then the server's form or URL over the next
 turns, then the call completed with the answers, written once. A 2026-07-28 server's call is sent
 again with the answers (input-required); a 2025-11-25 server's call is held open in this process
-while the person answers (mcp_bridge.held_calls), and an answer that comes after the wait ran out,
+while the person answers (mcp_bridge.questions.waiting_calls), and an answer that comes after the wait ran
+out,
 or to a process that does not hold the call, is told so (the server heard cancel)."""
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_bridge.audit import AuditLog
-from mcp_bridge.config import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
-from mcp_bridge.executor import Decision, Executor
-from mcp_bridge.runtime import MCPRuntime
+from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, responses
 
@@ -369,7 +370,7 @@ async def test_a_call_of_a_list_that_the_server_stops_to_ask_about_keeps_its_que
         ({"ELICITATION_MAX_HELD": "0"}, "ELICITATION_MAX_HELD: must be a positive whole number"),
     ],
 )
-def test_the_held_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
+def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
     settings: dict[str, str], expected: tuple[float, int] | str
 ) -> None:
     from mcp_bridge.errors import ConfigError

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.approval_store import SQLiteApprovalStore
-from mcp_bridge.approvals import Approvals, Approver
-from mcp_bridge.audit import AuditLog
+from mcp_bridge.approvals.second_approver import Approvals, Approver
+from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.executor import ConfirmationPolicy, Executor
-from mcp_bridge.skills import load_skills
-from mcp_bridge.tools import ToolBox
+from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses
 
 CONTACTS = {"dana@example.com": (1, "Dana Whitfield"), "priya@example.com": (2, "Priya Raman")}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from crm.tools import TOOLS
 
-from mcp_bridge.confirmation import declared
+from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.skills import (
+from mcp_bridge.skills.files import (
     ForEach,
     RequiresConfirmation,
     Skill,

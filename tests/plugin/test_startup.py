@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge import approvals
+from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import fragment_text
+from mcp_bridge.config.yamlfile import load_yaml
+from mcp_bridge.confirmation.executor import Responses
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
@@ -23,9 +25,7 @@ from mcp_bridge.contract import (
     REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.executor import Responses
-from mcp_bridge.skills import check_skills
-from mcp_bridge.yamlfile import load_yaml
+from mcp_bridge.skills.files import check_skills
 
 SKILLS = Path(__file__).resolve().parents[2] / "examples" / "crm_bot" / "skills"
 

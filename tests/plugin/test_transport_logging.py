@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-import mcp_bridge.transport  # noqa: F401  (installs the filter on the SDK's logger)
+import mcp_bridge.mcp_client.transport  # noqa: F401  (installs the filter on the SDK's logger)
 
 SDK_LOGGER = logging.getLogger("mcp.client.streamable_http")
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from mcp_bridge import approvals
+from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import _entry_blocks, fragment_text
 from mcp_bridge.cli.yaml_splice import Splice, compose, entry_name, top_level
-from mcp_bridge.executor import Responses
+from mcp_bridge.confirmation.executor import Responses
 from tests.support.procs import REPO_ROOT, child_env
 
 RASA_SITE = next((REPO_ROOT / ".venv-rasa" / "lib").glob("python3*/site-packages"), None)

@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_bridge.tools import ToolFunction
+from mcp_bridge.skills.toolbox import ToolFunction
 from tests.support import procs
 
 SERVER = "notebook"
@@ -256,6 +256,6 @@ def write_skills(directory: Path, source: str, extra: Mapping[str, str] | None =
 def servers(url: str, **keys: Any) -> dict[str, Any]:
     """``{"notebook": MCPServerConfig}`` for the server at ``url``; ``keys`` are the bridge's own
     (``trusted``, ``honours_idempotency_key``, ...)."""
-    from mcp_bridge.config import MCPServerConfig
+    from mcp_bridge.config.servers import MCPServerConfig
 
     return {SERVER: MCPServerConfig(name=SERVER, url=url, **keys)}

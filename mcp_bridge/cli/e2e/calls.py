@@ -1,4 +1,5 @@
-"""What the action server really called, read from its audit trail (see :mod:`mcp_bridge.audit`).
+"""What the action server really called, read from its audit trail (see
+:mod:`mcp_bridge.observability.audit`).
 
 Each call entry names the tool, where it ran, the conversation, whether the request could have
 reached the tool, and one digest per argument, never the values. An expected argument is
@@ -13,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.audit import CALLED, argument_digest
+from mcp_bridge.observability.audit import CALLED, argument_digest
 
-# The audit entry of a call held for a second approver (mcp_bridge.approvals).
+# The audit entry of a call held for a second approver (mcp_bridge.approvals.second_approver).
 APPROVAL_REQUESTED = "approval_requested"
 
 

@@ -1,0 +1,1 @@
+"""A second approver: which calls a rule holds, where approval requests live, and the approval page."""

@@ -1,0 +1,663 @@
+"""Acting as the person: OAuth authorization code with PKCE, across chat turns and replicas.
+
+A server whose ``oauth:`` block says ``grant: authorization_code`` is called with the token of the
+person in the conversation (the name the channel authenticated, ``Turn.user``), never with a
+shared one. The MCP SDK's :class:`~mcp.client.auth.OAuthClientProvider` does this flow inside one
+HTTP request: it sends the person to the authorization page and *awaits* the callback. A chat spans
+turns, and the callback may reach another replica, so the bridge uses the SDK's parts and keeps
+the flow's state where every replica finds it:
+
+* discovery as the MCP specification describes: the server's 401 challenge and its
+  protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414),
+  with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server;
+* the sign-in link shown in the chat is the action server's own callback route with a sealed *start
+  ticket* (``?start=``; Fernet: encrypted and signed, with its time: it expires) naming the
+  conversation, the person, the server, the skill and a nonce. Opening it is good once (the first
+  browser to open it takes it, :meth:`PersonOAuth.start`): the route sets a cookie holding a random
+  browser secret, and only then is the authorization URL made, with the SDK's
+  :class:`PKCEParameters` (S256), the RFC 8707 ``resource`` the SDK's context computes, and a
+  ``state`` sealed like the ticket that also carries the digest of that browser secret. The PKCE
+  verifier stays in the token store under the nonce (:mod:`mcp_bridge.auth.token_store`) and is taken
+  once, so a state is good for one sign-in only;
+* the callback counts only in the browser that opened the link: without the cookie whose digest the
+  state carries, it is refused before anything is taken or exchanged (:meth:`PersonOAuth.complete`);
+* the tokens are not the person's yet: they wait, encrypted, in the store, and the page shows which
+  account signed in (the ID token's or the access token's email, name or subject) with "Use this
+  account" and "Not me" (a POST carrying a sealed ticket bound to the same cookie). Only "Use this
+  account" stores them for the person (:meth:`PersonOAuth.confirm`); "Not me" drops and revokes them;
+* the code exchange, the refresh and the client authentication are the SDK provider's own requests
+  (``_exchange_token_authorization_code``, ``_refresh_token``, ``prepare_token_auth``) and its
+  response handling; the tokens go to the encrypted store per (person, server);
+* a token is refreshed a little before it expires; a refresh that fails removes the token and the
+  person is asked to sign in again: a call never goes out under anyone else's identity;
+* disconnecting removes the token and revokes it at the authorization server (RFC 7009) when
+  it publishes a revocation endpoint.
+
+Nothing here logs a token, a code or a verifier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import unicodedata
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlparse
+
+import httpx2
+from cryptography.fernet import InvalidToken
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.oauth2 import PKCEParameters
+from mcp.client.auth.utils import (
+    build_oauth_authorization_server_metadata_discovery_urls,
+    build_protected_resource_metadata_discovery_urls,
+    create_oauth_metadata_request,
+    extract_resource_metadata_from_www_auth,
+    handle_auth_metadata_response,
+    handle_protected_resource_response,
+    validate_authorization_response_iss,
+    validate_metadata_issuer,
+)
+from mcp.shared.auth import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+    ProtectedResourceMetadata,
+)
+
+from mcp_bridge.auth.token_store import TokenStore
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.errors import BridgeError, NotAuthorisedError, ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+# How long a sign-in link stays good.
+SIGN_IN_SECONDS = 600
+# A token counts as expired this long before it is (at most; a tenth of its lifetime when shorter).
+REFRESH_BEFORE = 30.0
+# How long the "which account" page waits for "Use this account" once the sign-in came back.
+CONFIRM_SECONDS = 300
+# One route serves the three steps a browser makes: ``GET ?start=`` (the link shown in the chat),
+# ``GET ?state=&code=`` (the authorization server's redirect) and ``POST`` (the person's choice). So
+# a proxy that exposes the redirect URI exposes all of it, and the browser cookie's path is that URI.
+CALLBACK_PATH = "/mcp-bridge/oauth/callback"
+# The longest account name shown on the confirmation page.
+MAX_ACCOUNT_CHARS = 120
+# Token-response fields longer than this are not read for the account name.
+_MAX_JWT_CHARS = 16384
+
+
+@dataclass(frozen=True)
+class Acting:
+    """Who the calls made now are for: the conversation, the person the channel named, the skill."""
+
+    conversation: str
+    person: str | None
+    skill: str | None = None
+
+
+_acting: ContextVar[Acting | None] = ContextVar("mcp_bridge_acting", default=None)
+
+
+@contextmanager
+def acting(conversation: str, person: str | None, skill: str | None = None) -> Iterator[None]:
+    """Calls to a server that acts as the person, inside this block, are ``person``'s."""
+    token = _acting.set(Acting(conversation, person, skill))
+    try:
+        yield
+    finally:
+        _acting.reset(token)
+
+
+def current() -> Acting | None:
+    return _acting.get()
+
+
+@dataclass(frozen=True)
+class SignInLink:
+    url: str
+    # Where the person signs in, as they should read it (host and port of the authorization page).
+    domain: str
+    server: str
+
+
+class SignInRequiredError(NotAuthorisedError):
+    """The person has no usable token for this server: nothing was sent; they must sign in first.
+
+    ``link`` is None when none can be made (the channel names nobody)."""
+
+    def __init__(self, message: str, server: str, link: SignInLink | None = None, *, again: bool = False):
+        super().__init__(message)
+        self.server = server
+        self.link = link
+        # True when a token was there but could not be renewed (the person signs in again).
+        self.again = again
+
+
+class SignInError(BridgeError):
+    """A callback that does not complete a sign-in (forged, expired or replayed state; a refused
+    code). The message is safe to show: it names no token, code or person."""
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    conversation: str
+    person: str
+    server: str
+    skill: str | None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A start link opened: where the browser goes next, and the cookie that binds it to this sign-in."""
+
+    url: str
+    # The cookie's attributes: ``Secure`` (and the ``__Host-`` name) when the redirect URI is https;
+    # its path is the redirect URI's, so it is sent to this route alone.
+    secure: bool
+    path: str
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A sign-in that came back from the authorization server, its tokens held until the person says
+    "Use this account". ``ticket`` goes into the confirmation form; it is sealed and bound to the
+    browser's cookie."""
+
+    signed: SignedIn
+    account: str | None
+    domain: str
+    ticket: str
+
+
+def browser_digest(secret: str) -> str:
+    """What the state carries of the browser secret (the secret itself stays in the cookie)."""
+    return hashlib.sha256(b"mcp-bridge sign-in browser\0" + secret.encode()).hexdigest()
+
+
+@dataclass
+class _Discovered:
+    resource: ProtectedResourceMetadata | None
+    metadata: OAuthMetadata
+
+
+async def discover(config: MCPServerConfig) -> _Discovered:
+    """Where people sign in for the server, as the MCP specification says: its 401's hint, its
+    protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414).
+    NotAuthorisedError when none is found."""
+    async with _http(config) as http:
+        challenge = await http.post(
+            config.url,
+            json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
+            headers={"accept": "application/json, text/event-stream"},
+        )
+        hint = extract_resource_metadata_from_www_auth(challenge)
+        resource: ProtectedResourceMetadata | None = None
+        for url in build_protected_resource_metadata_discovery_urls(hint, config.url):
+            resource = await handle_protected_resource_response(
+                await http.send(create_oauth_metadata_request(url))
+            )
+            if resource is not None:
+                break
+        issuer = (
+            str(resource.authorization_servers[0]) if resource and resource.authorization_servers else None
+        )
+        metadata: OAuthMetadata | None = None
+        for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, config.url):
+            go_on, metadata = await handle_auth_metadata_response(
+                await http.send(create_oauth_metadata_request(url))
+            )
+            if metadata is not None or not go_on:
+                break
+    if metadata is None:
+        raise NotAuthorisedError(
+            f"MCP server {config.name!r}: no authorization server metadata found (protected-resource "
+            "metadata, RFC 9728, then RFC 8414); nobody can sign in"
+        )
+    if issuer is not None:
+        validate_metadata_issuer(metadata, issuer)
+    return _Discovered(resource, metadata)
+
+
+async def authorization_server(config: MCPServerConfig) -> str:
+    """The issuer of the authorization server where people sign in for ``config``'s server (discovered;
+    nothing of anyone's is sent). NotAuthorisedError when none is found, ServerUnavailableError when
+    the server cannot be reached."""
+    try:
+        return str((await discover(config)).metadata.issuer)
+    except httpx2.HTTPError as exc:
+        raise ServerUnavailableError(
+            f"MCP server {config.name!r} at {config.url} could not be reached ({type(exc).__name__})"
+        ) from exc
+
+
+def _http(config: MCPServerConfig) -> httpx2.AsyncClient:
+    timeout = config.oauth.timeout if config.oauth is not None else 10.0
+    return httpx2.AsyncClient(timeout=timeout, follow_redirects=False)
+
+
+class _OneShotStorage:
+    """The SDK's TokenStorage for one provider object: what its handlers store, kept for the caller."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        return None
+
+
+class PersonOAuth:
+    """Sign-in links, callbacks, the people's tokens (refreshed) and disconnecting, for the servers
+    that act as the person."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, MCPServerConfig],
+        store: TokenStore,
+        *,
+        clock: Any = time.time,
+    ) -> None:
+        self._servers = {name: config for name, config in servers.items() if config.acts_as_person}
+        self._store = store
+        self._clock = clock
+        self._discovered: dict[str, _Discovered] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    @property
+    def store(self) -> TokenStore:
+        return self._store
+
+    def serves(self, server: str) -> bool:
+        return server in self._servers
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    async def _discover(self, server: str) -> _Discovered:
+        found = self._discovered.get(server)
+        if found is None:
+            found = self._discovered[server] = await discover(self._servers[server])
+        return found
+
+    async def _provider(self, server: str) -> tuple[OAuthClientProvider, _OneShotStorage]:
+        """The SDK's provider for ``server``, its context filled with what discovery found."""
+        config = self._servers[server]
+        oauth = config.oauth
+        assert oauth is not None and oauth.redirect_uri is not None
+        found = await self._discover(server)
+        method = "client_secret_basic" if oauth.client_secret else "none"
+        metadata = OAuthClientMetadata(
+            redirect_uris=[oauth.redirect_uri],  # type: ignore[list-item]  # pydantic parses the URL
+            scope=oauth.scope,
+            grant_types=["authorization_code", "refresh_token"],
+            token_endpoint_auth_method=method,  # type: ignore[arg-type]
+        )
+        storage = _OneShotStorage()
+        provider = OAuthClientProvider(config.url, metadata, storage)
+        context = provider.context
+        context.protected_resource_metadata = found.resource
+        context.oauth_metadata = found.metadata
+        context.auth_server_url = str(found.metadata.issuer)
+        context.client_info = OAuthClientInformationFull(
+            client_id=oauth.client_id,
+            client_secret=oauth.client_secret or None,
+            redirect_uris=[oauth.redirect_uri],  # type: ignore[list-item]
+            token_endpoint_auth_method=method,
+            grant_types=["authorization_code", "refresh_token"],
+            scope=oauth.scope,
+        )
+        return provider, storage
+
+    # -- signing in ------------------------------------------------------------------------------
+
+    async def link(self, server: str, conversation: str, person: str, skill: str | None) -> SignInLink:
+        """The sign-in link shown to ``person`` in ``conversation``: the callback route with a sealed,
+        expiring start ticket, good for one browser (:meth:`start`)."""
+        provider, _ = await self._provider(server)
+        context = provider.context
+        oauth = self._servers[server].oauth
+        assert oauth is not None and oauth.redirect_uri is not None and context.oauth_metadata is not None
+        pkce = PKCEParameters.generate()
+        nonce = secrets.token_urlsafe(24)
+        expires = self._clock() + SIGN_IN_SECONDS
+        await self._store.begin_sign_in(nonce, pkce.code_verifier, expires)
+        await self._store.begin_sign_in(_START + nonce, "unopened", expires)
+        ticket = self._seal(
+            {
+                "t": "start",
+                "c": conversation,
+                "p": person,
+                "s": server,
+                "k": skill,
+                "n": nonce,
+                "x": pkce.code_challenge,
+            }
+        )
+        endpoint = str(context.oauth_metadata.authorization_endpoint)
+        separator = "&" if "?" in oauth.redirect_uri else "?"
+        url = f"{oauth.redirect_uri}{separator}{urlencode({'start': ticket})}"
+        return SignInLink(url, urlparse(endpoint).netloc, server)
+
+    async def start(self, ticket: str, browser: str) -> Started:
+        """A start link opened by a browser whose cookie will hold ``browser``: the authorization URL,
+        its state bound to that secret. Good once: a second browser (or a second opening) is refused."""
+        opened = self._open(ticket, "start", SIGN_IN_SECONDS)
+        server = str(opened["s"])
+        if server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        if await self._store.take_sign_in(_START + str(opened["n"])) is None:
+            raise SignInError(
+                "this sign-in link was opened already (in this or another browser) or has expired; "
+                "ask again in the chat for a new one"
+            )
+        provider, _ = await self._provider(server)
+        context = provider.context
+        oauth = self._servers[server].oauth
+        assert oauth is not None and oauth.redirect_uri is not None
+        assert context.oauth_metadata is not None and context.client_info is not None
+        state = self._seal(
+            {
+                "t": "state",
+                **{key: opened[key] for key in ("c", "p", "s", "k", "n")},
+                "b": browser_digest(browser),
+            }
+        )
+        params = {
+            "response_type": "code",
+            "client_id": context.client_info.client_id,
+            "redirect_uri": str(oauth.redirect_uri),
+            "state": state,
+            "code_challenge": str(opened["x"]),
+            "code_challenge_method": "S256",
+            "resource": context.get_resource_url(),  # RFC 8707
+        }
+        if oauth.scope:
+            params["scope"] = oauth.scope
+        endpoint = str(context.oauth_metadata.authorization_endpoint)
+        redirect = urlparse(str(oauth.redirect_uri))
+        return Started(f"{endpoint}?{urlencode(params)}", redirect.scheme == "https", redirect.path or "/")
+
+    def _seal(self, value: Mapping[str, Any]) -> str:
+        return self._store.keys.states.encrypt_at_time(
+            json.dumps(value).encode(), int(self._clock())
+        ).decode()
+
+    def _open(self, sealed: str, kind: str, ttl: int) -> dict[str, Any]:
+        """A ticket or state we sealed, of this kind, not older than ``ttl``; else SignInError."""
+        try:
+            opened = json.loads(
+                self._store.keys.states.decrypt_at_time(sealed.encode(), ttl, int(self._clock()))
+            )
+            if not isinstance(opened, dict) or opened.get("t") != kind:
+                raise ValueError(kind)
+            for key in ("c", "p", "s", "n"):
+                if not isinstance(opened.get(key), str):
+                    raise ValueError(key)
+        except (InvalidToken, ValueError, TypeError):
+            raise SignInError(
+                "this sign-in link is not valid or has expired; ask again in the chat"
+            ) from None
+        return opened
+
+    async def complete(
+        self, state: str, code: str | None, iss: str | None, error: str | None = None, *, browser: str | None
+    ) -> Linked:
+        """The callback: check the state (sealed, not expired, not used) and that ``browser`` (the
+        cookie) is the secret of the browser that opened the link, exchange the code, and hold the
+        tokens until the person confirms the account (:meth:`confirm`). A callback in another
+        browser is refused before anything is taken, so the person's own browser can still finish."""
+        opened = self._open(state, "state", SIGN_IN_SECONDS)
+        signed = SignedIn(opened["c"], opened["p"], opened["s"], opened.get("k"))
+        if not browser or not hmac.compare_digest(browser_digest(browser), str(opened.get("b", ""))):
+            log.warning(
+                "sign-in to MCP server %r refused: completed in a browser that did not open the link "
+                "(conversation %s)",
+                signed.server,
+                signed.conversation,
+            )
+            raise SignInError(
+                "this sign-in was started in another browser, so it cannot be completed here. Open the "
+                "link from the chat in the browser you chat in"
+            )
+        if signed.server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        verifier = await self._store.take_sign_in(opened["n"])
+        if verifier is None:
+            raise SignInError("this sign-in link was used already or has expired; ask again in the chat")
+        if error or not code:
+            raise SignInError("the sign-in was not completed at the authorization server")
+        provider, storage = await self._provider(signed.server)
+        try:
+            validate_authorization_response_iss(iss, provider.context.oauth_metadata)  # RFC 9207
+        except Exception:
+            raise SignInError("the sign-in answer came from another authorization server") from None
+        request = await provider._exchange_token_authorization_code(code, verifier)
+        async with _http(self._servers[signed.server]) as http:
+            response = await http.send(request)
+            try:
+                await provider._handle_token_response(response)
+            except Exception:
+                log.warning(
+                    "sign-in to MCP server %r: the authorization server refused the code (HTTP %s)",
+                    signed.server,
+                    response.status_code,
+                )
+                raise SignInError(
+                    "the authorization server refused the sign-in; ask again in the chat"
+                ) from None
+        assert storage.tokens is not None
+        account = _account(response)
+        held = secrets.token_urlsafe(24)
+        record = _record(storage.tokens, self._clock())
+        await self._store.begin_sign_in(_HELD + held, json.dumps(record), self._clock() + CONFIRM_SECONDS)
+        ticket = self._seal(
+            {
+                "t": "confirm",
+                "c": signed.conversation,
+                "p": signed.person,
+                "s": signed.server,
+                "k": signed.skill,
+                "n": held,
+                "b": opened["b"],
+                "a": account,
+            }
+        )
+        metadata = provider.context.oauth_metadata
+        domain = urlparse(str(metadata.authorization_endpoint)).netloc if metadata is not None else ""
+        return Linked(signed, account, domain, ticket)
+
+    async def confirm(self, ticket: str, browser: str | None, use: bool) -> SignedIn | None:
+        """The person's choice on the confirmation page, in the browser that signed in: "Use this
+        account" stores the held tokens for the person the link named (the SignedIn); "Not me" drops
+        and revokes them (None). Good once; SignInError when the ticket is not ours, is for another
+        browser, has expired or was answered already."""
+        opened = self._open(ticket, "confirm", CONFIRM_SECONDS)
+        if not browser or not hmac.compare_digest(browser_digest(browser), str(opened.get("b", ""))):
+            raise SignInError("this answer comes from another browser than the one that signed in")
+        signed = SignedIn(opened["c"], opened["p"], opened["s"], opened.get("k"))
+        held = await self._store.take_sign_in(_HELD + opened["n"])
+        if held is None:
+            raise SignInError("this sign-in was answered already or has expired; ask again in the chat")
+        record = json.loads(held)
+        if not use:
+            log.info("a sign-in to MCP server %r was declined: not the person's account", signed.server)
+            if signed.server in self._servers:
+                await self._revoke(signed.server, record)
+            return None
+        if signed.server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        await self._store.put(signed.person, signed.server, record)
+        log.info("a person signed in to MCP server %r (conversation %s)", signed.server, signed.conversation)
+        return signed
+
+    # -- the person's token ----------------------------------------------------------------------
+
+    async def access_token(
+        self, server: str, person: str | None, conversation: str, skill: str | None
+    ) -> str:
+        """The person's valid access token for ``server``, refreshed when about to expire; else
+        :class:`SignInRequiredError` with a link (none when the channel names nobody)."""
+        if person is None:
+            raise SignInRequiredError(
+                f"MCP server {server!r} acts as the person in the conversation, and this channel names "
+                "nobody: nothing was sent",
+                server,
+            )
+        lock = self._locks.setdefault((server, person), asyncio.Lock())
+        async with lock:
+            record = await self._store.get(person, server)
+            if record is not None and not _expiring(record, self._clock()):
+                return str(record["token"]["access_token"])
+            again = record is not None
+            if record is not None and record["token"].get("refresh_token"):
+                refreshed = await self._refresh(server, record)
+                if refreshed is not None:
+                    await self._store.put(person, server, refreshed)
+                    return str(refreshed["token"]["access_token"])
+            if record is not None:
+                await self._store.delete(person, server)
+        link = await self.link(server, conversation, person, skill)
+        what = "could not be renewed" if again else "is not there yet"
+        raise SignInRequiredError(
+            f"the person's sign-in to MCP server {server!r} {what}: nothing was sent",
+            server,
+            link,
+            again=again,
+        )
+
+    async def forget(self, server: str, person: str) -> None:
+        """The server refused the person's token: drop it, so the next call asks them to sign in."""
+        await self._store.delete(person, server)
+
+    async def _refresh(self, server: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        provider, storage = await self._provider(server)
+        provider.context.current_tokens = OAuthToken.model_validate(record["token"])
+        request = await provider._refresh_token()
+        async with _http(self._servers[server]) as http:
+            try:
+                response = await http.send(request)
+            except httpx2.HTTPError as exc:
+                log.warning("refreshing a token for MCP server %r failed: %s", server, type(exc).__name__)
+                return None
+            if not await provider._handle_refresh_response(response):
+                log.info(
+                    "MCP server %r: a token could not be refreshed (HTTP %s)", server, response.status_code
+                )
+                return None
+        assert storage.tokens is not None
+        return _record(storage.tokens, self._clock())
+
+    async def disconnect(self, person: str) -> list[str]:
+        """Remove ``person``'s tokens for every server that acts as the person, revoking them at the
+        authorization server when it offers revocation; the servers that had one."""
+        removed: list[str] = []
+        for server in self._servers:
+            record = await self._store.get(person, server)
+            if not await self._store.delete(person, server):
+                continue
+            removed.append(server)
+            if record is not None:
+                await self._revoke(server, record)
+        return removed
+
+    async def _revoke(self, server: str, record: Mapping[str, Any]) -> None:
+        try:
+            provider, _ = await self._provider(server)
+        except Exception as exc:  # revocation is a courtesy: the token is gone from here already
+            log.warning("MCP server %r: token not revoked (%s)", server, type(exc).__name__)
+            return
+        endpoint = (
+            provider.context.oauth_metadata.revocation_endpoint if provider.context.oauth_metadata else None
+        )
+        if endpoint is None:
+            return
+        token = record["token"]
+        async with _http(self._servers[server]) as http:
+            for value, hint in (
+                (token.get("refresh_token"), "refresh_token"),
+                (token.get("access_token"), "access_token"),
+            ):
+                if not value:
+                    continue
+                client_id = self._servers[server].oauth.client_id  # type: ignore[union-attr]
+                data, headers = provider.context.prepare_token_auth(
+                    {"token": value, "token_type_hint": hint, "client_id": client_id},
+                    {"Content-Type": "application/x-www-form-urlencoded"},
+                )
+                try:
+                    response = await http.post(str(endpoint), data=data, headers=headers)
+                    log.info("MCP server %r: %s revoked (HTTP %s)", server, hint, response.status_code)
+                except httpx2.HTTPError as exc:
+                    log.warning("MCP server %r: %s not revoked (%s)", server, hint, type(exc).__name__)
+
+    async def aclose(self) -> None:
+        await self._store.close()
+
+
+# Keys of the store's sign-in rows besides the PKCE verifier (under the bare nonce): a link not
+# opened yet, and tokens waiting for "Use this account".
+_START = "start:"
+_HELD = "held:"
+
+
+def _account(response: httpx2.Response) -> str | None:
+    """Which account signed in, as the person should recognise it: the email, name or subject of the
+    token response's ID token, else of its access token when that is a JWT. Read for display only
+    (the response came straight from the token endpoint); None when the server says nothing of it."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    for field in ("id_token", "access_token"):
+        claims = _jwt_claims(body.get(field))
+        for claim in ("email", "preferred_username", "name", "sub"):
+            value = claims.get(claim)
+            if isinstance(value, str) and value.strip():
+                shown = "".join(ch for ch in value if unicodedata.category(ch)[0] != "C").strip()
+                if shown:
+                    return shown[:MAX_ACCOUNT_CHARS]
+    return None
+
+
+def _jwt_claims(value: object) -> dict[str, Any]:
+    if not isinstance(value, str) or len(value) > _MAX_JWT_CHARS or value.count(".") != 2:
+        return {}
+    payload = value.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, TypeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def _record(tokens: OAuthToken, now: float) -> dict[str, Any]:
+    return {"token": tokens.model_dump(mode="json", exclude_none=True), "obtained_at": now}
+
+
+def _expiring(record: Mapping[str, Any], now: float) -> bool:
+    lifetime = record["token"].get("expires_in")
+    if not lifetime:
+        return False
+    margin = min(REFRESH_BEFORE, 0.1 * float(lifetime))
+    return now >= float(record["obtained_at"]) + float(lifetime) - margin

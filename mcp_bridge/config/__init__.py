@@ -1,0 +1,1 @@
+"""Reading the plugin's configuration: YAML files, ``${VAR}`` substitution, endpoints.yml's MCP servers."""

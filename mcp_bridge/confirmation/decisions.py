@@ -1,0 +1,210 @@
+"""The executor's plain data: a :class:`Turn` in, a :class:`Decision` out, and its settings.
+
+The Rasa adapter (:mod:`mcp_bridge.rasa.adapter`) makes a :class:`Turn` of the tracker and applies a
+:class:`Decision`'s responses (:class:`Say`) and slots; :class:`ConfirmationPolicy` and
+:class:`Responses` configure the executor. :mod:`mcp_bridge.confirmation.executor` exports all of them, and a
+caller imports them from there; they live here, beneath the executor and the modules its rules are
+split into (:mod:`mcp_bridge.confirmation.calls`, :mod:`mcp_bridge.confirmation.several_calls`,
+:mod:`mcp_bridge.confirmation.server_questions`),
+so that each of those can use them without importing the executor.
+
+:class:`Run` is what running a skill from one step came to; the executor's parts pass it between them,
+and only the executor turns it into the turn's one :class:`Decision` (:meth:`Run.decision`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
+from mcp_bridge.sealing import Question
+from mcp_bridge.skills.files import Skill
+
+__all__ = ["ConfirmationPolicy", "Decision", "Outcome", "Responses", "Run", "Say", "Turn", "ended"]
+
+# Outcomes after which a question is pending.
+_WAITING = ("pending", "refused")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the executor needs to know about the conversation at this turn."""
+
+    conversation_id: str
+    slots: Mapping[str, Any]
+    # How many messages the person has sent so far; binds a "yes" to the question just before it.
+    user_turn: int
+    intent: str | None = None
+    intent_confidence: float = 1.0
+    intent_ranking: Mapping[str, float] = field(default_factory=dict)
+    # What the person just typed (or the button payload they sent).
+    text: str = ""
+    # True when this action runs in answer to a new message; False when the confirmation loop
+    # resumes after another action (the question just asked, or an interruption the bot handled).
+    new_message: bool = True
+    # True when the confirmation loop is the conversation's active loop: a pending question is
+    # being answered or was interrupted. A pending question without it was left behind.
+    loop_active: bool = False
+    # Who sent the message, as the channel authenticated and signed it ("socketio:...", "rest:...");
+    # None when no channel vouches for anyone. A question is sealed to it, and only its answers count.
+    user: str | None = None
+    # When the channel received the message (its clock, seconds), from its signature; None unsigned.
+    # An answer must be newer than the message its question was asked in.
+    said_at: float | None = None
+    # Why no channel vouches for the message (no signature where one is required, or one that does
+    # not hold: mcp_bridge.channels.proof); None when one does, or none is required. Such a message
+    # starts nothing and answers nothing.
+    unvouched: str | None = None
+
+
+@dataclass(frozen=True)
+class Say:
+    response: str
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    # Buttons added to the response's own (a question about several calls: one per call).
+    buttons: tuple[Mapping[str, str], ...] = ()
+
+
+Outcome = Literal[
+    "pending",  # a question is waiting for the person's answer
+    "done",  # the skill ran to its end
+    "cancelled",  # the person said no; nothing was called
+    "handed_back",  # the message was not an answer; the bot handles it, the question waits
+    "nothing_pending",
+    "too_long",  # the message was over the reader's limit: refused unread, nothing pending or called
+    "too_many_items",  # a for_each list over its max_items (mcp_bridge.skills.files): nothing ran
+    "rejected",  # the pending confirmation did not hold; nothing was called
+    "refused",  # an answer from someone other than the person asked; nothing called, the question waits
+    "unvouched",  # a request no channel vouches for (mcp_bridge.channels.proof); nothing ran
+    "failed",
+    "not_found",
+    "unavailable",
+    "not_configured",
+    "missing_argument",
+    "awaiting_approval",  # confirmed, and held for a second approver (rule 7); nothing called yet
+]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the executor decided for one turn: built once, at the end, and not changed after."""
+
+    outcome: Outcome
+    say: list[Say] = field(default_factory=list)
+    # slot name -> new value (None clears it)
+    slots: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def waiting(self) -> bool:
+        """A question is pending after this decision (the confirmation loop stays active)."""
+        return self.outcome in _WAITING
+
+
+@dataclass(frozen=True)
+class ConfirmationPolicy:
+    # A "yes" later than this asks again instead of writing.
+    ttl_seconds: float = 300.0
+    # The NLU's second opinion: a "yes" counts only at or above this confidence ...
+    min_confidence: float = 0.6
+    # ... and only when "no" is not within this margin of it.
+    deny_margin: float = 0.25
+    affirm_intent: str = AFFIRM_INTENT
+    deny_intent: str = DENY_INTENT
+
+
+@dataclass(frozen=True)
+class Responses:
+    """Responses the executor itself says; the domain must define them (`mcp-bridge init` adds them)."""
+
+    nothing_pending: str = "utter_nothing_pending"
+    confirm_again: str = "utter_confirm_again"
+    confirmation_invalid: str = "utter_confirmation_invalid"
+    tool_failed: str = "utter_tool_failed"
+    tool_unavailable: str = "utter_tool_unavailable"
+    tool_outcome_unknown: str = "utter_tool_outcome_unknown"
+    tool_not_configured: str = "utter_tool_not_configured"
+    # The question and the "no" for an MCP tool that the skill gave no constraint (rule 2).
+    confirm_tool_call: str = "utter_confirm_tool_call"
+    tool_call_cancelled: str = "utter_tool_call_cancelled"
+    # Said before the question again when the answer was neither a plain yes nor a plain no.
+    answer_yes_or_no: str = "utter_answer_yes_or_no"
+    # Said when a question left behind (the person started something else) is dropped.
+    question_dropped: str = "utter_question_dropped"
+    # Said instead of reading a message over the reader's limit (variable: limit).
+    message_too_long: str = "utter_message_too_long"
+    # Said instead of starting a request whose for_each list is over its max_items (variables:
+    # count, limit): no lookup ran and nothing was written.
+    too_many_items: str = "utter_too_many_items"
+    # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
+    confirmation_expired: str = "utter_confirmation_expired"
+    # A question about several calls (variables: calls, the numbered list; count), with Yes / No
+    # buttons for all of them; the executor adds one "Only <n>" button per call.
+    confirm_calls: str = "utter_confirm_calls"
+    # The same for a list of one (one call of a request that made several; variable: calls).
+    confirm_one_call: str = "utter_confirm_one_call"
+    # Said before the list again when the answer did not decide each call.
+    answer_each_call: str = "utter_answer_each_call"
+    # Said for each call the person refused when others were approved (variables: place, call).
+    call_skipped: str = "utter_call_skipped"
+    # Said when the person refused every call of the list.
+    calls_cancelled: str = "utter_calls_cancelled"
+    # Said when a tool ran but its result breaks the output schema it publishes (variable: tool_name).
+    tool_result_invalid: str = "utter_tool_result_invalid"
+    # Said when the answer to a 2025-11-25 server's question came after the server stopped waiting
+    # (variable: tool_name): it was told cancel, and its tool may have written.
+    elicitation_lapsed: str = "utter_elicitation_lapsed"
+    # Rule 8. Said after the call a permission was given with (variables: permission, until).
+    permission_granted: str = "utter_permission_granted"
+    # Said after a call that ran unasked because a permission covers it (variables: permission, until).
+    permission_used: str = "utter_permission_used"
+    # Said when the person withdraws their permissions (variable: count, how many were withdrawn).
+    permissions_revoked: str = "utter_permissions_revoked"
+    # Said to a request or an answer that no channel vouches for: it reached the action server
+    # without the signature of the channel that authenticated the person; nothing ran.
+    not_vouched: str = "utter_not_vouched"
+
+    def names(self) -> set[str]:
+        """The responses every bot needs (those of rule 8 only a bot whose skills allow it)."""
+        return set(asdict(self).values()) - self.permission_names()
+
+    def permission_names(self) -> set[str]:
+        return {self.permission_granted, self.permission_used, self.permissions_revoked}
+
+
+@dataclass(frozen=True)
+class Run:
+    """What running a skill from one step came to: all it said and set, and the question it ended on."""
+
+    outcome: Outcome
+    say: tuple[Say, ...] = ()
+    slots: Mapping[str, Any] = field(default_factory=dict)
+    asked: Question | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.outcome in _WAITING
+
+    def decision(
+        self,
+        skill: Skill,
+        *,
+        said: Sequence[Say] = (),
+        slots: Mapping[str, Any] | None = None,
+        owns_question: bool = True,
+        then: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """An entry point's one decision: what it ``said`` and set (``slots``) first, then the run's, then
+        ``then``. A run that ends without a question ends the skill (its question and reset slots
+        cleared) unless it interrupted a pending question (``owns_question`` false), which stays."""
+        ended_ = ended(skill) if owns_question and not self.waiting else {}
+        return Decision(
+            self.outcome, [*said, *self.say], {**(slots or {}), **self.slots, **ended_, **(then or {})}
+        )
+
+
+def ended(skill: Skill | None) -> dict[str, Any]:
+    """The slots that end a skill: no question pending, and the skill's reset slots cleared."""
+    resets = skill.reset_slots if skill is not None else ()
+    return {PENDING_SLOT: None, **{slot: None for slot in resets}}

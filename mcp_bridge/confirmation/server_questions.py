@@ -1,0 +1,290 @@
+"""The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
+
+A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
+:class:`~mcp_bridge.errors.InputRequiredError` from the call. The executor's call layer hands it here
+(:meth:`mcp_bridge.confirmation.calls.Calls.dispatch` calls :meth:`ServerQuestions.asked`); this module asks
+the
+server's questions in the chat with the state machine of :mod:`mcp_bridge.questions.elicitation`, one reply
+per
+turn, and keeps everything between turns in the ``pending_elicitation`` slot, signed like a pending
+confirmation: the skill, the step, the exact arguments, the confirmation that authorised the call (if
+one did), the answers so far, the server's opaque ``request_state`` and who was asked. Once every
+question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
+again with the answers and that state, and the skill goes on from its result, on whichever replica
+serves that turn: through the one hook the executor gives this module, ``run_from``
+(:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the stopped step). The
+executor
+hands the loop's turns here while a server's question is pending (:meth:`ServerQuestions.answer`, and
+:meth:`ServerQuestions.cancel` for its "no"). Nothing here imports the executor.
+
+Safety:
+
+* A call under a confirmation was confirmed before it ran and asked: the confirmation's sealed call
+  is what is resumed (its arguments and idempotency key), and nothing the person answers here is
+  read as a yes (:mod:`mcp_bridge.reading.reader` never sees these replies).
+* A state whose seal does not verify, from another conversation, or answered by someone other than
+  the person asked is refused, and nothing is sent.
+* "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
+  once more with ``cancel``, so the server ends it its own way.
+* A reply that is plainly not an answer (it does not fit the question, it asks or requests
+  something, and the confirmation reader reads it as something else) is handed back to the bot,
+  and the question asked again afterwards, as a pending confirmation's is (:func:`_not_an_answer`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from mcp_bridge.confirmation.decisions import Decision, Responses, Run, Say, Turn
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.questions import elicitation
+from mcp_bridge.questions.elicitation import Answered, Asked, PendingElicitation
+from mcp_bridge.questions.resume import MAX_ROUNDS, Resume, current_round, resume_input
+from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
+from mcp_bridge.sealing import PendingConfirmation, Seal
+from mcp_bridge.skills.files import Skill, Step
+
+log = logging.getLogger(__name__)
+
+# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the sealed call a
+# yes authorised (sent exactly as sealed, with its key) or None; what the run came to.
+RunFrom = Callable[[Skill, int, Turn, PendingConfirmation | None], Awaitable[Run]]
+
+
+@dataclass(frozen=True)
+class QuestionState:
+    """What the ``pending_elicitation`` slot carries."""
+
+    skill: str
+    step: int
+    tool: str
+    server: str
+    arguments: dict[str, Any]
+    # The confirmation that authorised the call (its slot value, sealed), or None.
+    confirmation: dict[str, Any] | None
+    request_state: str | None
+    # The server's questions not yet asked (key -> request), the one being asked, the answers so far.
+    waiting: dict[str, dict[str, Any]]
+    key: str
+    asking: dict[str, Any]
+    responses: dict[str, dict[str, Any]]
+    user: str | None
+    user_turn: int
+    rounds: int = 1
+    # A 2025-11-25 server's call held open in the process that asked (mcp_bridge.questions.waiting_calls).
+    handle: str | None = None
+    mac: str = field(default="", compare=False)
+
+    def to_slot(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_slot(cls, raw: Any) -> QuestionState | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            # A state from before ``handle`` existed has none.
+            names = [name for name in cls.__dataclass_fields__ if name in raw or name != "handle"]
+            return cls(**{name: raw[name] for name in names})
+        except (KeyError, TypeError):
+            return None
+
+    def signed(self) -> dict[str, Any]:
+        data = self.to_slot()
+        del data["mac"]
+        return {"kind": "elicitation", **data}
+
+
+class ServerQuestions:
+    """Asks a server's questions for one executor: its seal, responses, reader and skills, and its step
+    loop (``run_from``) to resume a call through."""
+
+    def __init__(
+        self,
+        seal: Seal,
+        responses: Responses,
+        reader: ConfirmationReader,
+        skills: Mapping[str, Skill],
+        run_from: RunFrom,
+    ) -> None:
+        self._seal = seal
+        self._responses = responses
+        self._reader = reader
+        self._skills = skills
+        self._run_from = run_from
+
+    # -- a call stopped to ask ----------------------------------------------------------------
+
+    def asked(
+        self,
+        skill: Skill,
+        step: Step,
+        arguments: dict[str, Any],
+        turn: Turn,
+        confirmed: PendingConfirmation | None,
+        stopped: InputRequiredError,
+    ) -> Run:
+        """The call stopped to ask: the first question, and the state for the next turn."""
+        rounds = current_round.get()
+        index = skill.steps.index(step)
+        source = str(skill.tools[step.execute_tool])
+        server = source.split(":", 1)[1] if source.startswith("mcp:") else source
+        if rounds > MAX_ROUNDS:
+            log.warning("MCP server %r kept asking (%d rounds); the call was stopped", server, rounds)
+            error = "the server kept asking questions"
+            return Run("failed", (Say(step.on_error or self._responses.tool_failed, {"error": error}),))
+        waiting = dict(stopped.requests)
+        state = QuestionState(
+            skill=skill.id,
+            step=index,
+            tool=step.execute_tool,
+            server=server,
+            arguments=dict(arguments),
+            confirmation=confirmed.to_slot() if confirmed is not None else None,
+            request_state=stopped.request_state,
+            handle=stopped.handle,
+            waiting=waiting,
+            key="",
+            asking={},
+            responses={},
+            user=turn.user,
+            user_turn=turn.user_turn,
+            rounds=rounds,
+        )
+        return self._next(state, turn, ())
+
+    def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
+        """Ask the next question; every question declined unasked (a URL nobody should open) is
+        answered here and the next one tried."""
+        waiting = dict(state.waiting)
+        responses = dict(state.responses)
+        while waiting:
+            key, request = next(iter(waiting.items()))
+            del waiting[key]
+            step = elicitation.begin(state.server, request)
+            if isinstance(step, Asked):
+                new = replace(
+                    state, waiting=waiting, key=key, asking=step.pending.to_slot(), responses=responses
+                )
+                return Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: self._sign(new, turn)})
+            responses[key] = _response(step)
+        # Nothing the chat may ask (a link nobody should be sent to, a form it cannot ask): the call
+        # stays stopped (under 2026-07-28 it has not run to completion) and the person hears why.
+        log.warning(
+            "MCP server %r asked for something the bridge will not ask; the call was stopped", state.server
+        )
+        error = "the server asked for something I can't ask here"
+        return Run(
+            "failed", (*said, Say(self._responses.tool_failed, {"error": error})), {ELICITATION_SLOT: None}
+        )
+
+    # -- the person's reply ------------------------------------------------------------------
+
+    async def answer(self, turn: Turn) -> Decision:
+        """The loop's turn while a server's question is pending."""
+        raw = turn.slots.get(ELICITATION_SLOT)
+        state = QuestionState.from_slot(raw)
+        if state is None or not self._verified(state, turn):
+            log.warning(
+                "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
+            )
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        if state.user != turn.user or turn.unvouched is not None:
+            log.warning(
+                "conversation %s: a reply from someone other than the person asked, or that no channel "
+                "vouches for; refused",
+                turn.conversation_id,
+            )
+            return Decision("refused", [self._invalid()])
+        pending = PendingElicitation.from_slot(state.asking)
+        if not turn.new_message:
+            if state.user_turn == turn.user_turn or pending is None:
+                return Decision("pending")  # asked in this very turn
+            return Decision("pending", [_say_pending(pending)])  # back from an interruption
+        if pending is None:
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        read = elicitation.reply(pending, turn.text)
+        if isinstance(read, Asked) and _not_an_answer(self._reader, turn, read):
+            # Handed back to the bot (the question waits, and is asked again afterwards).
+            return Decision("handed_back")
+        if isinstance(read, Asked):
+            new = replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn)
+            return Decision("pending", list(_say(read)), {ELICITATION_SLOT: self._sign(new, turn)})
+        responses = {**state.responses, state.key: _response(read)}
+        state = replace(state, responses=responses, key="", asking={}, user_turn=turn.user_turn)
+        if state.waiting:
+            run = self._next(state, turn, ())
+            return Decision(run.outcome, list(run.say), dict(run.slots))
+        return await self._resume(state, turn)
+
+    async def cancel(self, turn: Turn) -> Decision:
+        """The bot's "stop": the server's question is cancelled, and the server hears so."""
+        state = QuestionState.from_slot(turn.slots.get(ELICITATION_SLOT))
+        if state is None or not self._verified(state, turn) or state.user != turn.user or turn.unvouched:
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
+        responses.update({key: {"action": "cancel"} for key in state.waiting})
+        return await self._resume(replace(state, responses=responses, waiting={}, key=""), turn)
+
+    async def _resume(self, state: QuestionState, turn: Turn) -> Decision:
+        """Send the call again with the answers; the skill goes on from its result."""
+        skill = self._skills.get(state.skill)
+        confirmed = PendingConfirmation.from_slot(state.confirmation) if state.confirmation else None
+        if skill is None or not 0 <= state.step < len(skill.steps):
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        answers = Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
+        token = resume_input.set(answers)
+        rounds = current_round.set(state.rounds + 1)
+        try:
+            # The confirmed call itself (its sealed arguments and key); a call that needed no
+            # confirmation runs from the step again, as it did before it was stopped.
+            run = await self._run_from(skill, state.step, turn, confirmed)
+        finally:
+            resume_input.reset(token)
+            current_round.reset(rounds)
+        return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
+
+    # -- the seal -----------------------------------------------------------------------------
+
+    def _sign(self, state: QuestionState, turn: Turn) -> dict[str, Any]:
+        return replace(state, mac=self._seal.sign_data(state.signed(), turn.conversation_id)).to_slot()
+
+    def _verified(self, state: QuestionState, turn: Turn) -> bool:
+        return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
+
+    def _invalid(self) -> Say:
+        return Say(self._responses.confirmation_invalid)
+
+
+def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:
+    """A reply is plainly not an answer when all three hold: it does not fit the question (the state
+    machine refused it), it is a question or a new request (a "?", or "log a ..."), and the
+    confirmation reader calls it something else (a confident intent that is neither yes nor no, and
+    no yes or no in its words): "who is dana@example.com?" at a date field. "next friday" there is a
+    wrong answer, refused with the reason; a reply that fits is always the answer, so a text field
+    takes any reply."""
+    if not read.say or read.say[0].response != elicitation.INVALID:
+        return False
+    if not reader.asks_or_requests(turn.text):
+        return False
+    nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+    return isinstance(reader.read(turn.text, nlu), Other)
+
+
+def _response(answered: Answered) -> dict[str, Any]:
+    return {"action": answered.action, **({"content": answered.content} if answered.content else {})}
+
+
+def _say(step: Asked) -> tuple[Say, ...]:
+    return tuple(Say(prompt.response, prompt.variables) for prompt in step.say)
+
+
+def _say_pending(pending: PendingElicitation) -> Say:
+    prompt = elicitation.prompt_again(pending)
+    return Say(prompt.response, prompt.variables)

@@ -1,0 +1,1 @@
+"""What the plugin tells its operators: the audit trail and Prometheus metrics."""

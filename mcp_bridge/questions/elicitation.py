@@ -1,0 +1,430 @@
+"""Questions from an MCP server, asked in the chat: the elicitation state machine.
+
+A server may stop a tool call to ask the person something (MCP elicitation): a **form** (a flat
+object of primitive fields: text, number, integer, yes/no, a choice, several choices) or a **URL**
+to open (a sign-in, a payment page) that the server wants the person's consent for. This module
+turns one such request into questions for the chat and the person's replies into the answer the
+server gets back (``ElicitResult``: accept with content, decline, or cancel). It is plain data in
+and out, so any replica can carry on from the tracker; what to say is a :class:`Prompt` (a response
+name and its variables), never text the server wrote being run as anything but text.
+
+The rules:
+
+* Every question names the server that asks (its name from endpoints.yml), so a question from a
+  server is never mistaken for one from the bot.
+* A form's fields are asked one at a time, in the order the server lists them; a form of two to
+  :data:`ALL_AT_ONCE_FIELDS` fields that are all yes/no or a choice is shown in one question, and a
+  reply of ``field: value`` lines answers them all (a reply to the first field alone goes on one at
+  a time). Each reply is
+  checked against that field's schema (type, choices, length, range, the formats email / date /
+  uri); a reply that does not fit is answered with the reason and the same field is asked again.
+  An optional field may be skipped ("skip").
+* "decline" (or a plain no to a URL) declines; "cancel" / "stop" cancels. Either ends the request;
+  nothing the person typed for it is sent.
+* A URL is shown with its domain set apart ("opens a page on accounts.example.com"), and only a
+  plain yes to the explicit consent question accepts. A URL that is not http(s), or carries a user
+  name or password, is declined without asking.
+* An answer is never a confirmation: the executor asks its own question about a write, before the
+  call (see :mod:`mcp_bridge.confirmation.executor`), and a yes here only answers the server.
+
+Answers a reply cannot be: over :data:`MAX_ANSWER` characters, or a form of more than
+:data:`MAX_FIELDS` fields (declined unasked: a chat is no place for it). A field's ``pattern`` is
+run in RE2, in linear time (:mod:`mcp_bridge.tools.schema`); a form with a pattern RE2 cannot run is
+declined unasked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import jsonschema
+
+from mcp_bridge.tools.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
+
+__all__ = [
+    "ALL_AT_ONCE_FIELDS",
+    "MAX_ANSWER",
+    "MAX_FIELDS",
+    "RESPONSES",
+    "Answered",
+    "Asked",
+    "Field",
+    "PendingElicitation",
+    "Prompt",
+    "begin",
+    "prompt_again",
+    "reply",
+]
+
+MAX_ANSWER = 2000
+MAX_FIELDS = 20
+ALL_AT_ONCE_FIELDS = 3
+
+# The responses this module asks the bot to say (variables in brackets): the domain defines them.
+ASK_FIELD = "utter_elicitation_field"  # server, message, field, description, choices, optional
+ASK_ALL = "utter_elicitation_form"  # server, message, fields
+ASK_URL = "utter_elicitation_url"  # server, message, domain, url
+INVALID = "utter_elicitation_invalid"  # server, field, reason
+RESPONSES = frozenset({ASK_FIELD, ASK_ALL, ASK_URL, INVALID})
+
+Action = Literal["accept", "decline", "cancel"]
+
+_DECLINE = frozenset({"decline", "no", "no thanks", "i decline", "don't", "do not"})
+_CANCEL = frozenset({"cancel", "stop", "never mind", "nevermind", "abort"})
+_YES = frozenset({"yes", "y", "yes please", "ok", "okay", "sure", "i agree", "agree", "open it"})
+_SKIP = frozenset({"skip", "-", "none", "no answer"})
+_TRUE = frozenset({"yes", "y", "true", "on", "1"})
+_FALSE = frozenset({"no", "n", "false", "off", "0"})
+# "name: value" on one line, for all-at-once replies; one quantifier per part, so linear.
+_LINE = re.compile(r"^\s*([A-Za-z0-9_.-]{1,64})\s*[:=]\s*(.*)$")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a form, as the server's requested schema describes it."""
+
+    name: str
+    schema: dict[str, Any]
+    required: bool
+
+    @property
+    def title(self) -> str:
+        title = self.schema.get("title")
+        return str(title) if title else self.name
+
+    @property
+    def kind(self) -> str:
+        if self.schema.get("type") == "array":
+            return "choices"
+        if "enum" in self.schema or "oneOf" in self.schema:
+            return "choice"
+        return str(self.schema.get("type", "string"))
+
+    def choices(self) -> list[str]:
+        source = self.schema.get("items", {}) if self.kind == "choices" else self.schema
+        if "enum" in source:
+            return [str(value) for value in source["enum"]]
+        return [str(option.get("const")) for option in source.get("oneOf", source.get("anyOf", []))]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What to say: a response name and its variables."""
+
+    response: str
+    variables: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PendingElicitation:
+    """One server request being asked, as it travels in the tracker between turns."""
+
+    server: str
+    message: str
+    mode: Literal["form", "url"]
+    fields: tuple[Field, ...] = ()
+    url: str | None = None
+    # Where the asking is: the index of the field asked next (form), and the answers so far.
+    position: int = 0
+    answers: dict[str, Any] = field(default_factory=dict)
+    # True when the whole form was asked in one question.
+    all_at_once: bool = False
+
+    def to_slot(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_slot(cls, raw: Any) -> PendingElicitation | None:
+        """The pending request from a slot value, or None for anything malformed."""
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            fields = tuple(
+                Field(str(f["name"]), dict(f["schema"]), bool(f["required"])) for f in raw["fields"]
+            )
+            mode = raw["mode"]
+            if mode not in ("form", "url"):
+                return None
+            return cls(
+                server=str(raw["server"]),
+                message=str(raw["message"]),
+                mode=mode,
+                fields=fields,
+                url=None if raw.get("url") is None else str(raw["url"]),
+                position=int(raw["position"]),
+                answers=dict(raw["answers"]),
+                all_at_once=bool(raw.get("all_at_once", False)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The request is still open: say ``say`` and keep ``pending`` for the next reply."""
+
+    pending: PendingElicitation
+    say: tuple[Prompt, ...]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The request is answered: send ``action`` (and ``content`` with accept) back to the server."""
+
+    action: Action
+    content: dict[str, Any] | None = None
+    say: tuple[Prompt, ...] = ()
+
+
+def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
+    """Start asking ``request`` (an ``elicitation/create`` request's params, as the wire has them)."""
+    message = str(request.get("message") or "")[:MAX_ANSWER]
+    if request.get("mode") == "url":
+        url = str(request.get("url") or "")
+        if _domain(url) is None:
+            return Answered("decline")
+        pending = PendingElicitation(server=server, message=message, mode="url", url=url)
+        return Asked(pending, (_url_prompt(pending),))
+    schema = request.get("requestedSchema") or request.get("requested_schema") or {}
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping) or not properties or len(properties) > MAX_FIELDS:
+        return Answered("decline")
+    try:
+        # A field's pattern the linear-time engine cannot run (mcp_bridge.tools.schema): no reply could
+        # be checked against it, so the question is declined unasked.
+        check_schema_patterns(f"{server} (a question)", schema)
+    except PatternRefusedError:
+        return Answered("decline")
+    required = set(schema.get("required") or [])
+    fields = tuple(Field(str(name), dict(spec), name in required) for name, spec in properties.items())
+    short = 2 <= len(fields) <= ALL_AT_ONCE_FIELDS and all(f.kind in ("boolean", "choice") for f in fields)
+    pending = PendingElicitation(
+        server=server, message=message, mode="form", fields=fields, all_at_once=short
+    )
+    return Asked(pending, (_form_prompt(pending),))
+
+
+def reply(pending: PendingElicitation, text: str) -> Asked | Answered:
+    """Read the person's reply to the question ``pending`` asked."""
+    words = _SPACES.sub(" ", text.strip().lower()).strip(" .!")
+    if len(text) > MAX_ANSWER:
+        reason = f"that is longer than {MAX_ANSWER} characters"
+        return Asked(pending, (_invalid(pending, reason), _again(pending)))
+    if words in _CANCEL:
+        return Answered("cancel")
+    if pending.mode == "url":
+        if words in _YES:
+            return Answered("accept")
+        if words in _DECLINE:
+            return Answered("decline")
+        return Asked(pending, (_invalid(pending, "please answer yes or no"), _url_prompt(pending)))
+    if words in _DECLINE and not _expects_no(pending):
+        return Answered("decline")
+    if pending.all_at_once and _LINE.match(text.splitlines()[0] if text.strip() else ""):
+        return _read_all(pending, text)
+    return _read_one(pending, text)
+
+
+def _expects_no(pending: PendingElicitation) -> bool:
+    """A plain "no" answers a yes/no field; elsewhere it declines the form."""
+    if pending.all_at_once:
+        return False
+    return pending.fields[pending.position].kind == "boolean"
+
+
+def _read_one(pending: PendingElicitation, text: str) -> Asked | Answered:
+    asked = pending.fields[pending.position]
+    value, problem = _parse(asked, text)
+    if problem is not None:
+        return Asked(pending, (_invalid(pending, problem, asked), _field_prompt(pending, asked)))
+    answers = dict(pending.answers)
+    if value is not None:
+        answers[asked.name] = value
+    return _advance(replace(pending, answers=answers, position=pending.position + 1, all_at_once=False))
+
+
+def _read_all(pending: PendingElicitation, text: str) -> Asked | Answered:
+    by_name = {f.name.lower(): f for f in pending.fields}
+    by_title = {f.title.lower(): f for f in pending.fields}
+    answers: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line)
+        named = by_name.get(match.group(1).lower()) or by_title.get(match.group(1).lower()) if match else None
+        if match is None or named is None:
+            return Asked(
+                pending,
+                (_invalid(pending, "give each field as `name: value`, one per line"), _again(pending)),
+            )
+        value, problem = _parse(named, match.group(2))
+        if problem is not None:
+            return Asked(pending, (_invalid(pending, problem, named), _again(pending)))
+        if value is not None:
+            answers[named.name] = value
+    missing = [f.title for f in pending.fields if f.required and f.name not in answers]
+    if missing:
+        reason = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
+        return Asked(pending, (_invalid(pending, reason), _again(pending)))
+    return Answered("accept", answers)
+
+
+def _advance(pending: PendingElicitation) -> Asked | Answered:
+    if pending.position >= len(pending.fields):
+        return Answered("accept", dict(pending.answers))
+    return Asked(pending, (_field_prompt(pending, pending.fields[pending.position]),))
+
+
+def _parse(asked: Field, text: str) -> tuple[Any, str | None]:
+    """The reply as the field's type, or why it does not fit (never repeating the reply)."""
+    raw = text.strip()
+    if raw.lower() in _SKIP and asked.kind != "boolean":
+        if asked.required:
+            return None, f"{asked.title} is needed"
+        return None, None
+    kind = asked.kind
+    value: Any
+    if kind == "boolean":
+        lowered = raw.lower()
+        if lowered not in _TRUE | _FALSE:
+            return None, "please answer yes or no"
+        value = lowered in _TRUE
+    elif kind == "integer":
+        try:
+            value = int(raw)
+        except ValueError:
+            return None, "please give a whole number"
+    elif kind == "number":
+        try:
+            value = float(raw)
+        except ValueError:
+            return None, "please give a number"
+        if value != value or value in (float("inf"), float("-inf")):
+            return None, "please give a number"
+    elif kind == "choice":
+        value = _choice(asked.choices(), raw)
+        if value is None:
+            return None, f"please pick one of: {', '.join(asked.choices())}"
+    elif kind == "choices":
+        picked = [_choice(asked.choices(), part) for part in raw.split(",") if part.strip()]
+        if any(item is None for item in picked):
+            return None, f"please pick from: {', '.join(asked.choices())} (separated by commas)"
+        value = picked
+    else:
+        value = raw
+        problem = _format_problem(asked.schema.get("format"), raw)
+        if problem is not None:
+            return None, problem
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(asked.schema).iter_errors(value))
+    if error is not None:
+        return None, describe_result_problem(error).replace("the result: ", "")
+    return value, None
+
+
+def _choice(choices: Sequence[str], raw: str) -> str | None:
+    wanted = raw.strip().lower()
+    for choice in choices:
+        if choice.lower() == wanted:
+            return choice
+    return None
+
+
+def _format_problem(fmt: Any, raw: str) -> str | None:
+    if fmt == "email":
+        local, at, domain = raw.partition("@")
+        if not (at and local and "." in domain and " " not in raw):
+            return "please give an email address"
+    elif fmt == "date":
+        try:
+            date.fromisoformat(raw)
+        except ValueError:
+            return "please give a date as YYYY-MM-DD"
+    elif fmt == "uri" and _domain(raw) is None:
+        return "please give a web address (https://...)"
+    return None
+
+
+def _domain(url: str) -> str | None:
+    """The host a URL opens, or None for one the person should not be sent to."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+        return None
+    return parts.hostname
+
+
+def _form_prompt(pending: PendingElicitation) -> Prompt:
+    if pending.all_at_once:
+        lines = [f"{f.name}: {_describe(f)}" for f in pending.fields]
+        return Prompt(
+            ASK_ALL, {"server": pending.server, "message": pending.message, "fields": "\n".join(lines)}
+        )
+    return _field_prompt(pending, pending.fields[pending.position])
+
+
+def _field_prompt(pending: PendingElicitation, asked: Field) -> Prompt:
+    return Prompt(
+        ASK_FIELD,
+        {
+            "server": pending.server,
+            "message": pending.message,
+            "field": asked.title,
+            "description": str(asked.schema.get("description") or ""),
+            "choices": _describe(asked),
+            "optional": "" if asked.required else " (optional: say skip to leave it out)",
+        },
+    )
+
+
+def _describe(asked: Field) -> str:
+    kind = asked.kind
+    if kind == "boolean":
+        return "yes or no"
+    if kind == "choice":
+        return "one of " + ", ".join(asked.choices())
+    if kind == "choices":
+        return "any of " + ", ".join(asked.choices()) + " (separated by commas)"
+    if kind in ("integer", "number"):
+        low, high = asked.schema.get("minimum"), asked.schema.get("maximum")
+        span = f" from {low} to {high}" if low is not None and high is not None else ""
+        return ("a whole number" if kind == "integer" else "a number") + span
+    formats = {"email": "an email address", "date": "a date (YYYY-MM-DD)", "uri": "a web address"}
+    return formats.get(str(asked.schema.get("format")), "text")
+
+
+def _url_prompt(pending: PendingElicitation) -> Prompt:
+    assert pending.url is not None
+    return Prompt(
+        ASK_URL,
+        {
+            "server": pending.server,
+            "message": pending.message,
+            "domain": _domain(pending.url),
+            "url": pending.url,
+        },
+    )
+
+
+def prompt_again(pending: PendingElicitation) -> Prompt:
+    """The question ``pending`` is at, asked again (after an interruption)."""
+    return _again(pending)
+
+
+def _again(pending: PendingElicitation) -> Prompt:
+    if pending.mode == "url":
+        return _url_prompt(pending)
+    return _form_prompt(pending)
+
+
+def _invalid(pending: PendingElicitation, reason: str, asked: Field | None = None) -> Prompt:
+    return Prompt(
+        INVALID, {"server": pending.server, "field": asked.title if asked else "", "reason": reason}
+    )

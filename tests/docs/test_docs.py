@@ -1,0 +1,151 @@
+"""The documentation: the reference pages say what the code says, every page is reachable from the
+site's navigation, and the README's first screen is the one a bot author needs.
+
+The reference check is proven against a copy of the code in which something changed (a default, a
+new variable, a new skill key): the committed pages then no longer match, and the check says so.
+``make docs`` (in ``make test``) builds the site with ``mkdocs build --strict``; these tests need
+no build.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+GENERATOR = Path("scripts") / "docs_reference.py"
+
+
+def run_check(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(root / GENERATOR), "--check"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The code the generator reads and the committed pages, copied: a checkout to change."""
+    root = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__", "node_modules", "var", "*.sqlite3")
+    shutil.copytree(REPO / "mcp_bridge", root / "mcp_bridge", ignore=ignore)
+    shutil.copytree(REPO / "scripts", root / "scripts", ignore=ignore)
+    shutil.copytree(DOCS / "reference", root / "docs" / "reference")
+    for part in ("crm", "actions"):
+        shutil.copytree(
+            REPO / "examples" / "crm_bot" / part, root / "examples" / "crm_bot" / part, ignore=ignore
+        )
+    return root
+
+
+def change(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path}: {old!r} is not there once; the test needs updating"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_the_committed_reference_pages_are_what_the_code_says(copy: Path) -> None:
+    """The committed pages match the code (in the copy, so that what fails below is the change alone)."""
+    result = run_check(copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_setting_whose_default_changed_fails_the_check(copy: Path) -> None:
+    change(
+        copy / "mcp_bridge" / "rasa" / "build.py",
+        '"CONFIRMATION_TTL_SECONDS", 300.0)',
+        '"CONFIRMATION_TTL_SECONDS", 600.0)',
+    )
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert "docs/reference/environment.md" in result.stderr
+    changed = [line for line in result.stdout.splitlines() if line.startswith(("-|", "+|"))]
+    assert any("CONFIRMATION_TTL_SECONDS" in line and "`300.0`" in line for line in changed if line[0] == "-")
+    assert any("CONFIRMATION_TTL_SECONDS" in line and "`600.0`" in line for line in changed if line[0] == "+")
+
+
+def test_a_variable_the_descriptions_lack_fails_the_check(copy: Path) -> None:
+    change(
+        copy / "mcp_bridge" / "rasa" / "build.py",
+        'domain = env.get("DOMAIN", "domain.yml")',
+        'domain = env.get("DOMAIN", "domain.yml")\n    env.get("MCP_BRIDGE_NEW_SETTING", "7")',
+    )
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert "environment: 'MCP_BRIDGE_NEW_SETTING' has no description" in result.stderr
+
+
+def test_a_new_key_of_a_skill_file_fails_the_check(copy: Path) -> None:
+    change(
+        copy / "mcp_bridge" / "skills" / "files.py",
+        "    on_missing_argument: str | None = None\n",
+        "    on_missing_argument: str | None = None\n    retries: int = 0\n",
+    )
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert "skill_file: 'steps[].retries' has no description" in result.stderr
+    assert "docs/reference/skill-file.md" in result.stderr
+
+
+def nav_pages(entries: object) -> list[str]:
+    if isinstance(entries, str):
+        return [entries]
+    if isinstance(entries, list):
+        return [page for entry in entries for page in nav_pages(entry)]
+    if isinstance(entries, dict):
+        return [page for value in entries.values() for page in nav_pages(value)]
+    raise AssertionError(f"unexpected nav entry {entries!r}")
+
+
+def test_every_page_is_in_the_navigation_and_every_entry_is_a_page() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = nav_pages(config["nav"])
+    pages = sorted(str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md"))
+    assert sorted(set(listed)) == pages, "pages not in the nav, or nav entries that are not pages"
+    assert len(listed) == len(set(listed)), "a page is in the nav twice"
+
+
+def readme() -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_is_a_few_screens_and_its_first_screen_has_the_skill_and_the_install() -> None:
+    text = readme()
+    assert len(text.encode()) <= 11_000, f"README.md is {len(text.encode())} bytes; the rest belongs in docs/"
+    first_screen = "\n".join(text.splitlines()[:45])
+    for needed in ("requires_confirmation", "import mcp_bridge.rasa", "pip install", "mcp-bridge init"):
+        assert needed in first_screen, f"{needed!r} is not on the README's first screen"
+    assert "make test" in text, "CI and contributors look for the test command in the README"
+
+
+def test_the_readmes_skill_is_a_valid_skill_file(tmp_path: Path) -> None:
+    from mcp_bridge.skills.files import read_skill_file
+
+    blocks = re.findall(r"```yaml\n(.*?)```", readme(), flags=re.S)
+    skills = [block for block in blocks if block.lstrip().startswith(("skill:", "# skills/"))]
+    assert skills, "the README shows no skill file"
+    path = tmp_path / "skill.yml"
+    path.write_text(skills[0], encoding="utf-8")
+    skill = read_skill_file(path)
+    assert any(
+        constraint.requires_confirmation and constraint.requires_confirmation.enabled
+        for entry in skill.tool_constraints
+        for constraint in entry.values()
+    )
+
+
+def test_the_readmes_links_into_the_docs_are_files() -> None:
+    links = re.findall(r"\]\(((?:docs/)[^)#\s]+)", readme())
+    assert links, "the README links to no docs page"
+    missing = [link for link in links if not (REPO / link).is_file()]
+    assert not missing, f"README.md links to files that are not there: {missing}"

@@ -1,0 +1,110 @@
+"""The plugin's packages are layered: none imports one above it, read from the source with ``ast``.
+
+The order, lowest first, is the one the architecture page shows. Imports under ``TYPE_CHECKING``
+count too: a type from above is a dependency on it all the same.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mcp_bridge"
+
+# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing) are below all.
+LAYERS = [
+    "config",
+    "observability",
+    "auth",
+    "tools",
+    "questions",
+    "mcp_client",
+    "skills",
+    "reading",
+    "approvals",
+    "confirmation",
+    "channels",
+    "rasa",
+    "cli",
+]
+TOP_MODULES = {"errors", "contract", "sealing"}
+
+
+def rank(part: str) -> int:
+    """A first component under mcp_bridge: a top module is rank 0, a package its place + 1."""
+    if part in TOP_MODULES:
+        return 0
+    assert part in LAYERS, f"mcp_bridge.{part} is neither a top module nor a package in LAYERS"
+    return LAYERS.index(part) + 1
+
+
+def imported(tree: ast.Module) -> set[str]:
+    """The first component under mcp_bridge of every module this source imports."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] != "mcp_bridge":
+                continue
+            if len(parts) > 1:
+                found.add(parts[1])
+            else:  # from mcp_bridge import x: x is a top module or a package
+                found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError("relative import: the layering is read from absolute ones")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "mcp_bridge" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
+
+
+def test_every_module_is_in_a_layer() -> None:
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top == TOP_MODULES, "a module at the top of mcp_bridge/ that is no foundation module"
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYERS)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_no_module_imports_a_package_above_its_own(path: Path) -> None:
+    own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    above = {
+        part
+        for part in imported(ast.parse(path.read_text(), str(path)))
+        if part != own and rank(part) > rank(own)
+    }
+    assert not above, f"{path.relative_to(PACKAGE)} ({own}) imports from above it: {sorted(above)}"
+
+
+def test_the_mcp_client_imports_nothing_of_the_confirmation_layer() -> None:
+    for path in (PACKAGE / "mcp_client").rglob("*.py"):
+        reached = imported(ast.parse(path.read_text()))
+        assert not reached & {"confirmation", "reading", "approvals", "skills", "rasa"}, path.name
+
+
+def test_the_check_sees_an_upward_import() -> None:
+    source = "from mcp_bridge.confirmation.executor import Executor\n"
+    assert rank(max(imported(ast.parse(source)), key=rank)) > rank("mcp_client")
+
+
+def test_the_public_api_is_complete_and_resolves() -> None:
+    import typing
+
+    import mcp_bridge
+    from mcp_bridge.reading.reader import Answer
+
+    for name in mcp_bridge.__all__:
+        assert getattr(mcp_bridge, name) is not None, name
+    answers = {kind.__name__ for kind in typing.get_args(Answer)}
+    assert answers <= set(mcp_bridge.__all__), f"answers not exported: {answers - set(mcp_bridge.__all__)}"
+    assert mcp_bridge.__version__
+    documented = mcp_bridge.__doc__ or ""
+    assert not [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented], "an export undocumented"
