@@ -21,9 +21,11 @@ AUTH_DEPS := $(AUTH)/node_modules/.installed
 EVERYTHING      := tests/fixtures/everything
 EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
+comma     := ,
 
 .PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
-	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick
+	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
+	docs docs-serve docs-reference
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -43,21 +45,25 @@ help:
 	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
 	@echo "make container-test  the action server's image built with podman, run, and called by Rasa (root)"
 	@echo "make package      the sdist and wheel, checked, and the wheel in a fresh venv with the newest releases it allows"
+	@echo "make docs         the docs site into site/ (mkdocs build --strict), after checking the reference pages against the code"
+	@echo "make docs-serve   the docs site on http://127.0.0.1:8000/, rebuilt on every change"
+	@echo "make docs-reference  write docs/reference/ again from the code (after changing a setting, a key or a command)"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
 	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
 setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) $(CHROMIUM)
 
-# make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT: the action-server venv with the plugin (editable),
-# the example CRM and the dev tools, exactly as the constraints file pins them.
+# make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT, EXTRAS: the action-server venv with the plugin
+# (editable) and its EXTRAS (the example CRM, the dev tools; in .venv also the docs site's tools),
+# exactly as the constraints file pins them.
 define make_venv
 	@PYBIN=$$(scripts/find-python.sh $(2)) || exit 1; \
 	if [ -x $(1)/bin/python ] && ! $(1)/bin/python -c 'import sys; assert "%d.%d" % sys.version_info[:2] in "$(2)".split()' 2>/dev/null; then \
 		echo "==> $(1) was made with another Python: making it again"; rm -rf $(1); fi; \
 	if [ ! -x $(1)/bin/python ]; then echo "==> creating $(1) ($(4))"; "$$PYBIN" -m venv $(1); fi
 	@echo "==> installing pinned packages into $(1) ($(3))"
-	@$(1)/bin/python -m pip install -q --disable-pip-version-check -c $(3) -e '.[example,dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(1)/bin/python -m pip install -q --disable-pip-version-check -c $(3) -e '.[$(5)]' 2>&1 | grep -v "is ignored: it is neither" || true
 	@$(1)/bin/python -m pip check >/dev/null || { $(1)/bin/python -m pip check; exit 1; }
 	@rm -rf build
 	@touch $(1)/.installed
@@ -65,10 +71,10 @@ endef
 
 # Python 3.13 (3.12 if there is no 3.13: every pin has wheels for both).
 $(VENV)/.installed: constraints/venv.txt pyproject.toml
-	$(call make_venv,$(VENV),3.13 3.12,constraints/venv.txt,rasa-sdk 3.21 on Python 3.13 with the plugin and the example CRM and dev tools)
+	$(call make_venv,$(VENV),3.13 3.12,constraints/venv.txt,rasa-sdk 3.21 on Python 3.13 with the plugin and the example CRM and dev tools,example$(comma)dev$(comma)docs)
 
 $(VENV_OLD)/.installed: constraints/venv-sdk36.txt pyproject.toml
-	$(call make_venv,$(VENV_OLD),3.10,constraints/venv-sdk36.txt,rasa-sdk 3.6 on Python 3.10: the oldest end of the supported range)
+	$(call make_venv,$(VENV_OLD),3.10,constraints/venv-sdk36.txt,rasa-sdk 3.6 on Python 3.10: the oldest end of the supported range,example$(comma)dev)
 
 $(VENV_RASA)/.installed: constraints/venv-rasa.txt
 	@PY310=$$(scripts/find-python.sh 3.10) || exit 1; \
@@ -161,7 +167,7 @@ rasa-test: train
 	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test container-test adoption adoption-sdk36 package
+test: lint typecheck docs validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test container-test adoption adoption-sdk36 package
 
 chat: setup train
 	@scripts/chat.sh
@@ -267,5 +273,20 @@ package: $(VENV)/.installed
 	@echo "==> package: the plugin's suite (tests/plugin) against the installed wheel"
 	@cd $(PACKAGE)/tree && MCP_BRIDGE_DIST=$(CURDIR)/$(PACKAGE)/dist ../venv/bin/pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider tests/plugin
 
+# The docs site (mkdocs with the Material theme, pinned in constraints/venv.txt: the `docs` extra).
+# The reference pages are generated from the code (scripts/docs_reference.py); --check fails when a
+# committed page no longer says what the code does, and --strict when a link or an include is broken.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(VENV)/.installed
+	@echo "==> docs: the reference pages against the code, then mkdocs build --strict (site/)"
+	@$(PY) scripts/docs_reference.py --check
+	@$(MKDOCS) build --strict --quiet
+
+docs-serve: $(VENV)/.installed
+	@$(MKDOCS) serve --strict -a 127.0.0.1:$${DOCS_PORT:-8000}
+
+docs-reference: $(VENV)/.installed
+	@$(PY) scripts/docs_reference.py
+
 clean:
-	rm -rf var models results bench-results
+	rm -rf var models results bench-results site

@@ -117,7 +117,9 @@ def test_the_version_is_named_once_and_everything_that_names_it_agrees() -> None
         "docs/ADOPTING.md": re.findall(
             r"rasa_mcp_bridge-([^-\s]+)-py3-none-any\.whl", (REPO / "docs/ADOPTING.md").read_text()
         ),
-        "README.md": re.findall(r"`rasa-mcp-bridge (\S+) requires", (REPO / "README.md").read_text()),
+        "docs/concepts/who-may-answer.md": re.findall(
+            r"`rasa-mcp-bridge (\S+) requires", (REPO / "docs/concepts/who-may-answer.md").read_text()
+        ),
     }
     for path, versions in named.items():
         assert versions and set(versions) == {version}, f"{path} names {sorted(set(versions))}, not {version}"
