@@ -108,12 +108,35 @@ _install_linear_patterns()
 
 def check_schema_patterns(name: str, schema: Any) -> None:
     """Raise :class:`PatternRefusedError` naming tool ``name`` when a pattern anywhere in
-    ``schema`` (a ``pattern`` string, a ``patternProperties`` key) cannot be run."""
-    for pattern in _patterns(schema, depth=0):
-        try:
+    ``schema`` (a ``pattern`` string, a ``patternProperties`` key) cannot be run.
+
+    The schema is walked once per schema object, as its validator is built once: a tool's schema
+    object lives as long as its catalogue entry, and the walk was most of the bridge's own CPU per
+    MCP call (docs/reports/mcp-cpu.md). A new catalogue brings new objects, which are walked again.
+    """
+    refusal = _pattern_refusal(schema)
+    if refusal is not None:
+        raise PatternRefusedError(f"the schema of tool {name!r} cannot be checked: {refusal}")
+
+
+# Schema object -> (the object, why a pattern in it cannot be run, or None): held, so its id stays its own.
+_checked_by_id: dict[int, tuple[Any, str | None]] = {}
+
+
+def _pattern_refusal(schema: Any) -> str | None:
+    cached = _checked_by_id.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    refusal = None
+    try:
+        for pattern in _patterns(schema, depth=0):
             _compiled(pattern)
-        except PatternRefusedError as exc:
-            raise PatternRefusedError(f"the schema of tool {name!r} cannot be checked: {exc}") from None
+    except PatternRefusedError as exc:
+        refusal = str(exc)
+    if len(_checked_by_id) >= 1024:
+        _checked_by_id.clear()
+    _checked_by_id[id(schema)] = (schema, refusal)
+    return refusal
 
 
 def _patterns(node: Any, depth: int) -> Iterator[str]:
