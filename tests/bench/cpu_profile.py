@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             mcp = services.start(mcp_service)
             assert rest.process is not None and mcp.process is not None
-            os.environ["CRM_URL"] = rest.url
+            # The local tools of this process call the CRM REST API, which requires its token.
+            os.environ.update(CRM_URL=rest.url, CRM_API_TOKEN=procs.child_env()["CRM_API_TOKEN"])
             pids = {"MCP server": mcp.process.pid, "CRM REST": rest.process.pid}
             result = run_async(
                 measure(
