@@ -25,7 +25,7 @@ comma     := ,
 
 .PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
 	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
-	docs docs-serve docs-reference
+	docs docs-serve docs-reference docs-screenshots
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
@@ -287,6 +287,10 @@ docs-serve: $(VENV)/.installed
 
 docs-reference: $(VENV)/.installed
 	@$(PY) scripts/docs_reference.py
+
+# docs/docs-home.png and docs/docs-concept.png, in headless Chromium (Debian's, as the browser tests).
+docs-screenshots: docs $(CHROMIUM)
+	@$(PY) scripts/docs_screenshots.py
 
 clean:
 	rm -rf var models results bench-results site

@@ -27,14 +27,15 @@ mcp_servers:
     meta_map:                      # sent in every tools/call's _meta
       static: {source: rasa}
       from_slots: [{slot: user_id, param: user}]
-    trusted: true                  # the bridge's own: see README
+    trusted: true                  # the bridge's own: docs/reference/endpoints.md
     honours_idempotency_key: true  # the bridge's own: a write whose outcome is unknown may be repeated
 ```
 
 Rasa Pro reads the keys in ``rasa/core/config/available_endpoints.py`` (``MCPServerConfig``,
 ``MCPMetaMapConfig``), ``rasa/shared/agents/auth/`` (which key picks which header) and
-``rasa/mantle/config/integrations.py`` (``tool_timeout``); README ("Pointing the bridge at an MCP
-server") has the table. ``trusted``, ``timeout`` and ``honours_idempotency_key`` are the bridge's own.
+``rasa/mantle/config/integrations.py`` (``tool_timeout``); docs/reference/endpoints.md has the table
+(generated from the lists below), docs/mcp/connecting.md the rest. ``trusted``, ``timeout`` and
+``honours_idempotency_key`` are the bridge's own.
 
 ``${VAR}`` in ``url``, ``token``, ``api_key`` and the ``oauth`` fields is expanded from the
 environment. The action server refuses a variable that is not set, naming the file, the server and

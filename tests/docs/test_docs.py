@@ -9,6 +9,7 @@ no build.
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -149,3 +150,55 @@ def test_the_readmes_links_into_the_docs_are_files() -> None:
     assert links, "the README links to no docs page"
     missing = [link for link in links if not (REPO / link).is_file()]
     assert not missing, f"README.md links to files that are not there: {missing}"
+
+
+def defined_names(module: Path) -> set[str]:
+    """What a module defines at its top level, and for ``mcp_bridge`` the names it exports lazily."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets
+            ):
+                names |= {key.value for key in node.value.keys if isinstance(key, ast.Constant)}  # type: ignore[attr-defined]
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def missing_reference(dotted: str) -> bool:
+    """``mcp_bridge.a.b.Name``: the longest prefix that is a module, then a name it defines."""
+    parts = dotted.split(".")
+    for length in range(len(parts), 0, -1):
+        path = REPO.joinpath(*parts[:length])
+        module = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+        if module.is_file():
+            rest = parts[length:]
+            return bool(rest) and rest[0] not in defined_names(module) and not (path / rest[0]).exists()
+    return True
+
+
+# A path in the repository (not part of a longer one), and a dotted name under mcp_bridge.
+FILE = r"(?<![\w/.-])((?:mcp_bridge|tests|scripts|examples|deploy)/[\w/.-]*\w\.(?:py|yml|md))"
+DOTTED = r"(?<![\w/.-])(mcp_bridge(?:\.[A-Za-z_]\w*)+)"
+
+
+def test_the_code_the_docs_name_is_there() -> None:
+    """Every file of the repository and every ``mcp_bridge`` module or name a page mentions exists, so
+    a page cannot go on naming a module after it moved (or a class that never existed)."""
+    stale: list[str] = []
+    for page in sorted([*DOCS.rglob("*.md"), REPO / "README.md"]):
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(REPO)
+        for path in set(re.findall(FILE, text)):
+            if not (REPO / path).is_file():
+                stale.append(f"{where}: {path}")
+        for dotted in set(re.findall(DOTTED, text)):
+            if not dotted.endswith((".yml", ".yaml")) and missing_reference(dotted):
+                stale.append(f"{where}: {dotted}")
+    assert not stale, "pages name code that is not there:\n" + "\n".join(sorted(stale))

@@ -13,6 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mcp_bridge"
 
+# --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
 # Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing) are below all.
 LAYERS = [
     "config",
@@ -30,6 +31,7 @@ LAYERS = [
     "cli",
 ]
 TOP_MODULES = {"errors", "contract", "sealing"}
+# --8<-- [end:layers]
 
 
 def rank(part: str) -> int:

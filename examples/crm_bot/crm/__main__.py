@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     else:
         # uvloop: the SDK's server path is many small tasks and stream hops, which the stdlib loop
-        # makes about a tenth dearer in CPU per call (profiled; see README, Benchmarks).
+        # makes about a tenth dearer in CPU per call (profiled; see docs/reports/2026-11-30-mcp-cost.md).
         uvloop.run(_serve_mcp(args.host, args.port))
     return 0
 

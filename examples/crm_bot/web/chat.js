@@ -208,7 +208,7 @@
 
   function connect(config) {
     if (typeof config.noAnswerSeconds === "number") noAnswerMs = config.noAnswerSeconds * 1000;
-    // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see README).
+    // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see docs/getting-started/example-bot.md).
     socket = io(config.socketUrl, {
       path: config.socketPath,
       auth: fetchToken(config.tokenPath || "token"),

@@ -4,7 +4,7 @@ The same stack as the browser tests (a real Rasa server with the channels of cre
 action server, the MCP server, the CRM), reached without a browser: python-socketio's client plays a
 page, or a script pretending to be one, and plain HTTP plays an operator of the REST channel.
 
-What must hold (README, "Who may answer"):
+What must hold (docs/concepts/who-may-answer.md):
 
 * the REST channel refuses a request without its bearer token (or with the token in the URL);
 * a socket without a valid token (none, another key, expired, unsigned) is refused, and so is one
