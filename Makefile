@@ -280,7 +280,7 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 docs: $(VENV)/.installed
 	@echo "==> docs: the reference pages against the code, then mkdocs build --strict (site/)"
 	@$(PY) scripts/docs_reference.py --check
-	@$(MKDOCS) build --strict --quiet
+	@$(MKDOCS) build --strict
 
 docs-serve: $(VENV)/.installed
 	@$(MKDOCS) serve --strict -a 127.0.0.1:$${DOCS_PORT:-8000}

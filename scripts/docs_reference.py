@@ -618,7 +618,9 @@ def environment_page(descriptions: Mapping[str, Any], problems: Problems) -> str
             environment_table(plugin_reads, plugin_indirect, "environment", descriptions, problems),
             "\n## The example bot\n\n"
             "What the example CRM (`examples/crm_bot/crm/`: its REST API, its MCP server and the local "
-            "tools that call it) reads; a bot of your own has its own.\n\n",
+            "tools that call it) reads; a bot of your own has its own. The example's `endpoints.yml` names "
+            "its MCP server as `${CRM_MCP_URL}` (default `http://127.0.0.1:8200/mcp`) and sends "
+            "`${CRM_MCP_TOKEN}` as its `api_key`.\n\n",
             environment_table(example_reads, example_indirect, "example_environment", descriptions, problems),
         ]
     )
