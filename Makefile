@@ -38,7 +38,8 @@ help:
 	@echo "make e2e      the example bot's conversation tests ($(BOT)/tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
-	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt)"
+	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt, mcp-pieces.txt)"
+	@echo "make bench-memory  the action server's memory at rest, by process and setting (bench-results/memory.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
 	@echo "                   (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)"
 	@echo "make cluster-down  stop what make cluster-up started"
@@ -217,6 +218,12 @@ bench-quick: setup train services
 
 profile: $(VENV)/.installed
 	@$(PY) -m tests.bench.cpu_profile
+	@$(PY) -m tests.bench.mcp_pieces
+
+# rasa-sdk 3.21's four processes at rest, and what ACTION_SERVER_SANIC_WORKERS changes (docs/deploying-memory.md).
+.PHONY: bench-memory
+bench-memory: $(VENV)/.installed
+	@$(PY) -m tests.bench.memory
 
 # PostgreSQL, Redis and nginx (Debian packages; apt-get as root, only when one is missing).
 services:

@@ -35,6 +35,7 @@ from tests.bench import (
     ends,
     floor_server,
     micro,
+    peers,
     rasa_turns,
     reader_line,
     report,
@@ -62,6 +63,7 @@ class Config:
     cluster_conversations: int = 40  # section 7, per end, setting (2 or 1 action servers) and round
     cluster_rounds: int = 4  # section 7: every round visits every end, with 2 and 1 action servers
     cluster_clients: int = 8
+    peer_samples: int = 60  # section 8, per line and variant
     out: Path = REPO / "bench-results"
     model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
 
@@ -75,6 +77,7 @@ QUICK = Config(
     turns=6,
     cluster_conversations=8,
     cluster_rounds=2,
+    peer_samples=6,
 )
 
 
@@ -249,6 +252,30 @@ def run(config: Config, chosen: list[ends.End]) -> int:
                     config.cycles,
                     warmup=5,
                 )
+                found, skipped = peers.find_peers(chosen[0])
+                _say(
+                    f"section 8: the bridge beside {', '.join(found) or 'no peer'}, "
+                    f"{config.peer_samples} samples per line and variant"
+                )
+                peer_lines = peers.measure(
+                    running,
+                    {
+                        end.key: f"mcp-bridge ({letter}: {end.short})"
+                        for letter, end in zip("ABCDEFGH", chosen, strict=False)
+                    },
+                    found,
+                    procs.child_env({}),
+                    {
+                        **{
+                            key: {**common, "workdir": str(workdir / f"peers-{i}")}
+                            for i, key in enumerate(keys)
+                        },
+                        **dict.fromkeys(found, common),
+                    },
+                    config.peer_samples,
+                    warmup=3,
+                    skipped=skipped,
+                )
             finally:
                 for worker in running.values():
                     worker.close()
@@ -343,7 +370,7 @@ def run(config: Config, chosen: list[ends.End]) -> int:
         )
         for key in keys
     }
-    print(report.write(results, chosen, meta, config.out))
+    print(report.write(results, chosen, meta, config.out, peer_lines))
     print("\n".join(reader_line.lines(reader)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator
@@ -220,3 +221,29 @@ async def executor_cycle(workdir: Path, mcp_url: str, token: str, n: int) -> dic
     """Section 3 in this process (`executor_variants`, interleaved)."""
     async with executor_variants(workdir, mcp_url, token) as variants:
         return await round_robin(variants, dict.fromkeys(variants, n))
+
+
+PEER_CONCURRENT = 8  # section 8's x8: callers at once
+
+
+@asynccontextmanager
+async def peer_variants(workdir: Path, mcp_url: str, token: str) -> AsyncIterator[dict[str, Variant]]:
+    """Section 8, the bridge's line (tests/bench/peers.py): one call through the runtime, the
+    executor's confirmation cycle over MCP, and eight callers at once on the one runtime."""
+    executor = _executor(skills_with_source(workdir / "skills-peers", "mcp:crm"), mcp_url, token)
+    runtime = MCPRuntime(mcp_servers(mcp_url, token))
+    try:
+
+        async def find() -> None:
+            _check_contact((await runtime.invoke("crm", TOOL, {"email": DANA})).data)
+
+        async def cycle() -> None:
+            await _confirmation_cycle(executor, "peers")
+
+        async def x8() -> None:
+            await asyncio.gather(*(find() for _ in range(PEER_CONCURRENT)))
+
+        yield {"call": find, "cycle": cycle, "x8": x8}
+    finally:
+        await runtime.aclose()
+        await executor.aclose()

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.bench.cluster_line import ClusterLine
 from tests.bench.ends import End
+from tests.bench.peers import Peers, table_lines
 from tests.bench.reader_line import ReaderLine
 from tests.bench.stats import RatioSpread, Series, ratio, ratio_spread
 from tests.bench.webhook import LoadResult
@@ -22,9 +23,15 @@ class Target:
     name: str
     passed: bool
     detail: str
+    # A line the issue asks to be said, not a figure to reach: printed as INFO, never PASS or MISS.
+    info: bool = False
+
+    @property
+    def result(self) -> str:
+        return "INFO" if self.info else "PASS" if self.passed else "MISS"
 
     def summary(self) -> dict[str, Any]:
-        return {"target": self.name, "result": "PASS" if self.passed else "MISS", "detail": self.detail}
+        return {"target": self.name, "result": self.result, "detail": self.detail}
 
 
 @dataclass
@@ -82,16 +89,31 @@ def targets(results: Results) -> list[Target]:
         )
     ex = results.executor_cycle
     cycle = ratio(ex["mcp"].median_ms, ex["local"].median_ms)
-    bound = ""
+    cycle_times = f"{cycle:.2f}x ({ex['mcp'].median_ms:.2f} vs {ex['local'].median_ms:.2f} ms)"
     if "noop_sdk" in results.tool_call:
-        bound = f"; if its 2 calls each added only the SDK's no-op floor: {floor(results).cycle_bound:.2f}x"
-    out.append(
-        Target(
-            "executor confirmation cycle over MCP <= 2x local (median)",
-            cycle <= 2.0,
-            f"{cycle:.2f}x ({ex['mcp'].median_ms:.2f} ms vs {ex['local'].median_ms:.2f} ms)" + bound,
+        bound = floor(results).cycle_bound
+        above = ratio(cycle, bound) - 1
+        out.append(
+            Target(
+                "confirmation cycle over MCP vs local within 10% of the SDK's own floor for its two calls",
+                above <= 0.10,
+                f"{cycle_times}; the floor (local + 2 no-op SDK calls) {bound:.2f}x: {above:+.0%} above it",
+            )
         )
-    )
+        tc = results.tool_call
+        noop, plain, raw = tc["noop_sdk"].median_ms, tc["noop_plain"].median_ms, tc["noop_jsonrpc"].median_ms
+        out.append(
+            Target(
+                "a no-op tool over MCP <= 2x a plain HTTP POST of the same payload (median)",
+                ratio(noop, plain) <= 2.0,
+                f"{noop:.2f} vs {plain:.2f} ms = {ratio(noop, plain):.2f}x; a hand-written JSON-RPC client "
+                f"{ratio(raw, plain):.2f}x",
+            )
+        )
+    else:
+        out.append(
+            Target("executor confirmation cycle over MCP <= 2x local (median)", cycle <= 2.0, cycle_times)
+        )
     at8 = {
         variant: next((lv for lv in levels if lv.clients == 8), None)
         for variant, levels in results.load.items()
@@ -100,12 +122,34 @@ def targets(results: Results) -> list[Target]:
     if local8 is not None and mcp8 is not None:
         share = ratio(mcp8.throughput, local8.throughput)
         per_round = [ratio(m, lo) for m, lo in zip(mcp8.round_rps, local8.round_rps, strict=True)]
-        rounds = f"; per round {' '.join(f'{r:.0%}' for r in per_round)}" if len(per_round) > 1 else ""
+        rounds = f"; rounds {' '.join(f'{r:.0%}' for r in per_round)}" if len(per_round) > 1 else ""
         out.append(
             Target(
-                "action server with MCP tools >= 50% of local req/s at 8 clients",
-                share >= 0.5,
+                "action server req/s with MCP tools at 8 clients >= 60% of local",
+                share >= 0.6,
                 f"{share:.0%} ({mcp8.throughput:.0f} vs {local8.throughput:.0f} req/s{rounds})",
+            )
+        )
+        act_local = local8.cpu_ms.get("action server", math.nan)
+        act_mcp = mcp8.cpu_ms.get("action server", math.nan)
+        in_server = mcp8.cpu_ms.get("MCP server", math.nan)
+        out.append(
+            Target(
+                "action server CPU per confirmed write (8 clients): MCP <= 1.5x local",
+                ratio(act_mcp, act_local) <= 1.5,
+                f"local {act_local:.2f} ms / MCP {act_mcp:.2f} ms = {ratio(act_mcp, act_local):.2f}x "
+                f"(+{in_server:.2f} ms in the MCP server)",
+            )
+        )
+    memory = results.memory.get("mcp", {}).get("rest", {})
+    if memory:
+        out.append(
+            Target(
+                "action server memory at rest: why, and what a bot owner can set",
+                True,
+                f"{memory.get('VmRSS', 0) / MIB:.0f} MiB RSS in {memory.get('processes', '?')} processes "
+                "(warm, MCP tools): docs/deploying-memory.md",
+                info=True,
             )
         )
     local, mcp = results.rasa_turn["local"], results.rasa_turn["mcp"]
@@ -220,7 +264,9 @@ def _series_row(
     grid.row([label, str(series[0].n), f"  {vs}"], cells, cross, note)
 
 
-def table(runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any]) -> str:
+def table(
+    runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any], peers: Peers | None = None
+) -> str:
     lines: list[str] = []
     add = lines.append
     runs = [runs_by_end[end.key] for end in ends]
@@ -486,6 +532,14 @@ def table(runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any]
             ],
             [ratio(line.per_second, lines_at[0].per_second) for line in lines_at[1:]],
         )
+    if peers is not None:
+        add("")
+        add("8. peers: the bridge beside other MCP clients, against the same CRM MCP server, interleaved;")
+        add("   call: one find_contact_by_email; cycle: the bridge's confirmation cycle (ask, yes, write),")
+        add("   a peer's two calls (find, add the note); x8: eight callers at once. Each kept as its users")
+        add("   keep it: the bridge's runtime and fastmcp's Client opened once; Rasa Pro's call step as Rasa")
+        add("   Pro runs it (a connection per call). CPU: the process making the calls")
+        lines.extend(table_lines(peers, ends[0].key))
     add("")
     add("Targets")
     per_end_targets = [targets(r) for r in runs]
@@ -493,7 +547,7 @@ def table(runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any]
         add(f"  {target.name}")
         for letter, found in zip(letters, per_end_targets, strict=True):
             one = found[i]
-            add(f"    {letter} {'PASS' if one.passed else 'MISS'}  {one.detail}")
+            add(f"    {letter} {one.result}  {one.detail}")
     return "\n".join(lines)
 
 
@@ -634,14 +688,21 @@ def chart(runs_by_end: dict[str, Results], ends: list[End], path: Path) -> None:
     plt.close(fig)
 
 
-def write(runs_by_end: dict[str, Results], ends: list[End], meta: dict[str, Any], out: Path) -> str:
+def write(
+    runs_by_end: dict[str, Results],
+    ends: list[End],
+    meta: dict[str, Any],
+    out: Path,
+    peers: Peers | None = None,
+) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    text = table(runs_by_end, ends, meta)
+    text = table(runs_by_end, ends, meta, peers)
     document = {
         "meta": meta,
         "ends": [end.summary() for end in ends],
         "results": {end.key: to_json(runs_by_end[end.key]) for end in ends},
         "rasa_turn_vs_first_end": cross_json(runs_by_end, ends),
+        "peers": peers.summary() if peers is not None else None,
     }
     (out / "bench.json").write_text(json.dumps(document, indent=2) + "\n")
     chart(runs_by_end, ends, out / "bench.png")

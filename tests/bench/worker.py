@@ -9,11 +9,11 @@ One JSON object per line on standard input, one answer per line on standard outp
 that would be printed there goes to standard error instead):
 
     {"op": "open", "section": "tool_call", "args": {...}}  -> {"variants": ["local", ...]}
-    {"op": "run", "variants": ["local", "sdk"]}            -> {"seconds": [0.00123, 0.0031]}
+    {"op": "run", "variants": ["local", "sdk"]}            -> {"seconds": [0.00123, 0.0031], "cpu": [...]}
     {"op": "close"}                                        -> {}
     end of input                                           -> the worker closes what is open, exits
 
-Any failure answers {"error": "<traceback>"}.
+Any failure answers {"error": "<traceback>"}. `cpu`: this process's CPU time during each call.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ SECTIONS: dict[str, Callable[..., AbstractAsyncContextManager[dict[str, Variant]
     "tool_call": micro.tool_call_variants,
     "session": micro.session_variants,
     "executor_cycle": lambda workdir, **kw: micro.executor_variants(Path(workdir), **kw),
+    "peers": lambda workdir, **kw: micro.peer_variants(Path(workdir), **kw),
 }
 
 
@@ -63,12 +64,13 @@ async def serve(answer: Callable[[dict[str, Any]], None]) -> None:
                     answer({"variants": list(variants)})
                 elif op == "run":  # one after the other, each timed on its own
                     calls = [variants[name] for name in request["variants"]]
-                    seconds = []
+                    seconds, cpu = [], []
                     for call in calls:
-                        start = time.perf_counter()
+                        own, start = time.process_time(), time.perf_counter()
                         await call()
                         seconds.append(time.perf_counter() - start)
-                    answer({"seconds": seconds})
+                        cpu.append(time.process_time() - own)
+                    answer({"seconds": seconds, "cpu": cpu})
                 elif op == "close":
                     await stack.aclose()
                     variants = {}
