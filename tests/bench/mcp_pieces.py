@@ -206,6 +206,19 @@ async def measure(mcp_url: str, token: str, rounds: int, calls: int) -> list[str
         async def bridge() -> None:
             _check((await runtime.invoke("crm", TOOL, args)).data)
 
+        from mcp_bridge.tools import results as tool_results
+
+        async def bridge_direct() -> None:
+            """The proposal for mcp_client/runtime.py measured: invoke's checks and result as they are,
+            the SDK's call awaited in the caller's task (no task and no asyncio.wait per call)."""
+            tool = await runtime.get_tool("crm", TOOL)
+            our_schema.validate_against_schema(tool.name, tool.input_schema, args)
+            our_schema.check_schema_patterns(tool.name, tool.output_schema or {})
+            connection = await runtime._connection("crm")
+            session = connection._require_session()
+            answer = await session.call_tool(TOOL, args, read_timeout_seconds=30.0, allow_input_required=True)
+            _check(tool_results.from_mcp(TOOL, "crm", answer).data)  # type: ignore[arg-type]
+
         async def sdk_modern() -> None:
             _check((await bare.session.call_tool(TOOL, args)).structured_content)
 
@@ -221,6 +234,7 @@ async def measure(mcp_url: str, token: str, rounds: int, calls: int) -> list[str
         variants: dict[str, Call] = {
             "local function": local,
             "bridge: MCPRuntime.invoke (2026-07-28)": bridge,
+            "bridge's checks, the SDK call awaited directly (proposal)": bridge_direct,
             "SDK Client as the bridge runs it (2026-07-28, aiohttp)": sdk_modern,
             "SDK ClientSession, 2025-11-25 handshake, aiohttp": sdk_legacy_aio,
             "SDK ClientSession, 2025-11-25, httpx2's own transport": sdk_legacy_httpx,
@@ -372,6 +386,45 @@ async def measure(mcp_url: str, token: str, rounds: int, calls: int) -> list[str
         for name, (cpu, _) in patched.items():
             out.append(f"  {name:<58}{cpu:8.3f}{cpu - first:+9.3f}")
 
+        # 5. (printed after 4) This repository's cut, before and after, on the executor's whole
+        # confirmation cycle over MCP: the schema walk once per schema object (now), or on every call.
+        executor = micro._executor(
+            micro.skills_with_source(Path(tempfile.mkdtemp(prefix="pieces-skills-")), "mcp:crm"),
+            mcp_url,
+            token,
+        )
+        stack.push_async_callback(executor.aclose)
+        cached = our_schema._pattern_refusal
+
+        def uncached(schema: Any) -> str | None:
+            our_schema._checked_by_id.clear()
+            return cached(schema)
+
+        async def cycle_with(refusal: Callable[[Any], str | None]) -> None:
+            our_schema._pattern_refusal = refusal
+            try:
+                await micro._confirmation_cycle(executor, "pieces")
+            finally:
+                our_schema._pattern_refusal = cached
+
+        async def before() -> None:
+            await cycle_with(uncached)
+
+        async def after() -> None:
+            await cycle_with(cached)
+
+        cut = await per_call_cpu(
+            {"before: the schemas walked on every call": before, "after: once per schema object": after},
+            rounds,
+            max(10, calls // 2),
+        )
+        cut_lines = [
+            "",
+            "5. the cut in mcp_bridge/tools/schema.py: CPU ms per confirmation cycle over MCP (2 calls)",
+        ]
+        for name, (cpu, wall) in cut.items():
+            cut_lines.append(f"  {name:<58}{cpu:8.3f}{wall:9.3f}")
+
         # 4. Where the SDK client's CPU goes: its own CPU by package under cProfile, scaled to the
         # CPU per call measured above without the profiler (the profiler's cost inflates deep stacks).
         from tests.bench.cpu_profile import by_package
@@ -389,7 +442,7 @@ async def measure(mcp_url: str, token: str, rounds: int, calls: int) -> list[str
             out += ["", f"4. {label}: own CPU by package (cProfile shares x {per_call:.2f} ms per call)"]
             for package, share in by_package(pstats.Stats(profiler), top=12):
                 out.append(f"  {share:6.1%}  {share * per_call:6.3f} ms  {package}")
-    return out
+    return out + cut_lines
 
 
 def main(argv: list[str] | None = None) -> int:
