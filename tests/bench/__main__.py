@@ -3,7 +3,8 @@
 The ends are the action-server environments of the supported range (tests/bench/ends.py): by
 default `.venv` (rasa-sdk 3.21, Python 3.13) and `.venv-sdk36` (rasa-sdk 3.6, Python 3.10), whatever
 interpreter runs this; `--python PATH` (repeated) picks others, `--this-end` only this interpreter's.
-Starts a seeded CRM (REST), its MCP server, a worker per end for the in-process sections, the
+Starts a seeded CRM (REST), its MCP server, a worker per end for the in-process sections, a worker
+per peer found for section 8 (fastmcp in .venv, Rasa Pro in .venv-pro: tests/bench/peers.py), the
 action servers of every end (on that end's interpreter) and one Rasa server on free local ports,
 stops them all at the end (also on error), prints one table whose columns are the ends and writes
 bench-results/bench.json and bench-results/bench.png. Timings are reported, never asserted: a
