@@ -28,9 +28,10 @@ importing a subpackage runs this file first.
 - :class:`ConfirmationReader`: ``read(text, nlu)`` returns an :data:`Answer`, ``too_long(text)`` a
   :class:`TooLong` or None, ``way_out(text)`` ``"cancel"``, ``"help"`` or None.
 - The answers: :class:`Yes`, :class:`Grant` (a yes that also gives a remembered permission),
-  :class:`No`, :class:`Edit`, :class:`Redirect`, :class:`Unclear`,
-  :class:`Other`, :class:`TooLong` (:data:`Answer` is their union); :class:`NluOpinion` is the NLU's
-  intent and confidences, a second opinion the reader may use.
+  :class:`YesThisTime` (a yes that refuses one: "yes, but ask me next time"), :class:`No`,
+  :class:`Edit`, :class:`Redirect`, :class:`Unclear`, :class:`Other`, :class:`TooLong`
+  (:data:`Answer` is their union); :class:`NluOpinion` is the NLU's intent and confidences, a
+  second opinion the reader may use.
 
 **Errors** (:mod:`mcp_bridge.errors`)
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
         TooLong,
         Unclear,
         Yes,
+        YesThisTime,
     )
     from mcp_bridge.skills.toolbox import local_tool, register_local_tools
 
@@ -93,6 +95,7 @@ _EXPORTS = {
     "TooLong": "reading.reader",
     "Unclear": "reading.reader",
     "Yes": "reading.reader",
+    "YesThisTime": "reading.reader",
     "BridgeError": "errors",
     "ConfigError": "errors",
     "OutcomeUnknownError": "errors",
@@ -117,6 +120,7 @@ __all__ = [
     "TooLong",
     "Unclear",
     "Yes",
+    "YesThisTime",
     "confirmation_reader",
     "local_tool",
     "register_local_tools",

@@ -8,7 +8,15 @@ with the NLU's intent as a second opinion. The reading is one of a closed set of
 * :class:`Yes`: every word of the answer is a plain yes ("yes", "sure, go ahead", "👍", "yse") or a
   polite filler, there is no question mark, no number the pending call does not contain, nothing
   that makes the yes-words ironic (below), and the NLU also read it as the affirm intent. Anything
-  else is never a yes.
+  else is never a yes. Beside the yes-words, the word file names four more ways of saying it, each
+  a rule of its own: ``praise`` beside a yes ("yes, brilliant, thanks"; never a yes alone),
+  ``pointing`` at what was asked ("that's the one"), a ``go_ahead`` naming the action and no one
+  else ("jot it down", "add it to the record"), and a ``repeatable`` yes said again in eagerness
+  ("yup yup").
+* :class:`YesThisTime`: a yes, read exactly as above, that also refuses a standing permission: every
+  word is a yes-word, a filler or a ``this_time_only`` phrase, with at least one of each ("yes, just
+  this once", "yes, but ask me again next time"). The call is written and nothing is remembered.
+  Alone ("only this once") it is unclear, and beside a ``remember`` phrase it contradicts itself.
 * :class:`Grant`: a yes, read exactly as above (the NLU agreeing), that also says not to ask again:
   every word is a yes-word, a filler or a ``remember`` phrase, with at least one of each ("yes, and
   don't ask again today", "yes, always allow this"). A ``remember`` phrase alone ("don't ask again")
@@ -43,7 +51,9 @@ naming another intent or carrying entities is not a yes.
 A question about several calls (a numbered list) is read by :meth:`ConfirmationReader.read_calls`:
 
 * a plain yes or no, read exactly as above (the NLU agreeing to a yes), or the Yes / No button,
-  answers every call alike; a :class:`Grant` is unclear here (a permission is given for one call);
+  answers every call alike; a :class:`Grant` is unclear here (a permission is given for one call),
+  and so are a :class:`YesThisTime` and a pointing or go-ahead yes ("only this one", "that one",
+  "add the note" do not say which of the calls);
 * :class:`Choices`: a yes or no for each call, in words ("yes to 1, no to 2", "only the first",
   "all", "none", "both but not the task"; the grammar is :mod:`mcp_bridge.reading.choices`'s). The words
   decide alone: the NLU cannot express a per-call answer, and the grammar takes nothing it does not
@@ -52,16 +62,20 @@ A question about several calls (a numbered list) is read by :meth:`ConfirmationR
   that does not say which call is unclear.
 
 The words live in a data file (``confirmation_words.yml`` beside this module, English); a bot adds
-its own (other languages) with :func:`load_words`. A word the reader does not know makes an answer
-unclear, so an unlisted language is asked again, never written.
+its own (other languages) with :func:`load_words`. An entry may be a phrase or a rule with choices
+("(don't|do not) ask [me] again", :class:`Rule`), matched where it stands in linear time. A word
+the reader does not know makes an answer unclear, so an unlisted language is asked again, never
+written.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,6 +102,15 @@ class Grant:
     """A plain yes that also says not to ask again (a remembered permission, if the skill allows one)."""
 
     kind: Literal["grant"] = "grant"
+
+
+@dataclass(frozen=True)
+class YesThisTime:
+    """A plain yes to this call that refuses a standing permission ("yes, but ask me again next time",
+    "yes, just this once"): the call runs as for a yes, nothing is remembered, and the person hears
+    that they will be asked again."""
+
+    kind: Literal["yes_this_time"] = "yes_this_time"
 
 
 @dataclass(frozen=True)
@@ -132,7 +155,7 @@ class Unclear:
     kind: Literal["unclear"] = "unclear"
 
 
-Answer = Yes | Grant | No | Edit | Redirect | Other | Unclear | TooLong
+Answer = Yes | YesThisTime | Grant | No | Edit | Redirect | Other | Unclear | TooLong
 
 
 @dataclass(frozen=True)
@@ -174,11 +197,16 @@ class _WordFile(BaseModel):
     yes: list[str] = Field(default_factory=list)
     no: list[str] = Field(default_factory=list)
     polite: list[str] = Field(default_factory=list)
+    praise: list[str] = Field(default_factory=list)
+    pointing: list[str] = Field(default_factory=list)
+    go_ahead: list[str] = Field(default_factory=list)
+    repeatable: list[str] = Field(default_factory=list)
     not_a_yes: list[str] = Field(default_factory=list)
     ironic: list[str] = Field(default_factory=list)
     drawn_out: list[str] = Field(default_factory=list)
     instruction: list[str] = Field(default_factory=list)
     remember: list[str] = Field(default_factory=list)
+    this_time_only: list[str] = Field(default_factory=list)
     edit: list[str] = Field(default_factory=list)
     edit_with_colon: list[str] = Field(default_factory=list)
     edit_lead_in: list[str] = Field(default_factory=list)
@@ -187,6 +215,9 @@ class _WordFile(BaseModel):
     new_request: list[str] = Field(default_factory=list)
     cancel: list[str] = Field(default_factory=list)
     help: list[str] = Field(default_factory=list)
+
+
+Phrase = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -209,24 +240,207 @@ class Words:
     new_request: tuple[tuple[str, ...], ...]
     cancel: frozenset[tuple[str, ...]]
     help: frozenset[tuple[str, ...]]
+    praise: frozenset[tuple[str, ...]] = frozenset()
+    pointing: frozenset[tuple[str, ...]] = frozenset()
+    go_ahead: frozenset[tuple[str, ...]] = frozenset()
+    repeatable: frozenset[str] = frozenset()
+    this_time_only: frozenset[tuple[str, ...]] = frozenset()
+    # The entries written as rules ("(don't|do not) ask [me] again"), by the list that holds them.
+    rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+
+    def never_yes(self) -> tuple[frozenset[Phrase], tuple[Rule, ...]]:
+        """What is never a yes (no, hedge, irony): its phrases and its rules."""
+        return self.no | self.not_a_yes | self.ironic, self._rules("no", "not_a_yes", "ironic")
+
+    def yes_like(self) -> tuple[frozenset[Phrase], tuple[Rule, ...]]:
+        """What is read as a yes or may stand beside one: its phrases and its rules."""
+        phrases = self.yes | self.polite | self.praise | self.pointing | self.go_ahead
+        return phrases, self._rules("yes", "polite", "praise", "pointing", "go_ahead")
+
+    def _rules(self, *keys: str) -> tuple[Rule, ...]:
+        return tuple(rule for key in keys for rule in self.rules.get(key, ()))
+
+
+# -- rules: word-file entries with choices ---------------------------------------------------
+#
+# An entry of the lists the reader matches phrase by phrase (below) may be written as a rule
+# instead of a phrase: words, "(a|b c)" for exactly one of the choices, "[a|b c]" for one of them
+# or nothing, "<key>" for any one entry of another list. "[but] (ask|check with) [me] again next
+# time" reads "ask again next time", "but check with me again next time" and the six between.
+# Groups do not nest; a referenced list's entries must be phrases, not rules. A rule is matched
+# where it stands, token by token, keeping every place a prefix of it can end: the work at one
+# place is bounded by the rule's size, never by the text's.
+
+RULE_KEYS = (
+    "yes",
+    "instruction",
+    "no",
+    "polite",
+    "praise",
+    "pointing",
+    "go_ahead",
+    "not_a_yes",
+    "ironic",
+    "remember",
+    "this_time_only",
+)
+_RULE_MARKS = frozenset("()[]<>")
+_RULE_PIECE = re.compile(r"[()\[\]|]|<[^<>\s]*>|[^\s()\[\]|<>]+")
+# Before its references are resolved: (optional, choices); a choice is a phrase or a "<key>".
+_Parsed = list[tuple[bool, list["Phrase | str"]]]
+
+
+def is_rule(entry: str) -> bool:
+    return not _RULE_MARKS.isdisjoint(entry)
+
+
+class Rule:
+    """One word-file entry written as a rule: a sequence of parts, each a set of choices (phrases),
+    required or optional. :meth:`end` says where its longest match from a place ends."""
+
+    def __init__(self, text: str, parts: Sequence[tuple[bool, Iterable[Phrase]]]) -> None:
+        self.text = text
+        self._parts: list[tuple[bool, dict[str, list[Phrase]]]] = []
+        for optional, choices_ in parts:
+            by_first: dict[str, list[Phrase]] = {}
+            for choice in choices_:
+                by_first.setdefault(choice[0], []).append(choice)
+            self._parts.append((optional, by_first))
+
+    def __repr__(self) -> str:
+        return f"Rule({self.text!r})"
+
+    def starts(self) -> frozenset[str]:
+        """Every word a match can start with."""
+        words: set[str] = set()
+        for optional, by_first in self._parts:
+            words |= set(by_first)
+            if not optional:
+                break
+        return frozenset(words)
+
+    def end(self, tokens: Sequence[str], start: int) -> int:
+        """Where the longest match of this rule from ``start`` ends, or -1 (no match, or only an
+        empty one). The places a match can have reached are at most the rule's length apart, so each
+        part costs a few look-ups."""
+        ends = {start}
+        for optional, by_first in self._parts:
+            reached = set(ends) if optional else set()
+            for at in ends:
+                for choice in by_first.get(tokens[at], ()) if at < len(tokens) else ():
+                    if tuple(tokens[at : at + len(choice)]) == choice:
+                        reached.add(at + len(choice))
+            if not reached:
+                return -1
+            ends = reached
+        best = max(ends)
+        return best if best > start else -1
+
+    def matches(self, phrase: Phrase) -> bool:
+        """Does this rule match all of ``phrase``?"""
+        return self.end(list(phrase), 0) == len(phrase)
+
+    def words(self) -> set[str]:
+        return {word for _, by_first in self._parts for cs in by_first.values() for c in cs for word in c}
+
+
+def _parse_rule(text: str) -> _Parsed:
+    """The parts of a rule, its references not yet resolved; ValueError says what is wrong."""
+    parts: _Parsed = []
+    group: list[list[str]] | None = None
+    closing = ""
+    loose: list[str] = []  # words outside any group, read as one required phrase
+
+    def flush() -> None:
+        if loose:
+            parts.append((False, [tuple(_tokens(" ".join(loose)))]))
+            loose.clear()
+
+    for piece in _RULE_PIECE.findall(text):
+        if piece in ("(", "["):
+            if group is not None:
+                raise ValueError("groups do not nest")
+            flush()
+            group, closing = [[]], ")" if piece == "(" else "]"
+        elif piece in (")", "]"):
+            if group is None or piece != closing:
+                raise ValueError(f"a {piece!r} that closes no group")
+            optional = piece == "]"
+            parts.append((optional, [_choice(words, optional) for words in group if words or not optional]))
+            group = None
+        elif piece == "|":
+            if group is None:
+                raise ValueError("a '|' outside a group")
+            group.append([])
+        elif group is not None:
+            group[-1].append(piece)
+        elif piece.startswith("<"):
+            flush()
+            parts.append((False, [_choice([piece], False)]))
+        else:
+            loose.append(piece)
+    if group is not None:
+        raise ValueError(f"a group that is not closed with {closing!r}")
+    flush()
+    if not parts or all(optional for optional, _ in parts):
+        raise ValueError("a rule with nothing it requires matches any text")
+    return parts
+
+
+def _choice(words: list[str], optional: bool) -> Phrase | str:
+    refs = [word for word in words if word.startswith("<")]
+    if refs:
+        if len(words) != 1 or len(refs[0]) < 3:
+            raise ValueError(f"a reference stands alone as a choice: {' '.join(words)!r}")
+        return refs[0][1:-1]
+    phrase = tuple(_tokens(" ".join(words)))
+    if not phrase:
+        raise ValueError("an empty choice in a (...) group; write [...] for an optional part")
+    return phrase
 
 
 def load_words(*extra: str | Path) -> Words:
     """The default words plus each file in ``extra``; :class:`ConfigError` names file, place, reason."""
     merged: dict[str, list[str]] = {}
     for path in (DEFAULT_WORDS, *extra):
-        for key, values in _read_word_file(Path(path)).model_dump().items():
+        parsed = _default_word_file() if path == DEFAULT_WORDS else _read_word_file(Path(path))
+        for key, values in parsed.model_dump().items():
             merged.setdefault(key, []).extend(values)
-    words = _compile(merged)
-    never_yes = words.no | words.not_a_yes | words.ironic
-    clash = (words.yes & never_yes) | (words.polite & never_yes)
+    sources = ", ".join(str(p) for p in (DEFAULT_WORDS, *extra))
+    words = _compile(merged, sources)
+    clash = _clash(words.yes_like(), words.never_yes())
     if clash:
-        listed = ", ".join(sorted(" ".join(entry) for entry in clash))
-        sources = ", ".join(str(p) for p in (DEFAULT_WORDS, *extra))
         raise ConfigError(
-            f"{sources}: listed both as a yes (or polite) and as a no, hedge or irony: {listed}"
+            f"{sources}: listed both as a yes (or polite) and as a no, hedge or irony: {', '.join(clash)}"
+        )
+    rules = words.rules
+    clash = _clash(
+        (words.remember, rules.get("remember", ())), (words.this_time_only, rules.get("this_time_only", ()))
+    )
+    if clash:
+        raise ConfigError(
+            f"{sources}: listed both as a permission (remember) and as a refusal of one "
+            f"(this_time_only): {', '.join(clash)}"
         )
     return words
+
+
+def _clash(
+    one: tuple[frozenset[Phrase], Sequence[Rule]], other: tuple[frozenset[Phrase], Sequence[Rule]]
+) -> list[str]:
+    """The phrases both sides read: listed in both, or a phrase of one that a rule of the other matches
+    whole (two rules are not compared with each other)."""
+    (phrases, rules), (other_phrases, other_rules) = one, other
+    both = {" ".join(p) for p in phrases & other_phrases}
+    both |= {" ".join(p) for p in other_phrases if any(rule.matches(p) for rule in rules)}
+    both |= {" ".join(p) for p in phrases if any(rule.matches(p) for rule in other_rules)}
+    return sorted(both)
+
+
+@functools.cache
+def _default_word_file() -> _WordFile:
+    """The shipped word file, read once per process (every reader starts from it)."""
+    return _read_word_file(DEFAULT_WORDS)
 
 
 def _read_word_file(path: Path) -> _WordFile:
@@ -243,12 +457,42 @@ def _read_word_file(path: Path) -> _WordFile:
         for index, value in enumerate(values):
             if not _tokens(value):
                 raise ConfigError(f"{path}: {key}[{index}]: an empty entry matches nothing")
+            if is_rule(value):
+                if key not in RULE_KEYS:
+                    raise ConfigError(
+                        f"{path}: {key}[{index}]: a rule ((...), [...], <...>) is read only in "
+                        f"{', '.join(RULE_KEYS)}"
+                    )
+                try:
+                    _parse_rule(value)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}: {key}[{index}]: {exc}") from None
     return parsed
 
 
-def _compile(lists: Mapping[str, list[str]]) -> Words:
+def _compile(lists: Mapping[str, list[str]], sources: str = "") -> Words:
     def phrases(key: str) -> frozenset[tuple[str, ...]]:
-        return frozenset(tuple(_tokens(value)) for value in lists.get(key, []))
+        return frozenset(tuple(_tokens(value)) for value in lists.get(key, []) if not is_rule(value))
+
+    def resolve(choice: Phrase | str) -> Iterable[Phrase]:
+        if isinstance(choice, tuple):
+            return (choice,)
+        if choice not in _WordFile.model_fields:
+            raise ConfigError(f"{sources}: a rule names <{choice}>, which is no list of the word file")
+        if any(is_rule(value) for value in lists.get(choice, [])):
+            raise ConfigError(f"{sources}: a rule names <{choice}>, a list that holds rules itself")
+        return phrases(choice)
+
+    def rules(*keys: str) -> tuple[Rule, ...]:
+        return tuple(
+            Rule(
+                value,
+                [(optional, [p for c in cs for p in resolve(c)]) for optional, cs in _parse_rule(value)],
+            )
+            for key in keys
+            for value in lists.get(key, [])
+            if is_rule(value)
+        )
 
     def longest_first(key: str) -> tuple[str, ...]:
         return tuple(sorted({" ".join(_tokens(v)) for v in lists.get(key, [])}, key=len, reverse=True))
@@ -271,6 +515,20 @@ def _compile(lists: Mapping[str, list[str]]) -> Words:
         new_request=tuple(sorted(phrases("new_request"), key=len, reverse=True)),
         cancel=phrases("cancel"),
         help=phrases("help"),
+        praise=phrases("praise"),
+        pointing=phrases("pointing"),
+        go_ahead=phrases("go_ahead"),
+        repeatable=frozenset(" ".join(_tokens(v)) for v in lists.get("repeatable", [])),
+        this_time_only=phrases("this_time_only"),
+        rules={
+            key: found
+            for key, found in (
+                ("yes", rules("yes", "instruction")),
+                ("instruction", rules("instruction")),
+                *((key, rules(key)) for key in RULE_KEYS if key not in ("yes", "instruction")),
+            )
+            if found
+        },
     )
 
 
@@ -355,28 +613,44 @@ def _tone(text: str) -> str | None:
     return None
 
 
-Phrase = tuple[str, ...]
-
-
 class _PhraseIndex:
     """Phrases by their first word, longest first, so finding the phrase at a position costs a
-    dictionary look-up and a few comparisons, however many phrases there are."""
+    dictionary look-up and a few comparisons, however many phrases there are; and rules (word-file
+    entries with choices) by the words they can start with, each tried where it can start."""
 
-    def __init__(self, labelled: Iterable[tuple[str, Iterable[Phrase]]]) -> None:
+    def __init__(
+        self,
+        labelled: Iterable[tuple[str, Iterable[Phrase]]],
+        rules: Mapping[str, Sequence[Rule]] | None = None,
+    ) -> None:
         by_first: dict[str, list[tuple[int, int, str, Phrase]]] = {}
+        orders: dict[str, int] = {}
         for order, (label, phrases) in enumerate(labelled):
+            orders.setdefault(label, order)
             for phrase in phrases:
                 by_first.setdefault(phrase[0], []).append((-len(phrase), order, label, phrase))
         # Longest first; at equal length the label given first wins.
         self._by_first = {
-            word: [(label, p) for *_, label, p in sorted(entries)] for word, entries in by_first.items()
+            word: [(order, label, p) for _, order, label, p in sorted(entries)]
+            for word, entries in by_first.items()
         }
+        self._rules_by_first: dict[str, list[tuple[int, str, Rule]]] = {}
+        for label, found in (rules or {}).items():
+            for rule in found:
+                for word in rule.starts():
+                    self._rules_by_first.setdefault(word, []).append((orders[label], label, rule))
 
     def at(self, tokens: list[str], i: int) -> tuple[str, Phrase] | None:
-        for label, phrase in self._by_first.get(tokens[i], ()):
+        best: tuple[int, int, str] | None = None  # (length, order, label)
+        for order, label, phrase in self._by_first.get(tokens[i], ()):
             if tuple(tokens[i : i + len(phrase)]) == phrase:
-                return label, phrase
-        return None
+                best = (len(phrase), order, label)
+                break
+        for order, label, rule in self._rules_by_first.get(tokens[i], ()):
+            length = rule.end(tokens, i) - i
+            if length > 0 and (best is None or (length, -order) > (best[0], -best[1])):
+                best = (length, order, label)
+        return None if best is None else (best[2], tuple(tokens[i : i + best[0]]))
 
 
 # -- the reader ------------------------------------------------------------------------------
@@ -413,28 +687,26 @@ class ConfirmationReader:
         self._squeezed_no = {_squeeze(word): word for word in self._single_no}
         self._longest_single = max(map(len, self._single_yes | self._single_no), default=0)
         # Words of the lists that decide yes and no: never "corrected" into another word.
-        self._vocabulary = {
-            token
-            for phrases in (
-                self.words.yes,
-                self.words.no,
-                self.words.not_a_yes,
-                self.words.ironic,
-                self.words.remember,
-            )
-            for phrase in phrases
-            for token in phrase
-        } | {token for phrase in self.words.polite for token in phrase}
-        self._phrases = _PhraseIndex(
-            [
-                ("remember", self.words.remember),
-                ("no", self.words.no),
-                ("not_a_yes", self.words.not_a_yes),
-                ("ironic", self.words.ironic),
-                ("yes", self.words.yes),
-                ("polite", self.words.polite),
-            ]
-        )
+        # The lists the answer is read with, each under the label its phrases get; at equal length
+        # the label given first wins.
+        lists = [
+            ("remember", "remember", self.words.remember),
+            ("once", "this_time_only", self.words.this_time_only),
+            ("no", "no", self.words.no),
+            ("not_a_yes", "not_a_yes", self.words.not_a_yes),
+            ("ironic", "ironic", self.words.ironic),
+            ("yes", "yes", self.words.yes),
+            ("pointing", "pointing", self.words.pointing),
+            ("go_ahead", "go_ahead", self.words.go_ahead),
+            ("praise", "praise", self.words.praise),
+            ("polite", "polite", self.words.polite),
+        ]
+        rules = {label: self.words.rules[key] for label, key, _ in lists if key in self.words.rules}
+        self._instruction_rules = self.words.rules.get("instruction", ())
+        # Words of the lists that decide yes and no: never "corrected" into another word.
+        self._vocabulary = {token for _, _, phrases in lists for phrase in phrases for token in phrase}
+        self._vocabulary |= {word for found in rules.values() for rule in found for word in rule.words()}
+        self._phrases = _PhraseIndex([(label, phrases) for label, _, phrases in lists], rules)
         self._cancel = _PhraseIndex([("hit", self.words.cancel), ("polite", self.words.polite)])
         self._help = _PhraseIndex([("hit", self.words.help), ("polite", self.words.polite)])
         redirect_words = self.words.redirect | self.words.redirect_also | self.words.yes | self.words.no
@@ -491,7 +763,11 @@ class ConfirmationReader:
         if stripped.startswith("/"):
             return self._payload(stripped)
         text_answer = self._read_text(stripped, nlu, call or {})
-        if isinstance(text_answer, Yes | Grant) and nlu is not None and not self._nlu_says_yes(nlu):
+        if (
+            isinstance(text_answer, Yes | YesThisTime | Grant)
+            and nlu is not None
+            and not self._nlu_says_yes(nlu)
+        ):
             return Unclear("the NLU did not read it as a yes")
         return text_answer
 
@@ -525,6 +801,12 @@ class ConfirmationReader:
         whole = self.read(stripped, nlu, {})
         if isinstance(whole, Grant):
             return Unclear("a permission for several calls at once")
+        if isinstance(whole, YesThisTime):
+            return Unclear("a yes for this time only, to several calls")  # "only this one" picks one
+        if isinstance(whole, Yes) and any(
+            label in ("pointing", "go_ahead") for label, _ in self._label(_tokens(stripped), {})
+        ):
+            return Unclear("a yes that points at one call, to several")  # "that one", "add the note"
         if isinstance(whole, Yes | No):
             return Choices((isinstance(whole, Yes),) * count)
         if isinstance(whole, TooLong):
@@ -679,28 +961,52 @@ class ConfirmationReader:
         if addresses:
             return self._with_email(text, addresses, nlu)
         found = self._label(tokens, call)
-        kinds = {label for label, _ in found} - {"polite"}
-        if kinds in ({"yes"}, {"yes", "remember"}):
+        # Praise stands beside a yes like a polite word ("yes, brilliant"), but alone it is no yes; a
+        # phrase that points at the question ("that's the one") or names its action ("add it") is one.
+        kinds = {_YES_LIKE.get(label, label) for label, _ in found} - {"polite", "praise"}
+        if kinds in ({"yes"}, {"yes", "remember"}, {"yes", "once"}):
             doubt = self._irony(found) or _tone(text)
             if doubt:
                 return Unclear(doubt)
-            return Grant() if "remember" in kinds else Yes()
+            return Grant() if "remember" in kinds else YesThisTime() if "once" in kinds else Yes()
         if "no" in kinds and kinds <= {"no", "not_a_yes", "ironic", "remember"}:
             # "no", "actually no", "no, not now", "no, and don't ask again": a no, hedged or not
             return No()
+        if {"remember", "once"} <= kinds:
+            return Unclear("a permission and a refusal of one, together")
         if kinds == {"remember"}:
             return Unclear("not to ask again, without a yes")
+        if kinds == {"once"}:
+            return Unclear("this time only, without a yes")
         if not kinds & {"yes", "no", "not_a_yes", "ironic"} and self._nlu_says_other(nlu):
             return Other()
         return Unclear(_why(kinds))
 
     def _irony(self, found: list[tuple[str, Phrase]]) -> str | None:
         """Yes-words that together mean doubt: one said twice with no instruction to write
-        ("sure, sure", "great, just great"; but "yes yes, save it")."""
-        said = [phrase for label, phrase in found if label == "yes" and phrase[0][:1].isalpha()]
-        if len(set(said)) < len(said) and not any(phrase in self.words.instruction for phrase in said):
+        ("sure, sure", "great, just great", "brilliant, brilliant"; but "yes yes, save it"). A word
+        listed as ``repeatable`` may be said again and again ("yup yup")."""
+        said = [
+            phrase
+            for label, phrase in found
+            if label in ("yes", "pointing", "praise", "go_ahead") and phrase[0][:1].isalpha()
+        ]
+        repeated = [phrase for phrase, times in Counter(said).items() if times > 1]
+        if any(len(p) > 1 or p[0] not in self.words.repeatable for p in repeated) and not any(
+            self._is_instruction(label, phrase) for label, phrase in found
+        ):
             return "a yes said twice, which sounds ironic"
         return None
+
+    def _is_instruction(self, label: str, phrase: Phrase) -> bool:
+        """An instruction to write ("save it", "add it to the record")."""
+        if label == "go_ahead":
+            return True
+        if label != "yes":
+            return False
+        return phrase in self.words.instruction or any(
+            rule.matches(phrase) for rule in self._instruction_rules
+        )
 
     def _with_email(self, text: str, spans: list[tuple[int, int]], nlu: NluOpinion | None) -> Answer:
         addresses = {text[start:end].rstrip(".!?").casefold() for start, end in spans}
@@ -765,7 +1071,7 @@ class ConfirmationReader:
             if phrase is not None:
                 label, matched = phrase
                 end = i + len(matched)
-                if label == "yes" and any(self._drawn_out(tokens[j], words[j]) for j in range(i, end)):
+                if label in _YES_LIKE and any(self._drawn_out(tokens[j], words[j]) for j in range(i, end)):
                     label = "ironic"  # "suuure", "that's riiight": drawn out, the yes doubts
                 found.append((label, matched))
                 i = end
@@ -806,6 +1112,10 @@ class ConfirmationReader:
     @staticmethod
     def _starts_with(tokens: list[str], phrases: Iterable[Phrase]) -> bool:
         return any(tuple(tokens[: len(p)]) == p for p in phrases)
+
+
+# Labels of phrases that are a yes, or stand beside one, and the kind of answer each counts as.
+_YES_LIKE = {"yes": "yes", "pointing": "yes", "go_ahead": "yes", "praise": "praise"}
 
 
 # Tokens of a per-call answer: like _tokens, but commas, semicolons, full stops, dashes and "#" are
@@ -862,6 +1172,7 @@ def _contains(tokens: list[str], phrase: Phrase) -> bool:
 def _why(kinds: set[str]) -> str:
     for label, reason in (
         ("question", "a question"),
+        ("once", "this time only, without a plain yes"),
         ("not_a_yes", "a negation, hedge or change"),
         ("ironic", "yes-words that sound ironic"),
         ("unknown", "words that are not a plain yes or no"),

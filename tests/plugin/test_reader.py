@@ -2,7 +2,9 @@
 
 Each answer is read twice: with no NLU opinion, and with an NLU that says "affirm" at 0.99 whatever
 it hears (as DIET does on text it has never seen). An unsafe write is an answer that is not a yes
-but was read as one; the suite fails on any. Yes recall must be at least 95 %.
+but was read as one (a yes, a yes for this time only, or a grant); an unsafe grant is one read as a
+grant that is not labelled one. The suite fails on any. Yes recall is held per class: at least 95 %
+on each of the `classes`, and no lower than it was on the older sets.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from mcp_bridge.reading.reader import (
     TooLong,
     Unclear,
     Yes,
+    YesThisTime,
     load_words,
 )
 
@@ -36,10 +39,28 @@ OVERCONFIDENT = NluOpinion("affirm", 0.99, {"affirm": 0.99})
 READER = ConfirmationReader()
 
 
+CLASSES: dict[str, Any] = ANSWERS["classes"]
+# What each label must be read as, for the labels of answers that write.
+READ_AS = {"yes": Yes, "yes_this_time": YesThisTime, "grant": Grant}
+# Yes recall of the older sets when the classes were added (the one miss: "yes, invoice 4471 is
+# right"); it may rise, never fall.
+RECALL_FLOOR = {"yes": 95 / 96, "grant": 1.0}
+
+
 def labelled() -> list[tuple[str, str]]:
     labels = ("yes", "no", "unclear", "sarcasm", "grant", "grant_traps")
     pairs = [(text, label) for label in labels for text in ANSWERS[label]]
     return pairs + [(entry["answer"], "edit") for entry in ANSWERS["edit"]]
+
+
+def by_class() -> list[tuple[str, str, str]]:
+    """Every answer as (text, label, class): the older sets are each a class, labelled by their name;
+    an answer of the `classes` is labelled by what it must be read as, or "near_miss"."""
+    rows = [(text, label, label) for text, label in labelled()]
+    for name, entries in CLASSES.items():
+        rows += [(text, entries["reads_as"], name) for text in entries["yes"]]
+        rows += [(text, "near_miss", name) for text in entries["near_misses"]]
+    return rows
 
 
 def test_the_answer_set_covers_every_class() -> None:
@@ -50,32 +71,49 @@ def test_the_answer_set_covers_every_class() -> None:
     assert counts["sarcasm"] >= 20, counts
 
 
+def test_each_class_has_its_yeses_and_as_many_near_misses() -> None:
+    assert len(CLASSES) >= 6
+    for name, entries in CLASSES.items():
+        assert entries["reads_as"] in READ_AS, name
+        assert len(entries["yes"]) >= 15, name
+        assert len(entries["near_misses"]) >= len(entries["yes"]), name
+
+
 def test_unsafe_writes_are_zero_and_yes_recall_is_high(capsys: pytest.CaptureFixture[str]) -> None:
-    unsafe: list[tuple[str, str, str]] = []
-    unsafe_grants: list[tuple[str, str, str]] = []
-    missed: list[str] = []
-    yes_total = 0
-    for text, label in labelled():
-        for opinion_name, opinion in (("no NLU", None), ("NLU says affirm", OVERCONFIDENT)):
+    """Per class: yes recall (read as what the label says, the NLU agreeing), unsafe writes and
+    unsafe grants (either NLU opinion), printed; the asserts are on the whole set and each class."""
+    figures: dict[str, dict[str, Any]] = {}
+    for text, label, name in by_class():
+        row = figures.setdefault(name, {"yeses": 0, "read": 0, "unsafe": [], "grants": [], "missed": []})
+        for opinion in (None, OVERCONFIDENT):
             reading = READER.read(text, opinion, CALL)
-            if label not in ("yes", "grant") and isinstance(reading, Yes | Grant):
-                unsafe.append((text, label, opinion_name))
+            if label not in READ_AS and isinstance(reading, Yes | YesThisTime | Grant):
+                row["unsafe"].append((text, "no NLU" if opinion is None else "NLU says affirm"))
             if label != "grant" and isinstance(reading, Grant):
-                unsafe_grants.append((text, label, opinion_name))
-            if label == "yes" and opinion is OVERCONFIDENT:
-                yes_total += 1
-                if not isinstance(reading, Yes):
-                    missed.append(text)
-    recall = 1 - len(missed) / yes_total
-    with capsys.disabled():
-        print(
-            f"\nconfirmation reader on {len(labelled())} labelled answers: unsafe writes {len(unsafe)} "
-            f"(must be 0); unsafe grants {len(unsafe_grants)} (must be 0); "
-            f"yes recall {recall:.1%} ({yes_total - len(missed)}/{yes_total}; missed: {missed})"
+                row["grants"].append((text, "no NLU" if opinion is None else "NLU says affirm"))
+        if label in READ_AS:
+            row["yeses"] += 1
+            if type(READER.read(text, OVERCONFIDENT, CALL)) is READ_AS[label]:
+                row["read"] += 1
+            else:
+                row["missed"].append(text)
+    lines = [f"\nconfirmation reader on {len(by_class())} labelled answers, per class:"]
+    for name, row in figures.items():
+        recall = (
+            f"{row['read'] / row['yeses']:6.1%} ({row['read']}/{row['yeses']})" if row["yeses"] else "n/a"
         )
-    assert unsafe == []
-    assert unsafe_grants == []
-    assert recall >= 0.95
+        lines.append(
+            f"  {name:22} yes recall {recall:16} unsafe writes {len(row['unsafe'])}  "
+            f"unsafe grants {len(row['grants'])}" + (f"  missed: {row['missed']}" if row["missed"] else "")
+        )
+    with capsys.disabled():
+        print("\n".join(lines))
+    assert [row["unsafe"] for row in figures.values() if row["unsafe"]] == []
+    assert [row["grants"] for row in figures.values() if row["grants"]] == []
+    for name, row in figures.items():
+        if row["yeses"]:
+            floor = RECALL_FLOOR.get(name, 0.95)
+            assert row["read"] / row["yeses"] >= floor, (name, row["missed"])
 
 
 @pytest.mark.parametrize("text", ANSWERS["grant"])
@@ -90,6 +128,56 @@ def test_a_yes_that_says_not_to_ask_again_is_a_grant(text: str) -> None:
 def test_what_only_looks_like_a_grant_is_asked_again(text: str) -> None:
     for opinion in (None, OVERCONFIDENT):
         assert isinstance(READER.read(text, opinion, CALL), Unclear | No), (text, opinion)
+
+
+CLASS_YESES = [(text, name) for name, entries in CLASSES.items() for text in entries["yes"]]
+
+
+@pytest.mark.parametrize(("text", "name"), CLASS_YESES, ids=[text for text, _ in CLASS_YESES])
+def test_every_way_of_saying_yes_needs_the_nlu_to_agree(text: str, name: str) -> None:
+    assert isinstance(READER.read(text, NluOpinion("deny", 0.99), CALL), Unclear), name
+    assert isinstance(READER.read(text, NluOpinion("affirm", 0.5), CALL), Unclear), name
+
+
+def test_a_yes_for_this_time_only_is_its_own_answer() -> None:
+    for text in ("yes, just this once", "yes, but ask me again next time", "sure, only for this note"):
+        assert READER.read(text, OVERCONFIDENT, CALL) == YesThisTime(), text
+    # Alone, beside a permission, or beside a no it is no yes.
+    assert READER.read("only this once", OVERCONFIDENT, CALL) == Unclear("this time only, without a yes")
+    assert READER.read("yes, once, and don't ask again", OVERCONFIDENT, CALL) == Unclear(
+        "a permission and a refusal of one, together"
+    )
+    assert isinstance(READER.read("no, just this once", OVERCONFIDENT, CALL), Unclear)
+
+
+def test_the_one_call_ways_of_saying_yes_do_not_answer_several_calls() -> None:
+    calls, names = [{}, {}], ["note", "task"]
+    # "only this one", "that one", "add the note": which of the two? Asked again.
+    for text in ("yes, only this one", "yes, just this once", "that one", "this one please", "add the note"):
+        assert isinstance(READER.read_calls(text, OVERCONFIDENT, calls, names), Unclear), text
+    for text in ("add it", "jot it down", "that's the one"):
+        assert isinstance(READER.read_calls(text, OVERCONFIDENT, calls, names), Unclear), text
+    # Praise and an eager repeated yes are a yes to all, as "yes" is.
+    for text in ("yes, brilliant, thanks", "yup yup"):
+        assert READER.read_calls(text, OVERCONFIDENT, calls, names) == Choices((True, True)), text
+
+
+def test_a_bot_writes_its_own_rules(tmp_path: Path) -> None:
+    words = tmp_path / "words.yml"
+    words.write_text(
+        'yes: ["sí", "(claro|vale) [que sí]"]\n'
+        'this_time_only: ["[pero] (solo|sólo) (esta|por esta) vez"]\n'
+        'remember: ["no (me|lo) (preguntes|vuelvas a preguntar) más"]\n'
+        'praise: ["genial"]\n'
+    )
+    reader = ConfirmationReader(load_words(words))
+    assert reader.read("claro que sí", None, CALL) == Yes()
+    assert reader.read("vale, genial", None, CALL) == Yes()
+    assert reader.read("sí, pero solo esta vez", None, CALL) == YesThisTime()
+    assert reader.read("sí, no me preguntes más", None, CALL) == Grant()
+    assert isinstance(reader.read("solo esta vez", None, CALL), Unclear)
+    assert isinstance(reader.read("oh genial", None, CALL), Unclear)  # the default irony of praise
+    assert isinstance(reader.read("claro que", None, CALL), Unclear)  # "que" alone is no choice
 
 
 def test_a_grant_is_not_an_answer_to_several_calls() -> None:
@@ -207,6 +295,20 @@ def test_a_bot_adds_words_of_its_own_language(tmp_path: Path) -> None:
         ('ironic: ["sure"]', "listed both as a yes (or polite) and as a no, hedge or irony: sure"),
         ('instruction: ["never"]', "listed both as a yes (or polite) and as a no, hedge or irony: never"),
         ("yes: [unclosed", "not valid YAML"),
+        ('yes: ["(sure|fine"]', "yes[0]: a group that is not closed with ')'"),
+        ('yes: ["(sure|[fine])"]', "yes[0]: groups do not nest"),
+        ('yes: ["[sure] | fine"]', "yes[0]: a '|' outside a group"),
+        ('yes: ["(sure|) then"]', "yes[0]: an empty choice in a (...) group"),
+        ('yes: ["[sure|fine]"]', "yes[0]: a rule with nothing it requires matches any text"),
+        ('yes: ["<nothing> then"]', "a rule names <nothing>, which is no list of the word file"),
+        ('yes: ["oh <remember>"]', "a rule names <remember>, a list that holds rules itself"),
+        ('edit: ["(change|alter) it to"]', "edit[0]: a rule ((...), [...], <...>) is read only in"),
+        (
+            'no: ["(sure|fine) thing"]',
+            "listed both as a yes (or polite) and as a no, hedge or irony: sure thing",
+        ),
+        ('yes: ["(stop|halt)"]', "listed both as a yes (or polite) and as a no, hedge or irony: stop"),
+        ('remember: ["ask me next time"]', "listed both as a permission (remember) and as a refusal of one"),
     ],
 )
 def test_a_bad_word_file_stops_start_up_naming_file_place_and_reason(

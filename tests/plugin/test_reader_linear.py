@@ -61,6 +61,14 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "edit markers without their end": lambda n: _repeat("change it ", n),
     "quotes and apostrophes": lambda n: _repeat("that's 'right' ", n),
     "a sentence": lambda n: _repeat("Dana called about invoice 4471, ok? ", n),
+    # The word file's rules: each tried where it can start, and most of them fail late.
+    "a grant rule without its end": lambda n: _repeat("yes, don't bother asking ", n),
+    "this-time-only rules, over and over": lambda n: _repeat("yes, but only just for this ", n),
+    "praise and thanks": lambda n: _repeat("brilliant, thanks so much ", n),
+    "pointing, never finished": lambda n: _repeat("that's exactly the ", n),
+    "a go-ahead without its place": lambda n: _repeat("add it to the ", n),
+    "a repeated yes": lambda n: _repeat("yup ", n),
+    "ironic leads": lambda n: _repeat("oh just wow gee ", n),
 }
 
 
