@@ -310,7 +310,12 @@ _REMEMBERING_PIECES = {
     "intents": {REVOKE_INTENT},
     "slots": {PERMISSIONS_SLOT},
     "actions": {REVOKE_ACTION},
-    "responses": {"utter_permission_granted", "utter_permission_used", "utter_permissions_revoked"},
+    "responses": {
+        "utter_permission_granted",
+        "utter_permission_used",
+        "utter_permissions_revoked",
+        "utter_permission_declined",
+    },
 }
 
 
