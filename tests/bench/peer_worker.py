@@ -35,6 +35,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# Run as a script, this folder is first on sys.path: its modules (stats, report, router, worker...)
+# would shadow any top-level module of the same name that the peer's library imports.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
 DANA = "dana@example.com"
 CONCURRENT = 8
 Variant = Callable[[], Awaitable[None]]
