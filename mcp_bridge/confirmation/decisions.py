@@ -161,6 +161,9 @@ class Responses:
     permission_used: str = "utter_permission_used"
     # Said when the person withdraws their permissions (variable: count, how many were withdrawn).
     permissions_revoked: str = "utter_permissions_revoked"
+    # Said after the call a yes for this time only ran ("yes, but ask me next time"), where the skill
+    # allows remembering: no permission was kept.
+    permission_declined: str = "utter_permission_declined"
     # Said to a request or an answer that no channel vouches for: it reached the action server
     # without the signature of the channel that authenticated the person; nothing ran.
     not_vouched: str = "utter_not_vouched"
@@ -170,7 +173,12 @@ class Responses:
         return set(asdict(self).values()) - self.permission_names()
 
     def permission_names(self) -> set[str]:
-        return {self.permission_granted, self.permission_used, self.permissions_revoked}
+        return {
+            self.permission_granted,
+            self.permission_used,
+            self.permissions_revoked,
+            self.permission_declined,
+        }
 
 
 @dataclass(frozen=True)

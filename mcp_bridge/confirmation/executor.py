@@ -117,6 +117,7 @@ from mcp_bridge.reading.reader import (
     TooLong,
     Unclear,
     Yes,
+    YesThisTime,
 )
 from mcp_bridge.sealing import PendingConfirmation, Seal, question_from_slot
 from mcp_bridge.skills.files import (
@@ -300,8 +301,12 @@ class Executor:
             return self.calls.refuse(turn, pending, refusal)
         skill, step, resolved = bound
         reading = self.reader.read(turn.text, nlu, pending.arguments)
-        if isinstance(reading, Yes):
-            return await self._confirmed(skill, step, resolved, pending, turn)
+        if isinstance(reading, Yes | YesThisTime):
+            # "yes, but ask me next time": a yes that gives no permission, and says so where one could be.
+            rule = skill.constraints.get(pending.tool)
+            remembers = rule is not None and rule.allows_remembering is not None
+            once = isinstance(reading, YesThisTime) and remembers
+            return await self._confirmed(skill, step, resolved, pending, turn, once=once)
         if isinstance(reading, Grant):
             allowed = await permissions.may_remember(skill, pending.tool, found(resolved), pending.arguments)
             if allowed is not None:
@@ -430,10 +435,12 @@ class Executor:
         turn: Turn,
         *,
         remember: AllowsRemembering | None = None,
+        once: bool = False,
     ) -> Decision:
         """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
         what the step's tool name resolved to when the question was checked. ``remember``: the yes
-        also gives a permission, as the skill allows it (rule 8)."""
+        also gives a permission, as the skill allows it (rule 8); ``once``: it refused one, and hears
+        that it will be asked again."""
         if self.calls.late(pending):
             return await self._expired(skill, pending, turn)
         if turn.user_turn != pending.user_turn + 1:
@@ -448,7 +455,10 @@ class Executor:
             return await self._hold(skill, second, pending, turn)
         run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
         if remember is None:
-            return run.decision(skill, slots={PENDING_SLOT: None})
+            decision = run.decision(skill, slots={PENDING_SLOT: None})
+            if once:
+                return replace(decision, say=[*decision.say, Say(self.responses.permission_declined)])
+            return decision
         granted, slot = self.permissions.grant(skill, remember, pending, turn)
         said = Say(self.responses.permission_granted, self.permissions.variables(granted))
         decision = run.decision(skill, slots={PENDING_SLOT: None})
