@@ -249,6 +249,29 @@ async def test_a_no_with_dont_ask_again_grants_nothing_and_dont_ask_again_alone_
     assert responses(await log(chat, "dana@example.com", "Next")) == ["utter_confirm_note"]
 
 
+async def test_a_yes_for_this_time_only_writes_grants_nothing_and_says_it_will_ask_again(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path)
+    chat = world.chat()
+    await log(chat, "dana@example.com", "First call")
+    decision = await chat.say("yes, but ask me again next time", "affirm")
+    assert responses(decision) == ["utter_note_saved", "utter_permission_declined"]
+    assert world.notes[-1][:2] == (1, "First call")
+    assert chat.slots.get(PERMISSIONS_SLOT) is None and "permission_granted" not in world.decisions()
+    assert responses(await log(chat, "dana@example.com", "Next")) == ["utter_confirm_note"]
+    assert len(world.notes) == 1
+    # A plain yes says nothing about permissions; and where the skill remembers nothing, a yes for
+    # this time only is a plain yes (there is no permission to refuse, and the bot need not word one).
+    assert responses(await chat.say("yes", "affirm")) == ["utter_note_saved"]
+    without = SKILL[: SKILL.index("      allows_remembering:")] + SKILL[SKILL.index("steps:") :]
+    other = World(tmp_path / "without", without)
+    chat = other.chat()
+    await log(chat, "dana@example.com", "First call")
+    assert responses(await chat.say("yes, just this once", "affirm")) == ["utter_note_saved"]
+    assert other.notes[-1][:2] == (1, "First call")
+
+
 async def test_a_list_of_several_calls_is_always_asked(tmp_path: Path) -> None:
     world = World(tmp_path)
     chat = world.chat()
