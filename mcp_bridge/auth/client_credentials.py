@@ -23,16 +23,11 @@ Tokens live in memory only; neither they nor the secret are ever logged.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import AsyncGenerator
 from urllib.parse import parse_qsl, urlencode
 
-import httpx2
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from mcp.shared.exceptions import MCPDeprecationWarning
-
 from mcp_bridge.config.servers import OAuthConfig
+from mcp_bridge.mcp_sdk import ClientCredentialsOAuthProvider, OAuthClientInformationFull, OAuthToken, http
 
 # Set in a request's extensions on the requests the OAuth flow makes itself: the transport
 # (mcp_bridge.mcp_client.transport) never counts them as tool calls.
@@ -63,27 +58,24 @@ class _MemoryStorage:
 
 
 class ClientCredentials(ClientCredentialsOAuthProvider):
-    """An ``httpx2.Auth`` for one MCP server: the SDK's client credentials flow, as configured."""
+    """An ``http.Auth`` for one MCP server: the SDK's client credentials flow, as configured."""
 
     def __init__(self, server_url: str, oauth: OAuthConfig) -> None:
-        with warnings.catch_warnings():
-            # The SDK warns that without `issuer` the MCP server decides where the credentials go.
-            # Here they only ever go to the configured token_url (_get_token_endpoint below).
-            warnings.simplefilter("ignore", MCPDeprecationWarning)
-            super().__init__(
-                server_url,
-                _MemoryStorage(),
-                client_id=oauth.client_id,
-                client_secret=oauth.client_secret,
-                scope=oauth.scope,
-            )
+        # The SDK's warning that without `issuer` the MCP server decides where the credentials go is
+        # silenced there (mcp_bridge.mcp_sdk): they only ever go to the configured token_url
+        # (_get_token_endpoint below).
+        super().__init__(
+            server_url,
+            _MemoryStorage(),
+            client_id=oauth.client_id,
+            client_secret=oauth.client_secret,
+            scope=oauth.scope,
+        )
         self._oauth = oauth
         self.tokens_obtained = 0
 
-    async def async_auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        refused: httpx2.Response | None = None
+    async def async_auth_flow(self, request: http.Request) -> AsyncGenerator[http.Request, http.Response]:
+        refused: http.Response | None = None
         held = self.context.current_tokens
         used = f"Bearer {held.access_token}" if held is not None else None
         if self._initialized and used is not None and self.context.is_token_valid():
@@ -111,7 +103,7 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
     def _get_token_endpoint(self) -> str:
         return self._oauth.token_url
 
-    async def _exchange_token_client_credentials(self) -> httpx2.Request:
+    async def _exchange_token_client_credentials(self) -> http.Request:
         if self._oauth.scope:
             self.context.client_metadata.scope = self._oauth.scope
         request = await super()._exchange_token_client_credentials()
@@ -121,7 +113,7 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
             headers = {
                 name: value for name, value in request.headers.items() if name.lower() != "content-length"
             }
-            request = httpx2.Request(
+            request = http.Request(
                 "POST", request.url, content=urlencode(form).encode("ascii"), headers=headers
             )
         seconds = self._oauth.timeout
@@ -134,7 +126,7 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
         request.extensions[AUTH_REQUEST] = True  # the transport never counts it as a tool call
         return request
 
-    async def _handle_token_response(self, response: httpx2.Response) -> None:
+    async def _handle_token_response(self, response: http.Response) -> None:
         await super()._handle_token_response(response)
         self.tokens_obtained += 1
         tokens, expiry = self.context.current_tokens, self.context.token_expiry_time

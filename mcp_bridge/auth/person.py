@@ -54,31 +54,29 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
-import httpx2
 from cryptography.fernet import InvalidToken
-from mcp.client.auth import OAuthClientProvider
-from mcp.client.auth.oauth2 import PKCEParameters
-from mcp.client.auth.utils import (
+
+from mcp_bridge.auth.token_store import TokenStore
+from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.errors import BridgeError, NotAuthorisedError, ServerUnavailableError
+from mcp_bridge.mcp_sdk import (
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthClientProvider,
+    OAuthMetadata,
+    OAuthToken,
+    PKCEParameters,
+    ProtectedResourceMetadata,
     build_oauth_authorization_server_metadata_discovery_urls,
     build_protected_resource_metadata_discovery_urls,
     create_oauth_metadata_request,
     extract_resource_metadata_from_www_auth,
     handle_auth_metadata_response,
     handle_protected_resource_response,
+    http,
     validate_authorization_response_iss,
     validate_metadata_issuer,
 )
-from mcp.shared.auth import (
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthMetadata,
-    OAuthToken,
-    ProtectedResourceMetadata,
-)
-
-from mcp_bridge.auth.token_store import TokenStore
-from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.errors import BridgeError, NotAuthorisedError, ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -236,15 +234,15 @@ async def authorization_server(config: MCPServerConfig) -> str:
     the server cannot be reached."""
     try:
         return str((await discover(config)).metadata.issuer)
-    except httpx2.HTTPError as exc:
+    except http.HTTPError as exc:
         raise ServerUnavailableError(
             f"MCP server {config.name!r} at {config.url} could not be reached ({type(exc).__name__})"
         ) from exc
 
 
-def _http(config: MCPServerConfig) -> httpx2.AsyncClient:
+def _http(config: MCPServerConfig) -> http.AsyncClient:
     timeout = config.oauth.timeout if config.oauth is not None else 10.0
-    return httpx2.AsyncClient(timeout=timeout, follow_redirects=False)
+    return http.AsyncClient(timeout=timeout, follow_redirects=False)
 
 
 class _OneShotStorage:
@@ -555,7 +553,7 @@ class PersonOAuth:
         async with _http(self._servers[server]) as http:
             try:
                 response = await http.send(request)
-            except httpx2.HTTPError as exc:
+            except http.HTTPError as exc:
                 log.warning("refreshing a token for MCP server %r failed: %s", server, type(exc).__name__)
                 return None
             if not await provider._handle_refresh_response(response):
@@ -606,7 +604,7 @@ class PersonOAuth:
                 try:
                     response = await http.post(str(endpoint), data=data, headers=headers)
                     log.info("MCP server %r: %s revoked (HTTP %s)", server, hint, response.status_code)
-                except httpx2.HTTPError as exc:
+                except http.HTTPError as exc:
                     log.warning("MCP server %r: %s not revoked (%s)", server, hint, type(exc).__name__)
 
     async def aclose(self) -> None:
@@ -619,7 +617,7 @@ _START = "start:"
 _HELD = "held:"
 
 
-def _account(response: httpx2.Response) -> str | None:
+def _account(response: http.Response) -> str | None:
     """Which account signed in, as the person should recognise it: the email, name or subject of the
     token response's ID token, else of its access token when that is a JWT. Read for display only
     (the response came straight from the token endpoint); None when the server says nothing of it."""

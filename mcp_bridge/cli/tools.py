@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mcp.types import Tool
+from mcp_types import Tool
 
 from mcp_bridge.auth.person import authorization_server
 from mcp_bridge.cli.command import add_command, bot_folder

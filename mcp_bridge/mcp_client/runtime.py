@@ -48,26 +48,16 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 import jsonschema
-from mcp import ClientSession
-from mcp.client import Client
-from mcp.client.session import ClientRequestContext
-from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared.exceptions import MCPError
-from mcp.types import (
+from mcp_types import (
     CallToolResult,
     ElicitRequest,
-    ElicitRequestParams,
     ElicitResult,
     Implementation,
     InputRequiredResult,
-    PaginatedRequestParams,
     ServerCapabilities,
-    ToolListChangedNotification,
 )
-from mcp.types import Tool as McpToolInfo
+from mcp_types import Tool as McpToolInfo
 from mcp_types.jsonrpc import (
     CONNECTION_CLOSED,
     INVALID_PARAMS,
@@ -77,6 +67,7 @@ from mcp_types.jsonrpc import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcp_bridge import mcp_sdk
 from mcp_bridge.auth.client_credentials import ClientCredentials
 from mcp_bridge.auth.person import PersonOAuth, current
 from mcp_bridge.config.servers import MCPServerConfig
@@ -93,6 +84,7 @@ from mcp_bridge.errors import (
 )
 from mcp_bridge.mcp_client import transport
 from mcp_bridge.mcp_client.transport import AiohttpTransport, Delivery
+from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
 from mcp_bridge.observability import metrics
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions import waiting_calls as waiting_calls
@@ -116,15 +108,13 @@ log = logging.getLogger(__name__)
 PERSON_SESSIONS = 64
 
 
-class _PersonBearer(httpx2.Auth):
+class _PersonBearer(http.Auth):
     """The person's access token on every request of their session (updated before each call)."""
 
     def __init__(self) -> None:
         self.token = ""
 
-    async def async_auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+    async def async_auth_flow(self, request: http.Request) -> AsyncGenerator[http.Request, http.Response]:
         request.headers["Authorization"] = f"Bearer {self.token}"
         yield request
 
@@ -185,7 +175,7 @@ class _Connection:
         self,
         config: MCPServerConfig,
         on_tools_changed: "asyncio.Event",
-        auth: httpx2.Auth | None = None,
+        auth: http.Auth | None = None,
         held: WaitingCalls | None = None,
     ) -> None:
         self.config = config
@@ -196,7 +186,7 @@ class _Connection:
         # The session's opening requests (initialize): whether the server refused them unauthenticated.
         self._opening = Delivery()
         self._tools_changed = on_tools_changed
-        self._session: ClientSession | None = None
+        self._session: Session | None = None
         self._ready = asyncio.Event()
         # Resolved when the session ends, so a call in flight can wait on it without a task per call.
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -241,33 +231,30 @@ class _Connection:
         transport.delivery.set(self._opening)  # this task's own context: its requests only
         try:
             async with (
-                httpx2.AsyncClient(
+                http.AsyncClient(
                     headers=self.config.headers(),
-                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    timeout=http.Timeout(30.0, read=300.0),
                     transport=AiohttpTransport(),
                     auth=self._auth,
-                ) as http,
-                Client(
-                    streamable_http_client(self.config.url, http_client=http),
-                    # The SDK's own era negotiation: server/discover (2026-07-28), and the
-                    # initialize handshake (2025-11-25 and older) when the server does not speak it.
-                    mode="auto",
-                    message_handler=self._on_message,
-                    # The runtime keeps the catalogue itself (refreshed on list_changed).
-                    cache=None,
+                ) as http_client,
+                # The SDK's era negotiation (mcp_bridge.mcp_sdk): server/discover (2026-07-28), and
+                # the initialize handshake (2025-11-25 and older) when the server does not speak it.
+                # Elicitation (form and URL) is declared, so servers may ask the person. On a
+                # 2026-07-28 server the questions come back as input-required results; on a
+                # 2025-11-25 server they reach _on_elicitation inside the call, which is then held
+                # open while the person answers (mcp_bridge.questions.waiting_calls).
+                mcp_sdk.connect(
+                    self.config.url,
+                    http_client,
                     client_info=_CLIENT_INFO,
-                    # Declares elicitation (form and URL), so servers may ask the person. On a
-                    # 2026-07-28 server the questions come back as input-required results; on a
-                    # 2025-11-25 server they reach this callback inside the call, which is then
-                    # held open while the person answers (mcp_bridge.questions.waiting_calls).
-                    elicitation_callback=self._on_elicitation,
-                ) as client,
+                    on_tools_changed=self._tools_changed.set,
+                    ask=self._on_elicitation,
+                ) as session,
             ):
-                self._session = client.session
+                self._session = session
                 self._ready.set()
-                listener = (
-                    asyncio.create_task(self._listen(client)) if self._listens(client.session) else None
-                )
+                subscription = session.listen_tools()
+                listener = asyncio.create_task(self._listen(session)) if subscription is not None else None
                 try:
                     await self._stop.wait()
                 finally:
@@ -284,13 +271,7 @@ class _Connection:
             if not self._ended.done():
                 self._ended.set_result(None)
 
-    async def _on_message(self, message: object) -> None:
-        if isinstance(message, ToolListChangedNotification):
-            self._tools_changed.set()
-
-    async def _on_elicitation(
-        self, context: ClientRequestContext, params: ElicitRequestParams
-    ) -> ElicitResult:
+    async def _on_elicitation(self, asked: dict[str, Any]) -> dict[str, Any]:
         """A 2025-11-25 server's question in the middle of a call: handed to the caller, whose call is
         then held open here while the person answers over the next turns (mcp_bridge.questions.waiting_calls).
 
@@ -303,21 +284,13 @@ class _Connection:
                 "MCP server %r asked a question outside any call of the bridge: answered cancel",
                 self.config.name,
             )
-            return ElicitResult(action="cancel")
-        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return {"action": "cancel"}
         unasked = elicitation.begin(self.config.name, asked)
         if isinstance(unasked, elicitation.Answered):
-            return ElicitResult(action=unasked.action)  # nothing the chat may ask: declined at once
-        return ElicitResult.model_validate(await call.ask(asked))
+            return {"action": unasked.action}  # nothing the chat may ask: declined at once
+        return dict(await call.ask(asked))
 
-    @staticmethod
-    def _listens(session: ClientSession) -> bool:
-        """A 2026-07-28 server announces tool changes on subscriptions/listen, if it says it will."""
-        capabilities = session.server_capabilities
-        tools = capabilities.tools if capabilities is not None else None
-        return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(tools and tools.list_changed)
-
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, session: Session) -> None:
         """Mark the catalogue stale on each tools/list_changed event, for the connection's life.
 
         A subscription that ends is opened again after a pause (and the catalogue read afresh, as
@@ -326,7 +299,10 @@ class _Connection:
         delay = _RELISTEN_DELAY
         while True:
             try:
-                async with client.listen(tools_list_changed=True) as subscription:
+                listening = session.listen_tools()
+                if listening is None:
+                    return
+                async with listening as subscription:
                     delay = _RELISTEN_DELAY
                     async for _ in subscription:
                         self._tools_changed.set()
@@ -336,7 +312,7 @@ class _Connection:
                     self._tools_changed.set()
                     return
                 log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
-            except (SubscriptionLost, TimeoutError, OSError, httpx2.HTTPError) as exc:
+            except (SubscriptionLost, TimeoutError, OSError, http.HTTPError) as exc:
                 log.info("MCP server %r: subscriptions/listen ended: %s", self.config.name, _describe(exc))
             except Exception as exc:  # the listener is an optimisation: it never ends the connection
                 log.warning(
@@ -353,7 +329,7 @@ class _Connection:
         tools: list[McpToolInfo] = []
         cursor: str | None = None
         while True:
-            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            page = await session.list_tools(cursor)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
@@ -373,7 +349,7 @@ class _Connection:
         2025-11-25 server a question during the call returns the :class:`WaitingCall`, still running."""
         session = self._require_session()
         delivery = Delivery()
-        legacy = session.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        legacy = not session.stateless
         held = WaitingCall(self.config.name, name, dict(arguments), self._held) if legacy else None
         token = transport.delivery.set(delivery)
         asking = waiting_calls.current.set(held)
@@ -385,11 +361,10 @@ class _Connection:
                 session.call_tool(
                     name,
                     arguments,
-                    read_timeout_seconds=read_timeout,
-                    meta=meta,  # type: ignore[arg-type]
-                    input_responses=responses,  # type: ignore[arg-type]
+                    read_timeout=read_timeout,
+                    meta=meta,
+                    input_responses=responses,
                     request_state=state,
-                    allow_input_required=True,
                 )
             )
         finally:
@@ -400,7 +375,7 @@ class _Connection:
         result, failure = await follow(call, self._ended, held, timeout, lambda: self._failure)
         return result, failure, delivery
 
-    def _require_session(self) -> ClientSession:
+    def _require_session(self) -> Session:
         if self._session is None or self._ended.done():
             raise ServerUnavailableError(f"MCP session with {self.config.name!r} is closed")
         return self._session

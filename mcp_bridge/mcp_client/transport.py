@@ -1,10 +1,11 @@
 """The HTTP transport under the MCP SDK's streamable-HTTP client: aiohttp, and delivery tracking.
 
-The SDK speaks MCP over an ``httpx2.AsyncClient`` that the caller may supply. Its default transport
-(httpcore2 and the pure-Python h11 parser on anyio sockets) was about a third of the client's CPU per
-tool call when profiled; aiohttp, already a dependency, parses HTTP in C and keeps connections alive
-the same way. So the bridge hands the SDK an ``httpx2.AsyncClient`` whose transport is aiohttp: the
-SDK still does all of MCP (JSON-RPC, sessions, SSE, validation); only the bytes travel differently.
+The SDK speaks MCP over an ``httpx2.AsyncClient`` (``httpx`` at mcp 1.30: :data:`mcp_bridge.mcp_sdk.http`)
+that the caller may supply. Its default transport (httpcore2 and the pure-Python h11 parser on anyio
+sockets) was about a third of the client's CPU per tool call when profiled; aiohttp, already a
+dependency, parses HTTP in C and keeps connections alive the same way. So the bridge hands the SDK
+an ``httpx2.AsyncClient`` whose transport is aiohttp: the SDK still does all of MCP (JSON-RPC,
+sessions, SSE, validation); only the bytes travel differently.
 
 The transport also records, per call, whether its request may have left this process: a request
 refused at the TCP connect never did, anything later may have reached the server. The runtime's
@@ -28,9 +29,9 @@ from dataclasses import dataclass
 
 import aiohttp
 import anyio
-import httpx2
 
 from mcp_bridge.auth.client_credentials import AUTH_REQUEST
+from mcp_bridge.mcp_sdk import http
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Delivery:
 delivery: ContextVar[Delivery | None] = ContextVar("mcp_bridge_delivery", default=None)
 
 
-class _ResponseStream(httpx2.AsyncByteStream):
+class _ResponseStream(http.AsyncByteStream):
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
 
@@ -83,16 +84,16 @@ class _ResponseStream(httpx2.AsyncByteStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except asyncio.TimeoutError as exc:
-            raise httpx2.ReadTimeout(str(exc) or "read timed out") from exc
+            raise http.ReadTimeout(str(exc) or "read timed out") from exc
         except aiohttp.ClientError as exc:
-            raise httpx2.ReadError(str(exc) or type(exc).__name__) from exc
+            raise http.ReadError(str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         self._response.release()
 
 
-class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """An httpx2 transport that sends with one ``aiohttp.ClientSession`` (made on first use)."""
+class AiohttpTransport(http.AsyncBaseTransport):
+    """An ``mcp_sdk.http`` transport that sends with one ``aiohttp.ClientSession`` (made on first use)."""
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
@@ -101,13 +102,13 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
-                # httpx2 decodes content-encoding itself, from the headers passed on below.
+                # httpx2 (httpx) decodes content-encoding itself, from the headers passed on below.
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
         return self._session
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+    async def handle_async_request(self, request: http.Request) -> http.Response:
         timeouts = request.extensions.get("timeout", {})
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=timeouts.get("connect"), sock_read=timeouts.get("read")
@@ -129,16 +130,16 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             )
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # Refused or timed out at the TCP connect: not a byte of the request was written.
-            raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+            raise http.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
         except BaseException as exc:
             _mark_sent(request)
             if isinstance(exc, asyncio.TimeoutError):
-                raise httpx2.ReadTimeout(str(exc) or "read timed out", request=request) from exc
+                raise http.ReadTimeout(str(exc) or "read timed out", request=request) from exc
             if isinstance(exc, aiohttp.ClientError):
-                raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+                raise http.ReadError(str(exc) or type(exc).__name__, request=request) from exc
             raise
         _mark_sent(request, response.status)
-        return httpx2.Response(
+        return http.Response(
             response.status,
             headers=[(bytes(name), bytes(value)) for name, value in response.raw_headers],
             stream=_ResponseStream(response),
@@ -151,7 +152,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             await session.close()
 
 
-def _mark_sent(request: httpx2.Request, status: int | None = None) -> None:
+def _mark_sent(request: http.Request, status: int | None = None) -> None:
     tracked = delivery.get()
     if tracked is None or request.method != "POST" or request.extensions.get(AUTH_REQUEST):
         return

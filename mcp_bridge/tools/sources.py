@@ -18,9 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-
 from mcp_bridge.errors import ToolCallError
+from mcp_bridge.mcp_sdk import func_metadata
 from mcp_bridge.tools.results import ToolResult, from_local
 from mcp_bridge.tools.schema import validate_against_schema
 
