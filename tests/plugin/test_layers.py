@@ -110,4 +110,5 @@ def test_the_public_api_is_complete_and_resolves() -> None:
     assert answers <= set(mcp_bridge.__all__), f"answers not exported: {answers - set(mcp_bridge.__all__)}"
     assert mcp_bridge.__version__
     documented = mcp_bridge.__doc__ or ""
-    assert not [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented], "an export undocumented"
+    undocumented = [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented]
+    assert not undocumented, f"exports the package docstring does not name: {undocumented}"
