@@ -46,7 +46,10 @@ else:  # pragma: no cover - Python 3.10
 import mcp_bridge
 
 REPO = Path(__file__).resolve().parents[2]
-ENDS = {"venv.txt": "3.13", "venv-sdk36.txt": "3.10"}
+# The tested environments: both ends of the action server, and Rasa Pro 3.21's own (mcp 1.30).
+ENDS = {"venv.txt": "3.13", "venv-sdk36.txt": "3.10", "venv-pro.txt": "3.12"}
+# The two action-server environments, which install the dev extra (Rasa Pro's has only the test tools).
+DEV_ENDS = ("venv.txt", "venv-sdk36.txt")
 
 
 def pins(name: str) -> dict[str, Version]:
@@ -158,7 +161,7 @@ def test_the_build_tools_are_dev_dependencies_pinned_at_both_ends(tool: str) -> 
     extras = project_table()["optional-dependencies"]
     assert isinstance(extras, dict)
     assert tool in {canonicalize_name(Requirement(r).name) for r in extras["dev"]}, f"{tool} is not in [dev]"
-    for constraints in ENDS:
+    for constraints in DEV_ENDS:
         assert canonicalize_name(tool) in pins(constraints), f"{constraints} does not pin {tool}"
 
 
@@ -235,7 +238,9 @@ def test_the_wheels_metadata_is_complete(dist: Dist) -> None:
     assert metadata.get_all("License-File") == ["LICENSE"]
     assert metadata["Requires-Python"] == str(SpecifierSet(str(project["requires-python"])))
     assert metadata["Description-Content-Type"] == "text/markdown"
-    assert "# Guarded tool calls for Rasa" in metadata.get_payload()
+    # The long description is the README, as PyPI shows it.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert metadata.get_payload().strip() == readme.strip()
     assert metadata.get_all("Classifier") == project["classifiers"]
     assert metadata["Summary"] == project["description"]
     dependencies = project["dependencies"]
@@ -244,7 +249,7 @@ def test_the_wheels_metadata_is_complete(dist: Dist) -> None:
     assert {str(r) for r in required if r.marker is None or "extra" not in str(r.marker)} == {
         str(Requirement(d)) for d in dependencies
     }
-    assert set(metadata.get_all("Provides-Extra") or []) == {"postgres", "example", "dev"}
+    assert set(metadata.get_all("Provides-Extra") or []) == {"postgres", "example", "dev", "docs"}
 
 
 def test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else(dist: Dist) -> None:
