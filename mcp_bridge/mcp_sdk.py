@@ -26,8 +26,10 @@ mcp 1.30 (:data:`LEGACY` true) has the ``initialize`` handshake only (2025-11-25
   session's ``tools/list_changed`` notifications instead.
 
 OAuth: both SDKs have the same providers and discovery helpers; the names that differ
-(``scope``/``scopes``, the deprecation warning's class) and the RFC 9207 ``iss`` check mcp 1.30
-lacks are given here once.
+(``scope``/``scopes``, the deprecation warning's class), the RFC 9207 ``iss`` check mcp 1.30
+lacks, and metadata read with its URLs as the server wrote them (mcp 1.30's models add a ``/`` to
+``http://host:port``, so an issuer would no longer match the ``iss`` a sign-in returns) are given
+here once.
 """
 
 from __future__ import annotations
@@ -121,6 +123,34 @@ else:
 
     class SubscriptionLost(Exception):
         """Never raised at mcp 1.x: it has no ``subscriptions/listen``."""
+
+    from pydantic import ConfigDict as _ConfigDict
+
+    _SdkOAuthMetadata, _SdkResourceMetadata = OAuthMetadata, ProtectedResourceMetadata
+    _sdk_auth_metadata = handle_auth_metadata_response
+    _sdk_resource_metadata = handle_protected_resource_response
+
+    class OAuthMetadata(_SdkOAuthMetadata):  # type: ignore[no-redef]
+        """mcp 1.30's model, keeping a URL as the server wrote it (``http://host:port``, no ``/``
+        added), as mcp 2.3's does: RFC 9207 compares an authorization response's ``iss`` with the
+        issuer as a plain string."""
+
+        model_config = _ConfigDict(url_preserve_empty_path=True)
+
+    class ProtectedResourceMetadata(_SdkResourceMetadata):  # type: ignore[no-redef]
+        """mcp 1.30's model, keeping the URLs as the server wrote them (as mcp 2.3's does)."""
+
+        model_config = _ConfigDict(url_preserve_empty_path=True)
+
+    async def handle_auth_metadata_response(response: Any) -> tuple[bool, Any]:  # type: ignore[no-redef]
+        """The SDK's reading of an RFC 8414 answer, the metadata parsed as :class:`OAuthMetadata`."""
+        go_on, found = await _sdk_auth_metadata(response)
+        return go_on, None if found is None else OAuthMetadata.model_validate_json(response.content)
+
+    async def handle_protected_resource_response(response: Any) -> Any:  # type: ignore[no-redef]
+        """The SDK's reading of an RFC 9728 answer, parsed as :class:`ProtectedResourceMetadata`."""
+        found = await _sdk_resource_metadata(response)
+        return None if found is None else ProtectedResourceMetadata.model_validate_json(response.content)
 
 
 # ``http`` is the HTTP client the SDK speaks over (``httpx2`` at mcp 2.3, ``httpx`` at 1.30): the
@@ -375,6 +405,8 @@ if LEGACY and not TYPE_CHECKING:
             self.requests: dict[Any, contextvars.Context] = {}
             self.questions: dict[Any, contextvars.Context] = {}
 
+    _REFUSAL_MAX_BYTES = 64 * 1024
+
     class _Transport(_LegacyTransport):
         """The SDK's streamable-HTTP transport; each request is sent in its caller's context."""
 
@@ -390,7 +422,50 @@ if LEGACY and not TYPE_CHECKING:
                 ctx = dataclasses.replace(
                     ctx, read_stream_writer=_Tagging(ctx.read_stream_writer, captured, self._senders)
                 )
-            await super()._handle_post_request(ctx)
+            refusals = None
+            if self._is_initialization_request(ctx.session_message.message):
+                refusals = _KeepingRefusal(ctx.client)
+                ctx = dataclasses.replace(ctx, client=refusals)
+            try:
+                await super()._handle_post_request(ctx)
+            except http.HTTPStatusError:
+                refusal = refusals.refusal() if refusals is not None else None
+                if refusal is None:
+                    raise
+                await ctx.read_stream_writer.send(_SessionMessage(refusal))
+
+    class _KeepingRefusal:
+        """The HTTP client of an ``initialize`` request: a 400's body (at most 64 KiB) is read before
+        mcp 1.30 raises on the status without reading it, because it says why (a server that speaks
+        only 2026-07-28 refuses the handshake with a JSON-RPC error naming the revision)."""
+
+        def __init__(self, client: Any) -> None:
+            self._client = client
+            self._body: bytes | None = None
+
+        async def send(self, request: Any, **kwargs: Any) -> Any:
+            response = await self._client.send(request, **kwargs)
+            if response.status_code == 400:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > _REFUSAL_MAX_BYTES:
+                        break
+                self._body = bytes(body) if len(body) <= _REFUSAL_MAX_BYTES else None
+            return response
+
+        def refusal(self) -> Any:
+            """The JSON-RPC error the 400 carried, or None (the HTTP error then stands)."""
+            if self._body is None:
+                return None
+            try:
+                parsed = _legacy_types.JSONRPCMessage.model_validate_json(self._body)
+            except ValueError:
+                return None
+            return parsed if isinstance(parsed.root, _legacy_types.JSONRPCError) else None
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
 
     class _Tagging:
         """The read stream of one request's response: a server request on it belongs to that call."""
