@@ -126,6 +126,20 @@ def use_crm_api_token(token: str) -> None:
     _CRM_API_TOKEN[0] = token
 
 
+def mcp_server_python() -> str:
+    """The Python the example CRM and the tests' MCP servers run on. They are written on mcp 2.3's
+    MCPServer: this Python when it has it, and from Rasa Pro's environment (mcp 1.30, whose client is
+    what runs there) the repository's .venv, as a bot there reaches a server someone else runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp.server.mcpserver") is not None:
+        return sys.executable
+    repository_venv = REPO_ROOT / ".venv" / "bin" / "python"
+    if not repository_venv.exists():
+        raise RuntimeError(f"this Python's mcp has no MCPServer and {repository_venv} is missing: make setup")
+    return str(repository_venv)
+
+
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """This process's environment without any CRM_* setting, plus CRM_API_TOKEN (:func:`crm_api_token`)
     and `extra` (None values dropped).
@@ -298,7 +312,7 @@ def seed_db(db: Path | None = None, *, database_url: str | None = None) -> Path 
     """Create and seed a CRM database with `python -m crm seed`: the SQLite file `db`, or the
     PostgreSQL database at `database_url`. Returns `db`."""
     result = subprocess.run(
-        [sys.executable, "-m", "crm", "seed"],
+        [mcp_server_python(), "-m", "crm", "seed"],
         env=child_env({"CRM_DB": str(db) if db else None, "CRM_DATABASE_URL": database_url}),
         cwd=EXAMPLE_BOT,
         capture_output=True,
@@ -326,7 +340,7 @@ def crm_rest(
     base = f"http://{HOST}:{port}"
     return ServiceProcess(
         "crm-rest",
-        [sys.executable, "-m", "crm", "rest", "--host", HOST, "--port", str(port)],
+        [mcp_server_python(), "-m", "crm", "rest", "--host", HOST, "--port", str(port)],
         env=child_env({"CRM_DB": str(db) if db else None, "CRM_DATABASE_URL": database_url}),
         ready_url=f"{base}/health",
         url=base,
@@ -359,7 +373,7 @@ def crm_mcp(
     base = f"http://{HOST}:{port}"
     return ServiceProcess(
         "crm-mcp",
-        [sys.executable, "-m", "crm", "mcp", "--host", HOST, "--port", str(port)],
+        [mcp_server_python(), "-m", "crm", "mcp", "--host", HOST, "--port", str(port)],
         env=child_env(
             {
                 "CRM_URL": crm_url,

@@ -8,7 +8,6 @@ file, the place and the reason; `--live` asks real MCP servers (tests/fixtures/)
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.mcp_sdk import LEGACY
 from tests.support import procs
 from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
 
@@ -42,7 +42,7 @@ def reminders_mcp() -> Iterator[str]:
     port = procs.free_port()
     server = procs.ServiceProcess(
         "reminders-mcp",
-        [sys.executable, str(procs.REPO_ROOT / "tests" / "fixtures" / "reminder_server.py")]
+        [procs.mcp_server_python(), str(procs.REPO_ROOT / "tests" / "fixtures" / "reminder_server.py")]
         + ["--port", str(port)],
         env=procs.child_env(),
         ready_url=f"http://{procs.HOST}:{port}/writes",
@@ -498,6 +498,20 @@ def test_tools_says_which_revision_auth_and_capabilities_a_server_has(
     assert "auth: token (Authorization: Bearer)" in named.stdout.splitlines()
     assert ERA_LINES[era][0] in named.stdout.splitlines()
     assert secret not in named.stdout + named.stderr
+
+
+@pytest.mark.skipif(not LEGACY, reason="mcp 2.3 speaks 2026-07-28 (the tests above and below)")
+def test_at_mcp_1_30_a_2026_07_28_only_server_is_refused_by_tools_and_check_saying_why(bot: Path) -> None:
+    """Rasa Pro's environment (mcp 1.30) cannot speak 2026-07-28: both commands say so and what to do."""
+    with procs.era_mcp("modern", name="era-items", refused_here=True) as server:
+        listed = mcp_bridge("tools", server.url, cwd=bot)
+        skill = bot / "skills" / "save_reminder.yml"
+        skill.write_text(skill.read_text().replace("create_reminder", "add_item"))
+        code, output = check(bot, "--live", url=server.url)
+    for status, said in ((listed.returncode, listed.stderr), (code, output)):
+        assert status != 0, said
+        assert "speaks only the 2026-07-28 revision" in said, said
+        assert "mcp 1.30" in said and "Install mcp 2.3 where the plugin runs, or serve 2025-11-25 too" in said
 
 
 def test_live_check_says_which_revision_auth_and_capabilities_each_server_has(

@@ -1,6 +1,10 @@
 """Both protocol generations: the runtime and the executor against a 2026-07-28-only server, a
 2025-11-25-only server and one that speaks both (tests/fixtures/era_server.py, real processes).
 
+At mcp 1.30 (Rasa Pro's environment, ``make pytest-pro``) the bridge has the initialize handshake
+only: it speaks 2025-11-25 to a server that speaks both, and refuses a 2026-07-28-only server with
+a message that says so, writing nothing.
+
 The server's ``GET /methods`` shows which era the bridge used from the server's side (``initialize``
 or ``server/discover``), and ``GET /writes`` counts its writes. Also here: a result that breaks the
 tool's own output schema is an error naming the tool and the field, and says the tool ran.
@@ -19,15 +23,21 @@ import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig, OAuthConfig
 from mcp_bridge.confirmation.executor import Executor
-from mcp_bridge.errors import ToolArgumentsError, ToolResultInvalidError
+from mcp_bridge.errors import ServerUnavailableError, ToolArgumentsError, ToolResultInvalidError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
+from mcp_bridge.mcp_sdk import LEGACY
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.conversation import Conversation, responses
 
-ERAS = {"modern": "2026-07-28", "legacy": "2025-11-25", "both": "2026-07-28"}
+# The era a server speaks, and the revision the bridge then speaks to it.
+ERAS = (
+    {"legacy": "2025-11-25", "both": "2025-11-25"}
+    if LEGACY
+    else {"modern": "2026-07-28", "legacy": "2025-11-25", "both": "2026-07-28"}
+)
 
 SKILL = """
 skill: save_item
@@ -88,12 +98,16 @@ async def test_the_era_the_server_speaks_is_negotiated_and_used(
     assert described.protocol_version == ERAS[era]
     assert described.server_info is not None and described.server_info.startswith("items")
     # The SDK's server announces tool-list changes to 2026-07-28 clients only (subscriptions/listen).
-    assert ("tools (listChanged)" if era != "legacy" else "tools") in described.capabilities
+    handshake = ERAS[era] == "2025-11-25"
+    assert ("tools" if handshake else "tools (listChanged)") in described.capabilities
     assert (await runtime.invoke("items", "list_items", {})).ok
     sent = get(server, "/methods")[before:]
     if era == "legacy":
         assert sent[:2] == ["initialize", "notifications/initialized"], sent
         assert "server/discover" not in sent  # refused at the door: the probe never reached the SDK
+    elif handshake:
+        assert sent[:2] == ["initialize", "notifications/initialized"], sent  # mcp 1.30 never probes
+        assert "server/discover" not in sent
     else:
         assert sent[0] == "server/discover" and "initialize" not in sent, sent
     # One connection for every call: the handshake (or the probe) happens once.
@@ -124,6 +138,7 @@ async def test_the_catalogue_follows_the_servers_announcements_in_either_era(
     assert runtime.sessions_opened == 1
 
 
+@pytest.mark.skipif(LEGACY, reason="mcp 1.30 cannot speak 2026-07-28 (the refusal has its own test)")
 async def test_after_a_modern_server_restart_the_catalogue_still_follows_it(services: procs.Services) -> None:
     port = procs.free_port()
     server = services.start(procs.era_mcp("modern", port))
@@ -140,6 +155,42 @@ async def test_after_a_modern_server_restart_the_catalogue_still_follows_it(serv
         assert runtime.sessions_opened == 1
     finally:
         await runtime.aclose()
+
+
+@pytest.mark.skipif(not LEGACY, reason="mcp 2.3 speaks 2026-07-28 (the tests above)")
+async def test_at_mcp_1_30_a_2026_07_28_only_server_is_refused_saying_why_and_nothing_is_written(
+    services: procs.Services, tmp_path: Path
+) -> None:
+    server = services.start(procs.era_mcp("modern", refused_here=True))
+    runtime = MCPRuntime({"items": MCPServerConfig(name="items", url=server.url)}, connect_timeout=5.0)
+    try:
+        with pytest.raises(ServerUnavailableError) as refused:
+            await runtime.tools("items")
+        assert "RevisionUnsupportedError" in str(refused.value), refused.value
+        assert "only the 2026-07-28 revision" in str(refused.value) and "mcp 2.3" in str(refused.value)
+    finally:
+        await runtime.aclose()
+    # Through the executor: the person is never asked (the tool cannot be resolved at that server),
+    # is told the tool is unavailable, and nothing reaches the server.
+    skills_dir = tmp_path / "skills"
+    skills_dir.mkdir()
+    (skills_dir / "save_item.yml").write_text(SKILL.format(tool="add_item"), encoding="utf-8")
+    servers = {"items": MCPServerConfig(name="items", url=server.url)}
+    skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
+    executor = Executor(
+        skills,
+        ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)),
+        audit=AuditLog(tmp_path / "audit.jsonl"),
+    )
+    try:
+        chat = Conversation(executor, item_text="buy milk")
+        decision = await chat.start("save_item")
+        assert decision.outcome == "unavailable", decision
+        assert responses(decision) == ["utter_tool_unavailable"], decision
+        assert get(server, "/writes")["count"] == 0
+        assert "tools/call" not in get(server, "/methods")
+    finally:
+        await executor.aclose()
 
 
 async def test_a_bad_argument_is_refused_before_sending_in_either_era(

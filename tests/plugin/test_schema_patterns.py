@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -41,7 +40,7 @@ def server() -> Iterator[procs.ServiceProcess]:
     base = f"http://{procs.HOST}:{port}"
     process = procs.ServiceProcess(
         "pattern-mcp",
-        [sys.executable, str(PATTERN_SERVER), "--host", procs.HOST, "--port", str(port)],
+        [procs.mcp_server_python(), str(PATTERN_SERVER), "--host", procs.HOST, "--port", str(port)],
         env=procs.child_env(),
         ready_url=f"{base}/writes",
         url=f"{base}/mcp",

@@ -19,12 +19,46 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_bridge.skills.toolbox import ToolFunction
 from tests.support import procs
+
+# The server side of the SDK the test process has: mcp 2.3's MCPServer, or at mcp 1.30 (Rasa Pro's
+# environment, `make pytest-pro`) its FastMCP, which takes the same tools.
+try:
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp_types import ToolAnnotations
+
+    def _annotations(read_only: bool) -> Any:
+        return ToolAnnotations(read_only_hint=read_only)
+
+    def _meta(ctx: Any) -> Mapping[str, Any]:
+        return ctx.request_context.meta or {}
+
+    def _new_server() -> Any:
+        return MCPServer(SERVER)
+
+    def _app(server: Any) -> Any:
+        return server.streamable_http_app(host="127.0.0.1")
+
+except ImportError:  # mcp 1.30
+    from mcp.server.fastmcp import Context, FastMCP  # type: ignore[no-redef]
+    from mcp.types import ToolAnnotations as ToolAnnotations130
+
+    def _annotations(read_only: bool) -> Any:
+        return ToolAnnotations130(readOnlyHint=read_only)
+
+    def _meta(ctx: Any) -> Mapping[str, Any]:
+        meta = ctx.request_context.meta
+        return meta.model_dump() if meta is not None else {}
+
+    def _new_server() -> Any:
+        return FastMCP(SERVER, host="127.0.0.1")
+
+    def _app(server: Any) -> Any:
+        return server.streamable_http_app()
+
 
 SERVER = "notebook"
 NOTE_MAX_CHARS = 2000
@@ -123,9 +157,9 @@ def local_tools(book: Notebook) -> dict[str, ToolFunction]:
     }
 
 
-def mcp_server(book: Notebook) -> MCPServer:
+def mcp_server(book: Notebook) -> Any:
     """The notebook's tools on an MCP server; the lookups are annotated read-only."""
-    server: MCPServer = MCPServer(SERVER)
+    server = _new_server()
 
     async def find_contact_by_email(email: Email) -> ContactResult:
         """Look a contact up by email."""
@@ -133,16 +167,16 @@ def mcp_server(book: Notebook) -> MCPServer:
 
     async def add_timeline_note(ctx: Context, contact_id: ContactId, text: NoteText) -> NoteResult:
         """Add a note to a contact's timeline."""
-        key = (ctx.request_context.meta or {}).get("idempotency_key")
+        key = _meta(ctx).get("idempotency_key")
         return book.add(contact_id, text, key if isinstance(key, str) else None)
 
     async def list_timeline_notes(contact_id: ContactId) -> NotesResult:
         """A contact's notes, newest first."""
         return book.listed(contact_id)
 
-    read_only = ToolAnnotations(read_only_hint=True)
+    read_only = _annotations(True)
     server.add_tool(find_contact_by_email, annotations=read_only)
-    server.add_tool(add_timeline_note, annotations=ToolAnnotations(read_only_hint=False))
+    server.add_tool(add_timeline_note, annotations=_annotations(False))
     server.add_tool(list_timeline_notes, annotations=read_only)
     return server
 
@@ -153,7 +187,7 @@ class NotebookServer:
     def __init__(self, book: Notebook) -> None:
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        app = mcp_server(book).streamable_http_app(host="127.0.0.1")
+        app = _app(mcp_server(book))
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, ws="none", log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="notebook-mcp", daemon=True)
