@@ -5,10 +5,14 @@ SHELL := /bin/bash
 # Two action-server environments, the two ends of the range the plugin supports:
 #   .venv        rasa-sdk 3.21 on Python 3.13 (what bot owners run today; the repository's own)
 #   .venv-sdk36  rasa-sdk 3.6 on Python 3.10 (the oldest supported)
-# and Rasa's own, .venv-rasa (rasa 3.6.21, Python 3.10).
+# Rasa Pro 3.21's own, .venv-pro (rasa-pro 3.21.0 on Python 3.12, mcp 1.30, the plugin installed into it),
+# and Rasa's, .venv-rasa (rasa 3.6.21, Python 3.10).
 VENV      := .venv
 VENV_OLD  := .venv-sdk36
 VENV_RASA := .venv-rasa
+VENV_PRO  := .venv-pro
+PY_PRO    := $(VENV_PRO)/bin/python
+RASA_PRO_VERSION := 3.21.0
 PY        := $(VENV)/bin/python
 PY_OLD    := $(VENV_OLD)/bin/python
 RASA      := PYTHONWARNINGS=ignore SQLALCHEMY_SILENCE_UBER_WARNING=1 $(VENV_RASA)/bin/rasa
@@ -23,18 +27,20 @@ EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 comma     := ,
 
-.PHONY: help setup test lint typecheck pytest pytest-sdk36 browser-test validate train rasa-test chat up down actions \
-	proof proof-sdk36 e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
+.PHONY: help setup test lint typecheck pytest pytest-sdk36 pytest-pro browser-test validate train rasa-test chat up down actions \
+	proof proof-sdk36 proof-pro e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
 	docs docs-serve docs-reference docs-screenshots
 
 help:
 	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
-	@echo "make test     everything CI runs, at both ends (rasa-sdk 3.21 / Python 3.13 and rasa-sdk 3.6 / Python 3.10)"
+	@echo "make test     everything CI runs, at both ends (rasa-sdk 3.21 / Python 3.13 and rasa-sdk 3.6 / Python 3.10) and in Rasa Pro 3.21's environment"
 	@echo "make quick    the plugin's unit tests on rasa-sdk 3.21, lint and types (a couple of minutes)"
 	@echo "make up       start CRM, MCP server, action server, Rasa server and the chat page in the background"
 	@echo "make down     stop what make up started"
 	@echo "make actions  run only the action server, configured from the environment, as deployed"
 	@echo "make proof    the live end-to-end proof over local and MCP tools"
+	@echo "make pytest-pro  the plugin's suite in Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12)"
+	@echo "make proof-pro   the live proof with the action server in Rasa Pro 3.21's environment"
 	@echo "make e2e      the example bot's conversation tests ($(BOT)/tests/e2e, mcp-bridge test e2e) over MCP and local tools"
 	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
@@ -50,10 +56,11 @@ help:
 	@echo "make docs-serve   the docs site on http://127.0.0.1:8000/, rebuilt on every change"
 	@echo "make docs-reference  write docs/reference/ again from the code (after changing a setting, a key or a command)"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv, .venv-sdk36 and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
+	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
+	@echo "              (.venv-pro: rasa-pro, then the plugin's wheel with a plain pip install, pip check clean, mcp kept at 1.30)"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
-setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) $(CHROMIUM)
+setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) $(CHROMIUM)
 
 # make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT, EXTRAS: the action-server venv with the plugin
 # (editable) and its EXTRAS (the example CRM, the dev tools; in .venv also the docs site's tools),
@@ -76,6 +83,16 @@ $(VENV)/.installed: constraints/venv.txt pyproject.toml
 
 $(VENV_OLD)/.installed: constraints/venv-sdk36.txt pyproject.toml
 	$(call make_venv,$(VENV_OLD),3.10,constraints/venv-sdk36.txt,rasa-sdk 3.6 on Python 3.10: the oldest end of the supported range,example$(comma)dev)
+
+# Rasa Pro's own environment, as a bot owner who runs actions there has it: rasa-pro on Python 3.12
+# (the official images' Python), which pins mcp 1.30, then the plugin's wheel with a plain pip install
+# (pip check clean, mcp still 1.30, nothing of Rasa Pro's changed), then the plugin editable with the
+# test tools, pinned: scripts/venv-pro.sh says each step. Installing rasa-pro needs no licence; running
+# Rasa Pro does, so only the plugin's suite and rasa_sdk's action server run here. The wheel is built
+# with .venv's build tools.
+$(VENV_PRO)/.installed: constraints/venv-pro.txt pyproject.toml scripts/venv-pro.sh | $(VENV)/.installed
+	@scripts/venv-pro.sh $(RASA_PRO_VERSION)
+	@touch $@
 
 $(VENV_RASA)/.installed: constraints/venv-rasa.txt
 	@PY310=$$(scripts/find-python.sh 3.10) || exit 1; \
@@ -151,6 +168,21 @@ pytest-sdk36: setup train services
 	@echo "==> pytest (rasa-sdk 3.6, Python 3.10): the plugin's suite and the action server's own live tests"
 	@$(VENV_OLD)/bin/pytest -q $(PYTEST_PARALLEL) $(SDK36_TESTS)
 
+# Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12) runs what mcp 1.30 changes: the plugin's
+# suite (a test of a server that speaks only 2026-07-28, which mcp 1.30 cannot, is skipped saying so,
+# and the refusal is tested instead), the example bot's actions and local tools, and acting as the
+# person over OAuth through the action server (the SDK's OAuth helpers differ at 1.30). Not here:
+# test_packaging's three checks of the built wheel, which read the same wheel in every environment with
+# build tools Rasa Pro's environment does not carry (they run in make pytest and make package); and the
+# action server's own live tests, which rasa-sdk and Python change, not mcp (make pytest, pytest-sdk36).
+PRO_TESTS := tests/plugin tests/example/test_executor_crm.py tests/example/test_forms.py \
+	tests/example/test_crm_tools.py tests/live/test_person_oauth.py
+PRO_WHEEL_CHECKS := test_twine_and_check_wheel_contents_pass test_the_wheels_metadata_is_complete \
+	test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else
+pytest-pro: setup services
+	@echo "==> pytest (Rasa Pro 3.21's environment: mcp 1.30, Python 3.12): the plugin's suite, the bot's actions, OAuth as the person"
+	@$(VENV_PRO)/bin/pytest -q $(PYTEST_PARALLEL) $(addprefix --deselect tests/plugin/test_packaging.py::,$(PRO_WHEEL_CHECKS)) $(PRO_TESTS)
+
 quick: $(VENV)/.installed lint typecheck
 	@$(VENV)/bin/pytest -q tests/plugin/test_reader.py tests/plugin/test_skills.py tests/plugin/test_bridge_config.py \
 		tests/plugin/test_init.py tests/plugin/test_rasa_adapter.py tests/plugin/test_confirmation_properties.py \
@@ -168,7 +200,7 @@ rasa-test: train
 	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck docs validate rasa-test pytest pytest-sdk36 proof proof-sdk36 cluster-test container-test adoption adoption-sdk36 package
+test: lint typecheck docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test container-test adoption adoption-sdk36 package
 
 chat: setup train
 	@scripts/chat.sh
@@ -194,6 +226,12 @@ proof: setup train
 proof-sdk36: setup train
 	@echo "==> the live proof on rasa-sdk 3.6, Python 3.10"
 	@$(PY_OLD) -m tests.live.proof
+
+# The action server on Rasa Pro's environment (.venv-pro's Python, mcp 1.30), called by Rasa 3.6; the CRM
+# and its MCP server run from .venv, as a server someone else runs would.
+proof-pro: setup train
+	@echo "==> the live proof with the action server in Rasa Pro 3.21's environment (mcp 1.30, Python 3.12)"
+	@PROOF_ACTION_PYTHON=$(CURDIR)/$(PY_PRO) PROOF_ACTION_MCP=1.30 $(PY) -m tests.live.proof
 
 e2e: setup train
 	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.live.e2e

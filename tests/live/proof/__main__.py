@@ -1,5 +1,7 @@
 """`python -m tests.live.proof` (`make proof`): the live end-to-end proof.
 
+PROOF_ACTION_PYTHON runs the action server on another environment's interpreter (`make proof-pro`:
+Rasa Pro's, .venv-pro); PROOF_ACTION_MCP then names the mcp release that environment must have.
 Exit status 0 only when every check passes."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,16 +25,42 @@ from tests.live.proof.chat import RasaChat
 from tests.live.proof.checks import identical_transcripts
 from tests.live.proof.conversations import Responses, ScriptBook, load_phrasings
 from tests.live.proof.phases import Context, conversations, mcp_outage, unresolvable_tool
-from tests.live.proof.report import Report, failed
+from tests.live.proof.report import CheckResult, Report, failed, passed
 from tests.live.proof.runner import Runner
 from tests.live.proof.stack import ProofStack
 from tests.live.proof.store import StoreReader
 from tests.live.proof.tool_checks import tool_checks
 
+# What the action server's interpreter has, as that interpreter reads it.
+ENVIRONMENT_PROBE = """
+import importlib.metadata as m, platform, sys
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return "-"
+print(f"Python {platform.python_version()}, rasa-sdk {version('rasa-sdk')}, mcp {version('mcp')}, "
+      f"rasa-pro {version('rasa-pro')} ({sys.prefix})")
+"""
+
+
+def action_environment(python: str, mcp_release: str | None) -> CheckResult:
+    """The environment the action server runs in: it has what the proof needs (and, when asked, the mcp
+    release named)."""
+    name = "the action server's environment"
+    probe = subprocess.run([python, "-c", ENVIRONMENT_PROBE], capture_output=True, text=True, timeout=60)
+    saw = probe.stdout.strip() or probe.stderr.strip()[-300:]
+    if probe.returncode != 0 or ", rasa-sdk -," in saw:
+        return failed(name, saw)
+    if mcp_release and f", mcp {mcp_release}" not in saw:
+        return failed(name, f"{saw}; expected mcp {mcp_release}")
+    return passed(name, saw)
+
 
 def run(stack: ProofStack, report: Report) -> None:
     phrasings = load_phrasings()
     responses = Responses()
+    report.add(action_environment(stack.action_python or sys.executable, os.environ.get("PROOF_ACTION_MCP")))
     report.section("starting the CRM REST API, the CRM MCP server and the Rasa server on 127.0.0.1")
     stack.start_backends()
     stack.start_rasa_in_background(stack.endpoints)
@@ -92,7 +121,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _terminate)
     workdir = Path(tempfile.mkdtemp(prefix="crm-proof-"))
     report = Report()
-    stack = ProofStack(workdir)
+    stack = ProofStack(workdir, os.environ.get("PROOF_ACTION_PYTHON") or None)
     interrupted = False
     try:
         run(stack, report)

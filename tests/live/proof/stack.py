@@ -25,8 +25,10 @@ ARCHIVE_SERVER = "archive"
 
 
 class ProofStack(LoggedStack):
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, action_python: str | None = None) -> None:
         super().__init__(workdir)
+        # The action server's interpreter (another environment's, e.g. Rasa Pro's); this one's if None.
+        self.action_python = action_python
         self.db = workdir / "crm.sqlite3"
         self.client = procs.OAuthClient("crm-bridge", secrets.token_urlsafe(24))
         self.auth: procs.ServiceProcess | None = None
@@ -114,6 +116,7 @@ class ProofStack(LoggedStack):
                 skills_dir=self.skills[variant],
                 audit_log=self.workdir / f"audit-{variant}.jsonl",
                 port=self.action_port,
+                python=self.action_python,
                 extra_env={
                     **procs.oauth_env(self.client, self.auth_url),
                     "ACTION_SERVER_TOKEN": self.action_token,
