@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.sealing import PendingConfirmation
+from mcp_bridge.question import Question, claimed, open_question
+from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import RequiresApproval, Skill
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     # The idempotency key the call carries when it runs: the question's.
     key: str
-    # The sealed question the requester confirmed (PendingConfirmation.to_slot()).
+    # The question the requester confirmed, narrowed to this call and sealed (mcp_bridge.question).
     question: dict[str, Any]
     # The conversation's slots when it was confirmed (for the responses said when it runs).
     slots: dict[str, Any]
@@ -138,8 +139,9 @@ class ApprovalRequest:
     def requester_name(self) -> str:
         return person(self.requester)
 
-    def pending_confirmation(self) -> PendingConfirmation | None:
-        return PendingConfirmation.from_slot(self.question)
+    def claimed_question(self) -> Question | None:
+        """What its sealed question says, unverified (for the audit trail only)."""
+        return claimed(self.question)
 
 
 class ApprovalStore(Protocol):
@@ -286,33 +288,35 @@ class Approvals:
     async def hold(
         self,
         rule: RequiresApproval,
-        pending: PendingConfirmation,
+        question: Question,
+        sealed: Mapping[str, Any],
         conversation_id: str,
         slots: Mapping[str, Any],
     ) -> ApprovalRequest | None:
-        """Rule 1: record the confirmed call ``pending`` as a request; None when the requester is
-        not named (nothing is held; the caller says so and nothing runs)."""
-        if pending.user is None:
-            self._record(conversation_id, pending, "approval_not_allowed", "the requester is not named")
+        """Rule 1: record the confirmed call, ``question`` narrowed to it and ``sealed``, as a request;
+        None when the requester is not named (nothing is held; the caller says so and nothing runs)."""
+        call = question.first
+        if question.user is None:
+            self._record(conversation_id, question, "approval_not_allowed", "the requester is not named")
             return None
         now = self._clock()
         request = ApprovalRequest(
             id=uuid.uuid4().hex,
             conversation_id=conversation_id,
-            requester=pending.user,
+            requester=question.user,
             role=rule.role,
-            skill=pending.skill,
-            tool=pending.tool,
-            arguments=dict(pending.arguments),
-            key=pending.key,
-            question=pending.to_slot(),
+            skill=question.skill,
+            tool=call.tool,
+            arguments=dict(call.arguments),
+            key=call.key,
+            question=dict(sealed),
             slots=_kept(slots),
             created_at=now,
             expires_at=now + rule.seconds,
         )
         await self.store.add(request)
         self._record(
-            conversation_id, pending, "approval_requested", None, approval=request.id, role=rule.role
+            conversation_id, question, "approval_requested", None, approval=request.id, role=rule.role
         )
         return request
 
@@ -386,25 +390,25 @@ class Approvals:
             return Taken(request.status, request)
         return Taken("nothing", request)
 
-    def sealed(self, request: ApprovalRequest) -> PendingConfirmation | None:
-        """Rule 4's "exactly as sealed": the sealed question the requester confirmed, when it is the
-        store's call (skill, tool, key, requester and arguments equal); None, audited, when the two
-        differ, so a row changed in the store runs nothing. The seal itself is the caller's to verify
-        (:meth:`mcp_bridge.confirmation.calls.Calls.verified`) before the question's arguments are called."""
-        pending = request.pending_confirmation()
-        if pending is None:
+    def sealed(self, request: ApprovalRequest, seal: Seal) -> Question | None:
+        """Rule 4's "exactly as sealed": the question the requester confirmed, narrowed to this call,
+        when it opens with ``seal`` for the request's conversation and is the store's call (skill,
+        tool, key, requester and arguments equal); None, audited, otherwise, so a row changed in the
+        store runs nothing."""
+        opened = open_question(request.question, seal, request.conversation_id, narrowed=True)
+        if not isinstance(opened, Question) or len(opened.calls) != 1:
             why = "its sealed question cannot be read"
-        elif (pending.skill, pending.tool, pending.key, pending.user) != (
+        elif (opened.skill, opened.first.tool, opened.first.key, opened.user) != (
             request.skill,
             request.tool,
             request.key,
             request.requester,
         ):
             why = "its sealed question is for another call"
-        elif dict(pending.arguments) != request.arguments:
+        elif dict(opened.first.arguments) != request.arguments:
             why = "the stored arguments differ from the sealed ones"
         else:
-            return pending
+            return opened
         self._note(request, "approval_rejected", f"not run: {why}", None)
         return None
 
@@ -412,15 +416,16 @@ class Approvals:
         await self.store.finish(request.id, result)
 
     def _note(self, request: ApprovalRequest, decision: str, result: str | None, by: Approver | None) -> None:
-        pending = request.pending_confirmation()
+        question = request.claimed_question()
+        call = question.first if question is not None else None
         self._audit.record(
             conversation=request.conversation_id,
             user=request.requester,
             skill=request.skill,
             tool=request.tool,
-            source=pending.source if pending else None,
-            confirmation=pending.id if pending else None,
-            digest=pending.digest if pending else None,
+            source=call.source if call else None,
+            confirmation=call.id if call else None,
+            digest=call.digest if call else None,
             approval=request.id,
             role=request.role,
             decision=decision,
@@ -431,12 +436,12 @@ class Approvals:
     def _record(
         self,
         conversation_id: str,
-        pending: PendingConfirmation,
+        question: Question,
         decision: str,
         result: str | None,
         **extra: Any,
     ) -> None:
-        self._audit.record_question(conversation_id, pending, decision, result, **extra)
+        self._audit.record_question(conversation_id, question, question.first, decision, result, **extra)
 
 
 def _kept(slots: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
-from mcp_bridge.sealing import Question
+from mcp_bridge.question import Question
 from mcp_bridge.skills.files import Skill
 
 __all__ = ["ConfirmationPolicy", "Decision", "Outcome", "Responses", "Run", "Say", "Turn", "ended"]

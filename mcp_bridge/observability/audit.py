@@ -28,7 +28,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.sealing import PendingConfirmation, call_digest
+from mcp_bridge.question import AskedCall, Question
+from mcp_bridge.sealing import call_digest
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +95,24 @@ class AuditLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def record_question(
-        self, conversation: str, pending: PendingConfirmation, decision: str, result: str | None, **extra: Any
+        self,
+        conversation: str,
+        question: Question,
+        call: AskedCall,
+        decision: str,
+        result: str | None,
+        **extra: Any,
     ) -> None:
-        """An entry about a sealed question: what was decided about it, and what came of it."""
+        """An entry about one call of a question: what was decided about it, and what came of it."""
         self.record(
             conversation=conversation,
             # Who was asked (None: the channel names nobody).
-            user=pending.user,
-            skill=pending.skill,
-            tool=pending.tool,
-            source=pending.source,
-            confirmation=pending.id,
-            digest=pending.digest,
+            user=question.user,
+            skill=question.skill,
+            tool=call.tool,
+            source=call.source,
+            confirmation=call.id,
+            digest=call.digest,
             decision=decision,
             result=result,
             **extra,

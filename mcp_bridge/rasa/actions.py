@@ -31,10 +31,10 @@ from mcp_bridge.contract import (
     REVOKE_ACTION,
 )
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.question import claimed
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 from mcp_bridge.rasa.person_actions import sign_in_decision
-from mcp_bridge.sealing import question_from_slot
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ class ExecutorAction(Action, ABC):
 
     def skill_of(self, turn: Turn) -> str | None:
         """The skill this action runs (for a sign-in's resume), if it runs one."""
-        question = question_from_slot(turn.slots.get(PENDING_SLOT))
-        return question[0].skill if question else None
+        question = claimed(turn.slots.get(PENDING_SLOT))  # only names whom calls are for, decides nothing
+        return question.skill if question else None
 
     async def run(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict

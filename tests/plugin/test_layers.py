@@ -14,8 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "mcp_bridge"
 
 # --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
-# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, and mcp_sdk, the MCP
-# SDK as every layer sees it) are below all.
+# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, and mcp_sdk,
+# the MCP SDK as every layer sees it) are below all.
 LAYERS = [
     "config",
     "observability",
@@ -31,7 +31,7 @@ LAYERS = [
     "rasa",
     "cli",
 ]
-TOP_MODULES = {"errors", "contract", "sealing", "mcp_sdk"}
+TOP_MODULES = {"errors", "contract", "sealing", "question", "mcp_sdk"}
 # --8<-- [end:layers]
 
 
