@@ -206,29 +206,32 @@ _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "
 
 
 def confirmation_seal(env: Mapping[str, str]) -> Seal:
-    """The seal for CONFIRMATION_SECRET; refuses a short or placeholder one (ConfigError).
+    """The seal for CONFIRMATION_SECRET; refuses a short or placeholder secret (ConfigError).
 
-    Anyone who knows the secret can forge a question's seal, and so a "yes" to a call nobody asked
-    about: it must be long and random. Unset, the process draws one of its own (with a warning).
+    Anyone who knows a secret can forge a question's seal, and so a "yes" to a call nobody asked
+    about: each must be long and random. The setting may name several, separated by spaces or commas
+    (rotation: the first seals, every one opens). Unset, the process draws one of its own (with a
+    warning).
     """
-    secret = env.get("CONFIRMATION_SECRET")
-    if not secret:
+    setting = env.get("CONFIRMATION_SECRET")
+    if not setting or not setting.replace(",", " ").split():
         return Seal.ephemeral(_process_key(env))
-    weakness = _weakness(secret)
-    if weakness and env.get(DEVELOPMENT_FLAG) == "1":
-        log.warning(
-            "CONFIRMATION_SECRET %s; accepted only because %s=1 (never in production)",
-            weakness,
-            DEVELOPMENT_FLAG,
-        )
-    elif weakness:
-        raise ConfigError(
-            f"environment variable CONFIRMATION_SECRET {weakness}: anyone who can guess it can forge a "
-            "confirmation. Use at least 32 random bytes, e.g. the output of "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
-            f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
-        )
-    return Seal(secret.encode())
+    secrets_ = setting.replace(",", " ").split()
+    for number, secret in enumerate(secrets_, start=1):
+        weakness = _weakness(secret)
+        which = f"secret {number} of CONFIRMATION_SECRET" if len(secrets_) > 1 else "CONFIRMATION_SECRET"
+        if weakness and env.get(DEVELOPMENT_FLAG) == "1":
+            log.warning(
+                "%s %s; accepted only because %s=1 (never in production)", which, weakness, DEVELOPMENT_FLAG
+            )
+        elif weakness:
+            raise ConfigError(
+                f"environment variable {which} {weakness}: anyone who can guess it can forge a "
+                "confirmation. Use at least 32 random bytes, e.g. the output of "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
+                f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
+            )
+    return Seal.parse(setting)
 
 
 def _weakness(secret: str) -> str | None:
