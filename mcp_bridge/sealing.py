@@ -12,9 +12,10 @@ such record is *sealed*: one envelope, one signature scheme, for every kind::
 * ``kind`` names the record, so a record of one kind never opens as another;
 * ``v`` is the envelope's version; ``kid`` names the key that signed it.
 
-The key ring (``CONFIRMATION_SECRET``, :meth:`Seal.parse`) may hold several secrets: the first
-seals, every one opens. To rotate, add the new secret second on every replica, then move it first,
-then drop the old one once no record sealed with it can still be answered.
+The key ring may hold several secrets: the first seals, every one opens
+(``CONFIRMATION_SECRET`` and ``CONFIRMATION_EXTRA_SECRETS``, :func:`mcp_bridge.rasa.build.confirmation_seal`).
+To rotate, add the new secret to the ring on every replica, then make it the one that seals, then drop
+the old one once no record sealed with it can still be answered.
 
 The previous release sealed records two other ways (a question's fields one by one; a permission and
 a server's question as ``kind``-tagged data without ``v``). :meth:`Seal.open_previous` and
@@ -78,14 +79,6 @@ class Seal:
         self._sealing = _key_id(keys[0])
         # The previous release's records carry no key id: they are tried with every key.
         self._all = tuple(keys)
-
-    @classmethod
-    def parse(cls, value: str) -> Seal:
-        """The seal for a setting that names one or more secrets, separated by spaces or commas."""
-        keys = [part.encode() for part in value.replace(",", " ").split()]
-        if not keys:
-            raise ValueError("no secret given")
-        return cls(*keys)
 
     @classmethod
     def ephemeral(cls, key: bytes | None = None) -> Seal:

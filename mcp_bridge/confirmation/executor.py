@@ -69,7 +69,7 @@ from typing import Any
 
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals.second_approver import Approvals
-from mcp_bridge.auth.person import SignInRequiredError, acting
+from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation import asking, templating
 from mcp_bridge.confirmation.asking import Planned
 from mcp_bridge.confirmation.decisions import (
@@ -97,7 +97,7 @@ from mcp_bridge.confirmation.gate import (
     gate,
 )
 from mcp_bridge.confirmation.permissions import Permissions
-from mcp_bridge.confirmation.running import Resolved, Runner, found
+from mcp_bridge.confirmation.running import Resolved, Runner, context_of, found
 from mcp_bridge.confirmation.server_questions import ServerQuestions
 from mcp_bridge.confirmation.state import Asking, Malformed, ServerAsking, read_state
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PERMISSIONS_SLOT
@@ -133,6 +133,7 @@ from mcp_bridge.skills.files import (
     too_many_items,
 )
 from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.context import Resume
 
 __all__ = ["ConfirmationPolicy", "Decision", "Executor", "Outcome", "Responses", "Say", "Turn"]
 
@@ -324,9 +325,9 @@ class Executor:
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
         held = self.approvals.sealed(request, self.seal)  # the store's call, exactly as sealed, or None
-        bound = await self._bind(held) if held is not None else None
+        bound = await self._bind(held, turn) if held is not None else None
         skill = self.skills[held.skill] if held is not None and bound is not None else None
-        verdict = await self._gate(skill, bound[0], Released()) if skill and bound else None
+        verdict = await self._gate(skill, bound[0], Released(), turn) if skill and bound else None
         if held is None or skill is None or bound is None or not isinstance(verdict, RunConfirmed):
             log.warning("approval %s: the held call does not match a known call; nothing was run", request.id)
             await self.approvals.finish(request, "rejected: does not match a known call")
@@ -341,8 +342,7 @@ class Executor:
         # the requester, the person whose yes was sealed with the call; never as nobody or another.
         then = replace(turn, slots=request.slots, user=held.user)
         try:
-            with acting(turn.conversation_id, held.user, skill.id):
-                run = await self._run_confirmed(skill, held, one, then)
+            run = await self._run_confirmed(skill, held, one, then)
         except SignInRequiredError:
             # The requester's sign-in is gone (disconnected, or it could not be renewed): nothing was
             # sent, and the request is done; the action shows them the link, and the skill asks anew.
@@ -359,7 +359,7 @@ class Executor:
     async def _answered(self, question: Question, turn: Turn) -> Decision:
         """``only_the_persons_yes``, ``every_other_answer`` and ``per_call``: one question, of one or more
         calls, answered (or the loop resumed after an interruption)."""
-        bound = await self._bind(question)
+        bound = await self._bind(question, turn)
         if bound is None:
             return self._reject(turn, question, _NO_MATCH)
         skill = self.skills[question.skill]
@@ -474,7 +474,7 @@ class Executor:
                 said.append(Say(self.responses.call_skipped, variables))
                 continue
             self._record(turn, question, call, "confirmed", None)
-            verdict = await self._gate(skill, one, Confirmed())
+            verdict = await self._gate(skill, one, Confirmed(), turn)
             if isinstance(verdict, Hold):  # this call waits for its approver; the others do not
                 held, waiting = await self._hold(verdict.approver, question.only(call), turn, call.context)
                 said.append(waiting)
@@ -516,7 +516,7 @@ class Executor:
         """A yes to the skill's own question about one call: the call runs as sealed and the skill
         goes on from it; with ``remember``, a permission is kept too (``remembered``)."""
         self._record(turn, question, one.call, "confirmed", None)
-        verdict = await self._gate(skill, one, Confirmed())
+        verdict = await self._gate(skill, one, Confirmed(), turn)
         if isinstance(verdict, Hold):
             outcome, waiting = await self._hold(verdict.approver, question, turn, {})
             return Decision(outcome, [waiting], ended(skill))
@@ -576,7 +576,13 @@ class Executor:
         if skill is not None:
             resolved = self.runner.resolve(skill, call.tool)
             verdict = await gate(
-                skill, call.tool, found(resolved), call.arguments, Reached(), generic=self.generic
+                skill,
+                call.tool,
+                found(resolved),
+                call.arguments,
+                Reached(),
+                generic=self.generic,
+                context=context_of(turn, skill),
             )
             rule = verdict.rule if isinstance(verdict, Ask) else None
         if rule is not None and rule.utter_on_user_denial:
@@ -618,7 +624,7 @@ class Executor:
             )
             return run.decision(skill, then={slot: value})
         self._record(turn, old, old.first, "unclear", f"the change of {slot} was refused")
-        bound = await self._bind(old)
+        bound = await self._bind(old, turn)
         assert bound is not None
         return await self._ask_again(skill, old, bound, turn, run.say)
 
@@ -684,7 +690,7 @@ class Executor:
 
     # -- the question's binding and who may answer it ------------------------------------------
 
-    async def _bind(self, question: Question) -> list[_Bound] | None:
+    async def _bind(self, question: Question, turn: Turn) -> list[_Bound] | None:
         """Each call of an open question matched to its skill as it is now (the step, the tool's
         source, and a gate that still asks about it); None when any call no longer matches."""
         skill = self.skills.get(question.skill)
@@ -699,9 +705,7 @@ class Executor:
             if step.execute_tool != call.tool or source is None or str(source) != call.source:
                 return None
             resolved = self.runner.resolve(skill, call.tool)
-            verdict = await gate(
-                skill, call.tool, found(resolved), call.arguments, Reached(), generic=self.generic
-            )
+            verdict = await self._gate_step(skill, step, resolved, call.arguments, Reached(), turn)
             if not isinstance(verdict, Ask):
                 return None
             bound.append(_Bound(call, step, resolved, verdict))
@@ -771,22 +775,38 @@ class Executor:
         for call in question.calls:
             self._record(turn, question, call, decision, result)
 
-    async def _gate(self, skill: Skill, one: _Bound, consent: Consent) -> Verdict:
-        return await self._gate_step(skill, one.step, one.resolved, one.call.arguments, consent)
+    async def _gate(self, skill: Skill, one: _Bound, consent: Consent, turn: Turn) -> Verdict:
+        return await self._gate_step(skill, one.step, one.resolved, one.call.arguments, consent, turn)
 
     async def _gate_step(
-        self, skill: Skill, step: Step, resolved: Resolved, arguments: Mapping[str, Any], consent: Consent
+        self,
+        skill: Skill,
+        step: Step,
+        resolved: Resolved,
+        arguments: Mapping[str, Any],
+        consent: Consent,
+        turn: Turn,
     ) -> Verdict:
-        """The gate (:func:`mcp_bridge.confirmation.gate.gate`), for a call of ``step``."""
-        return await gate(skill, step.execute_tool, found(resolved), arguments, consent, generic=self.generic)
+        """The gate (:func:`mcp_bridge.confirmation.gate.gate`), for a call of ``step`` in ``turn``."""
+        return await gate(
+            skill,
+            step.execute_tool,
+            found(resolved),
+            arguments,
+            consent,
+            generic=self.generic,
+            context=context_of(turn, skill),
+        )
 
     # -- the step loop --------------------------------------------------------------------
 
-    async def run_from(self, skill: Skill, start: int, turn: Turn, confirmed: Question | None) -> Run:
+    async def run_from(
+        self, skill: Skill, start: int, turn: Turn, confirmed: Question | None, resume: Resume
+    ) -> Run:
         """The hook :mod:`mcp_bridge.confirmation.server_questions` resumes a call through, once a
         server's questions are answered: the step loop from step ``start``, ``confirmed`` the question
-        (narrowed to the call) a yes authorised, or None."""
-        return await self._run(skill, start, turn, authorised=confirmed)
+        (narrowed to the call) a yes authorised, or None; the step's call carries ``resume``."""
+        return await self._run(skill, start, turn, authorised=confirmed, resume=resume)
 
     async def _run(
         self,
@@ -798,6 +818,7 @@ class Executor:
         asked_before: Question | None = None,
         resolved: Resolved | None = None,
         may_be_permitted: bool = False,
+        resume: Resume | None = None,
     ) -> Run:
         """Run ``skill`` from step ``start`` with the turn's slots, each call as the gate says.
 
@@ -805,6 +826,8 @@ class Executor:
         its call runs exactly as sealed. ``asked_before``: the question a new one replaces (the same
         call keeps its key). ``resolved``: what the first step's tool name resolved to, if known.
         ``may_be_permitted``: a new request, whose one call a remembered permission may cover.
+        ``resume``: the answers to a server's questions, for the first call of step ``start`` (the
+        call the server stopped).
 
         Calls to ask about are gathered, not run (``ask_before_write``): the run goes on past them while
         the next steps need asking about too and need nothing the gathered calls would give, then asks
@@ -826,7 +849,9 @@ class Executor:
                     continue
                 # Whether the gate asks about the step's calls does not depend on their arguments.
                 arguments, _ = resolve_arguments(step, runnable[0].slots, runnable[0].results)
-                asks = isinstance(await self._gate_step(skill, step, resolved, arguments, Reached()), Ask)
+                asks = isinstance(
+                    await self._gate_step(skill, step, resolved, arguments, Reached(), turn), Ask
+                )
                 if planned and (not asks or _waits_for(step, planned, lines)):
                     break  # asked about after the gathered calls, in a question of its own
             updated: list[_Line] = []
@@ -843,14 +868,15 @@ class Executor:
                         missed = Say(response, {"error": f"missing {', '.join(missing)}"})
                         return Run("missing_argument", (*said, missed), _filled(lines))
                     if asks:
-                        ask = await self._gate_step(skill, step, resolved, arguments, Reached())
+                        ask = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
                         assert isinstance(ask, Ask)
                         planned.append(Planned(index, step, resolved, ask, arguments, line.slots, line.own))
                         updated.append(line)
                         continue
                 called = await self.runner.dispatch(
-                    skill, step, resolved, arguments, line.slots, turn, allowed
+                    skill, step, resolved, arguments, line.slots, turn, allowed, resume
                 )
+                resume = None  # the answers go with the stopped call only
                 if isinstance(called, Run):
                     return replace(called, say=(*said, *called.say), slots={**_filled(lines), **called.slots})
                 results = {**line.results, **called.data}
@@ -903,9 +929,7 @@ class Executor:
         if not held:
             return None
         consent = MayBePermitted(held, turn.user, self.clock())
-        verdict = await gate(
-            skill, one.step.execute_tool, found(one.resolved), one.arguments, consent, generic=self.generic
-        )
+        verdict = await self._gate_step(skill, one.step, one.resolved, one.arguments, consent, turn)
         if not isinstance(verdict, RunPermitted):
             return None
         question = asking.question_of(skill, [one], turn, listed=False, now=self.clock(), asked_before=None)

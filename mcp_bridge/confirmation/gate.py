@@ -51,6 +51,7 @@ from mcp_bridge.approvals import second_approver
 from mcp_bridge.confirmation.permissions import Permission, covering
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.skills.files import AllowsRemembering, RequiresApproval, RequiresConfirmation, Skill
+from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.sources import Tool
 
 __all__ = [
@@ -152,11 +153,13 @@ async def gate(
     consent: Consent,
     *,
     generic: RequiresConfirmation,
+    context: CallContext,
 ) -> Verdict:
     """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
-    ``consent``. ``tool`` is what the name resolved to (None: nothing); ``generic`` is the question
-    for an MCP tool the skill does not constrain (``remote_asks``)."""
-    asked = await _asked(skill, tool_name, tool, generic)
+    ``consent``. ``tool`` is what the name resolved to (None: nothing), asked about itself in the
+    call's ``context``; ``generic`` is the question for an MCP tool the skill does not constrain
+    (``remote_asks``)."""
+    asked = await _asked(skill, tool_name, tool, generic, context)
     if isinstance(consent, Confirmed | Released):
         if not isinstance(asked, RequiresConfirmation):
             return Refuse("the skill no longer asks about this call")  # still_asked
@@ -167,7 +170,7 @@ async def gate(
         return RunConfirmed()
     if not isinstance(asked, RequiresConfirmation):
         return RunUnasked(asked)
-    remember = await _may_remember(skill, tool_name, tool, arguments)
+    remember = await _may_remember(skill, tool_name, tool, arguments, context)
     if isinstance(consent, MayBePermitted) and remember is not None:
         permission = covering(
             consent.held,
@@ -192,7 +195,7 @@ def declared(skill: Skill, tool_name: str) -> RequiresConfirmation | None:
 
 
 async def _asked(
-    skill: Skill, tool_name: str, tool: Tool | None, generic: RequiresConfirmation
+    skill: Skill, tool_name: str, tool: Tool | None, generic: RequiresConfirmation, context: CallContext
 ) -> RequiresConfirmation | Literal["switched_off", "local_unconstrained", "trusted_read_only"]:
     """The question a call needs, or why it needs none."""
     constraint = skill.constraints.get(tool_name)
@@ -203,7 +206,7 @@ async def _asked(
         return "local_unconstrained"
     if tool is not None:
         try:
-            facts = await tool.annotations()
+            facts = await tool.annotations(context)
         except _UNKNOWN:
             pass  # unknown or unreachable: ask, and let dispatch say what is wrong
         else:
@@ -213,7 +216,7 @@ async def _asked(
 
 
 async def _may_remember(
-    skill: Skill, tool_name: str, tool: Tool | None, arguments: Mapping[str, Any]
+    skill: Skill, tool_name: str, tool: Tool | None, arguments: Mapping[str, Any], context: CallContext
 ) -> AllowsRemembering | None:
     """What the skill lets the person remember for this call (``remembered``), or None."""
     constraint = skill.constraints.get(tool_name)
@@ -224,7 +227,7 @@ async def _may_remember(
         return None  # a second approver is never replaced
     if not allowed.even_if_destructive:
         try:
-            destructive = (await tool.annotations()).destructive
+            destructive = (await tool.annotations(context)).destructive
         except _UNKNOWN:
             destructive = True  # unknown: taken at its worst
         if destructive:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcp_bridge.auth.person import SignInRequiredError
@@ -38,6 +38,7 @@ from mcp_bridge.observability.audit import AuditLog, AuditWriteError
 from mcp_bridge.question import Question
 from mcp_bridge.skills.files import Skill, Step
 from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.context import CallContext, Resume
 from mcp_bridge.tools.pipeline import check_arguments
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.sources import Tool
@@ -54,6 +55,12 @@ Resolved = Tool | ToolNotFoundError
 def found(resolved: Resolved) -> Tool | None:
     """The tool a name resolved to, or None."""
     return None if isinstance(resolved, ToolNotFoundError) else resolved
+
+
+def context_of(turn: Turn, skill: Skill) -> CallContext:
+    """The context of the calls a skill makes in a turn: its conversation, and the person the channel
+    named (a server that acts as the person is called as them, and as nobody when none is named)."""
+    return CallContext(conversation_id=turn.conversation_id, person=turn.user, skill=skill.id)
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ class Runner:
         if tool is None:
             return None
         try:
-            await check_arguments(tool, arguments)
+            await check_arguments(tool, arguments, context_of(turn, skill))
         except ToolNotFoundError:
             pass
         except _FAILURES as exc:
@@ -109,24 +116,27 @@ class Runner:
         slots: Mapping[str, Any],
         turn: Turn,
         confirmed: Question | None,
+        resume: Resume | None = None,
     ) -> ToolResult | Run:
         """Call the tool the name resolved to; ``confirmed``, the question (narrowed to this one call)
-        a yes or a permission authorised it with: with its key, audited. A failure comes back as the
-        run's end.
+        a yes or a permission authorised it with: with its key, audited. ``resume``: the answers to
+        the server's questions this call was stopped for. A failure comes back as the run's end.
 
         ``slots`` are the conversation's slots as the run has them now (an MCP server's
         ``meta_map.from_slots`` sends some of them in ``_meta``).
         """
         result: ToolResult | Run
         outcome = "not run"
+        key = confirmed.first.key if confirmed else None
+        context = replace(context_of(turn, skill), idempotency_key=key, slots=slots, resume=resume)
         try:
             if isinstance(resolved, ToolNotFoundError):
                 raise resolved
-            key = confirmed.first.key if confirmed else None
-            result = await resolved.call(arguments, idempotency_key=key, slots=slots)
+            result = await resolved.call(arguments, context)
             outcome = "ok" if result.ok else f"error: {result.error}"
         except InputRequiredError as exc:
-            result = self.server_questions.asked(skill, step, arguments, turn, confirmed, exc)
+            rounds = resume.round if resume is not None else 1
+            result = self.server_questions.asked(skill, step, arguments, turn, confirmed, exc, rounds)
             outcome = "stopped to ask the person"
         except _FAILURES as exc:
             if isinstance(exc, SignInRequiredError) and confirmed is not None:

@@ -43,17 +43,18 @@ from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
 from mcp_bridge.questions import elicitation
-from mcp_bridge.questions.elicitation import Answered, Asked, PendingElicitation
-from mcp_bridge.questions.resume import MAX_ROUNDS, Resume, current_round, resume_input
+from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
 from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import Skill, Step
+from mcp_bridge.tools.context import Resume
 
 log = logging.getLogger(__name__)
 
 # The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the question (of the
-# one call) a yes authorised (sent exactly as sealed, with its key) or None; what the run came to.
-RunFrom = Callable[[Skill, int, Turn, Question | None], Awaitable[Run]]
+# one call) a yes authorised (sent exactly as sealed, with its key) or None, the step's call resumed
+# with the answers; what the run came to.
+RunFrom = Callable[[Skill, int, Turn, Question | None, Resume], Awaitable[Run]]
 
 KIND = "elicitation"
 
@@ -121,9 +122,10 @@ class ServerQuestions:
         turn: Turn,
         confirmed: Question | None,
         stopped: InputRequiredError,
+        rounds: int,
     ) -> Run:
-        """The call stopped to ask: the first question, and the state for the next turn."""
-        rounds = current_round.get()
+        """The call stopped to ask (in its ``rounds``-th round of questions): the first question, and
+        the state for the next turn."""
         index = skill.steps.index(step)
         source = str(skill.tools[step.execute_tool])
         server = source.split(":", 1)[1] if source.startswith("mcp:") else source
@@ -236,16 +238,10 @@ class ServerQuestions:
             if not isinstance(opened, Question) or len(opened.calls) != 1:
                 return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
             confirmed = opened
-        answers = Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
-        token = resume_input.set(answers)
-        rounds = current_round.set(state.rounds + 1)
-        try:
-            # The confirmed call itself (its sealed arguments and key); a call that needed no
-            # confirmation runs from the step again, as it did before it was stopped.
-            run = await self._run_from(skill, state.step, turn, confirmed)
-        finally:
-            resume_input.reset(token)
-            current_round.reset(rounds)
+        answers = Resume(state.responses, state.request_state, state.handle, round=state.rounds + 1)
+        # The confirmed call itself (its sealed arguments and key); a call that needed no
+        # confirmation runs from the step again, as it did before it was stopped.
+        run = await self._run_from(skill, state.step, turn, confirmed, answers)
         return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
 
     # -- the seal -----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_bridge import mcp_sdk
 from mcp_bridge.auth.client_credentials import ClientCredentials
-from mcp_bridge.auth.person import PersonOAuth, current
+from mcp_bridge.auth.person import Acting, PersonOAuth
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import (
     InputRequiredError,
@@ -88,7 +88,7 @@ from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
 from mcp_bridge.observability import metrics
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions import waiting_calls as waiting_calls
-from mcp_bridge.questions.resume import MAX_ROUNDS, take_resume
+from mcp_bridge.questions.elicitation import MAX_ROUNDS
 from mcp_bridge.questions.waiting_calls import WaitingCall, WaitingCalls
 from mcp_bridge.tools import results
 from mcp_bridge.tools.results import ToolResult
@@ -460,9 +460,12 @@ class MCPRuntime:
     def servers(self) -> Mapping[str, MCPServerConfig]:
         return self._servers
 
-    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, McpToolInfo]:
-        """The server's tool catalogue (schemas and annotations), cached until it changes."""
-        connection = await self._connection(server)
+    async def tools(
+        self, server: str, *, refresh: bool = False, acting: Acting | None = None
+    ) -> Mapping[str, McpToolInfo]:
+        """The server's tool catalogue (schemas and annotations), cached until it changes. ``acting``:
+        whom a server that acts as the person is asked for (None: nobody, which it refuses)."""
+        connection = await self._connection(server, acting)
         stale = self._stale[server]
         if refresh or stale.is_set() or server not in self._catalogues:
             stale.clear()
@@ -472,7 +475,7 @@ class MCPRuntime:
 
     async def describe(self, server: str) -> ServerDescription:
         """Which revision ``server`` speaks, its capabilities and the auth configured (connects)."""
-        connection = await self._connection(server)
+        connection = await self._connection(server, None)
         config = self._servers[server]
         info = connection.server_info
         return ServerDescription(
@@ -484,12 +487,12 @@ class MCPRuntime:
             capabilities=_capabilities(connection.capabilities),
         )
 
-    async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
+    async def get_tool(self, server: str, tool_name: str, *, acting: Acting | None = None) -> McpToolInfo:
         """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
         again once before the tool is declared missing."""
-        catalogue = await self.tools(server)
+        catalogue = await self.tools(server, acting=acting)
         if tool_name not in catalogue:
-            catalogue = await self.tools(server, refresh=True)
+            catalogue = await self.tools(server, refresh=True, acting=acting)
         if tool_name not in catalogue:
             raise ToolNotFoundError(f"MCP server {server!r} does not serve a tool named {tool_name!r}")
         return catalogue[tool_name]
@@ -506,8 +509,10 @@ class MCPRuntime:
         input_responses: Mapping[str, Mapping[str, Any]] | None = None,
         request_state: str | None = None,
         handle: str | None = None,
+        acting: Acting | None = None,
     ) -> ToolResult:
-        """Validate, call once (see the retry rule above) and normalise the result.
+        """Validate, call once (see the retry rule above) and normalise the result. ``acting``: whom
+        a server that acts as the person is called for (None: nobody, which it refuses unsent).
 
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
@@ -526,18 +531,13 @@ class MCPRuntime:
         config = self._servers[server]
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
-        tool = await self.get_tool(server, tool_name)
+        tool = await self.get_tool(server, tool_name, acting=acting)
         validate_against_schema(tool.name, tool.input_schema, args)
         # A result's schema with a pattern that cannot be run would be found only after the call
         # ran (and maybe wrote): refused before it is sent instead.
         check_schema_patterns(tool.name, tool.output_schema or {})
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
-        if input_responses is None and request_state is None and handle is None:
-            # The executor resuming a call a server stopped to ask (mcp_bridge.confirmation.server_questions).
-            waiting = take_resume(server, tool_name)
-            if waiting is not None:
-                input_responses, request_state, handle = waiting
         if handle is not None:
             return await self._answer_held(server, tool_name, args, handle, input_responses or {}, timeout)
         if input_responses is not None or request_state is not None:
@@ -547,7 +547,7 @@ class MCPRuntime:
             }
             resume = (answers, request_state)
         for attempt in (1, 2):
-            connection = await self._connection(server)
+            connection = await self._connection(server, acting)
             result, failure, delivery = await connection.call_tool(
                 tool_name, args, timeout, call_meta or None, resume
             )
@@ -563,7 +563,7 @@ class MCPRuntime:
                 raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
                 if config.acts_as_person:
-                    await self._person_refused(server)  # raises SignInRequiredError: nothing ran
+                    await self._person_refused(server, acting)  # raises SignInRequiredError: nothing ran
                 # Refused by the server's authentication, after the one new token: it never ran.
                 raise NotAuthorisedError(
                     f"MCP tool {tool_name!r} on server {server!r} was refused (HTTP {delivery.refused}): "
@@ -619,13 +619,12 @@ class MCPRuntime:
         if self.person_oauth is not None:
             await self.person_oauth.aclose()
 
-    async def _person_connection(self, server: str) -> _Connection:
-        """The session of ``server`` for the person being served, with their valid token now."""
+    async def _person_connection(self, server: str, who: Acting | None) -> _Connection:
+        """The session of ``server`` for the person ``who`` names, with their valid token now."""
         if self.person_oauth is None:
             raise ServerUnavailableError(
                 f"MCP server {server!r} acts as the person, and no token store is set up"
             )
-        who = current()
         if who is None or who.person is None:
             # Refused before anything is sent: no one to act as (raises, with no link).
             await self.person_oauth.access_token(server, None, "", None)
@@ -654,9 +653,8 @@ class MCPRuntime:
             await oldest.close()
         return connection
 
-    async def _person_refused(self, server: str) -> None:
+    async def _person_refused(self, server: str, who: Acting | None) -> None:
         """The server refused the person's token: it is dropped, and they are asked to sign in again."""
-        who = current()
         assert self.person_oauth is not None and who is not None and who.person is not None
         held = self._people.pop((server, who.person), None)
         if held is not None:
@@ -665,9 +663,9 @@ class MCPRuntime:
         await self.person_oauth.access_token(server, who.person, who.conversation, who.skill)  # raises
         raise AssertionError("unreachable")
 
-    async def _connection(self, server: str) -> _Connection:
+    async def _connection(self, server: str, acting: Acting | None) -> _Connection:
         if server in self._servers and self._servers[server].acts_as_person:
-            return await self._person_connection(server)
+            return await self._person_connection(server, acting)
         connection = self._connections.get(server)
         if connection is not None and connection.alive:
             return connection

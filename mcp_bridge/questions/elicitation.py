@@ -61,6 +61,8 @@ __all__ = [
     "reply",
 ]
 
+# At most this many rounds of questions for one call: a server that keeps asking is stopped.
+MAX_ROUNDS = 5
 MAX_ANSWER = 2000
 MAX_FIELDS = 20
 ALL_AT_ONCE_FIELDS = 3

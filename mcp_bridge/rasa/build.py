@@ -206,20 +206,27 @@ _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "
 
 
 def confirmation_seal(env: Mapping[str, str]) -> Seal:
-    """The seal for CONFIRMATION_SECRET; refuses a short or placeholder secret (ConfigError).
+    """The seal for CONFIRMATION_SECRET (and CONFIRMATION_EXTRA_SECRETS); refuses a short or
+    placeholder secret (ConfigError).
 
     Anyone who knows a secret can forge a question's seal, and so a "yes" to a call nobody asked
-    about: each must be long and random. The setting may name several, separated by spaces or commas
-    (rotation: the first seals, every one opens). Unset, the process draws one of its own (with a
-    warning).
+    about: each must be long and random. CONFIRMATION_SECRET seals and opens; the extra secrets
+    (separated by commas) only open, for a rotation: add the new secret there on every replica, then
+    swap the two, then drop the old one. Unset, the process draws a secret of its own (with a warning).
     """
-    setting = env.get("CONFIRMATION_SECRET")
-    if not setting or not setting.replace(",", " ").split():
+    secret = env.get("CONFIRMATION_SECRET")
+    extra = [part.strip() for part in env.get("CONFIRMATION_EXTRA_SECRETS", "").split(",") if part.strip()]
+    if not secret:
+        if extra:
+            raise ConfigError(
+                "environment variable CONFIRMATION_EXTRA_SECRETS is set but CONFIRMATION_SECRET is not: "
+                "the extra secrets only open what they sealed; set the one that seals"
+            )
         return Seal.ephemeral(_process_key(env))
-    secrets_ = setting.replace(",", " ").split()
-    for number, secret in enumerate(secrets_, start=1):
-        weakness = _weakness(secret)
-        which = f"secret {number} of CONFIRMATION_SECRET" if len(secrets_) > 1 else "CONFIRMATION_SECRET"
+    named = [("CONFIRMATION_SECRET", secret)]
+    named += [(f"secret {n} of CONFIRMATION_EXTRA_SECRETS", s) for n, s in enumerate(extra, start=1)]
+    for which, value in named:
+        weakness = _weakness(value)
         if weakness and env.get(DEVELOPMENT_FLAG) == "1":
             log.warning(
                 "%s %s; accepted only because %s=1 (never in production)", which, weakness, DEVELOPMENT_FLAG
@@ -231,7 +238,7 @@ def confirmation_seal(env: Mapping[str, str]) -> Seal:
                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
                 f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
             )
-    return Seal.parse(setting)
+    return Seal(*(value.encode() for _, value in named))
 
 
 def _weakness(secret: str) -> str | None:

@@ -19,7 +19,7 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError, acting
+from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
 from mcp_bridge.confirmation.executor import Decision, Say
 from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESUME_ACTION, RESUME_ENTITY
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
@@ -75,8 +75,7 @@ class ResumeAfterSignIn(Action):
         # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned).
         turn = replace(turn, user=signed.person, new_message=False, unvouched=None, said_at=None)
         try:
-            with acting(turn.conversation_id, signed.person, skill.id):
-                decision = await executor().start(skill.id, turn)
+            decision = await executor().start(skill.id, turn)
         except SignInRequiredError as exc:
             decision = sign_in_decision(exc)
         except Exception:

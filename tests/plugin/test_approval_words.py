@@ -15,6 +15,7 @@ from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.confirmation.gate import Ask, Confirmed, Hold, Reached, gate
 from mcp_bridge.skills.files import RequiresConfirmation, Skill, load_skills
+from mcp_bridge.tools.context import NOBODY
 
 EXAMPLE_SKILLS = Path(__file__).resolve().parents[2] / "examples" / "crm_bot" / "skills"
 SHY, ZWSP, ZWJ, BOM, RLM = "\u00ad", "\u200b", "\u200d", "\ufeff", "\u200f"
@@ -167,10 +168,14 @@ async def test_a_remembered_permission_never_covers_a_held_spelling(skill: Skill
     generic = RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call")
     for text in (REFUND["zero-width space"], WRITE_OFF["past participle"], CREDIT_NOTE["Cyrillic о"]):
         arguments = {"contact_id": "c1", "text": text}
-        verdict = await gate(skill, "add_timeline_note", Tool(), arguments, Reached(), generic=generic)  # type: ignore[arg-type]
+        verdict = await gate(
+            skill, "add_timeline_note", Tool(), arguments, Reached(), generic=generic, context=NOBODY
+        )  # type: ignore[arg-type]
         assert isinstance(verdict, Ask) and verdict.remember is None, text
         # ... and a yes to it is held for the approver.
-        after_yes = await gate(skill, "add_timeline_note", Tool(), arguments, Confirmed(), generic=generic)  # type: ignore[arg-type]
+        after_yes = await gate(
+            skill, "add_timeline_note", Tool(), arguments, Confirmed(), generic=generic, context=NOBODY
+        )  # type: ignore[arg-type]
         assert isinstance(after_yes, Hold), text
 
 

@@ -74,31 +74,24 @@ def test_rotation_the_first_key_seals_every_key_opens() -> None:
     assert Seal(new).open("question", before, "c1") is None  # dropped from the ring: closed
 
 
-def test_the_setting_names_one_or_more_secrets() -> None:
-    ring = Seal.parse(" first-secret-xxxxxxxxxxxxxxxxxxxxxxxx, second-secret-yyyyyyyyyyyyyyyyyyyyyy ")
-    sealed = Seal(b"second-secret-yyyyyyyyyyyyyyyyyyyyyy").seal("question", RECORD, "c1")
-    assert ring.open("question", sealed, "c1") == RECORD
-    assert (
-        ring.seal("question", RECORD, "c1")["kid"]
-        == Seal(b"first-secret-xxxxxxxxxxxxxxxxxxxxxxxx").seal("question", RECORD, "c1")["kid"]
-    )
-    with pytest.raises(ValueError):
-        Seal.parse(" , ")
-
-
 def test_a_record_cannot_carry_the_envelopes_own_fields() -> None:
     with pytest.raises(ValueError, match="envelope"):
         Seal(b"k" * 32).seal("question", {"mac": "mine"}, "c1")
 
 
-def test_confirmation_secret_may_name_a_ring_and_each_secret_must_be_strong() -> None:
+def test_the_extra_secrets_open_what_they_sealed_and_each_secret_must_be_strong() -> None:
     from mcp_bridge.errors import ConfigError
     from mcp_bridge.rasa.build import confirmation_seal
 
-    old, new = "Zq4-old-but-random-Xw81mT0pLr2sKv9bN3", "Hy7-new-and-random-Qe52nD4tGu6wJc1aR8"
-    ring = confirmation_seal({"CONFIRMATION_SECRET": f"{new}, {old}"})
+    old, new = "Zq4-old-but-random-Xw81mT0pLr2sKv9bN3", "Hy7-new and random, with spaces Qe52nD4"
+    ring = confirmation_seal({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f" {old} ,"})
     before = Seal(old.encode()).seal("question", RECORD, "c1")
     assert ring.open("question", before, "c1") == RECORD
-    with pytest.raises(ConfigError, match="secret 2 of CONFIRMATION_SECRET is 5 bytes long") as refused:
-        confirmation_seal({"CONFIRMATION_SECRET": f"{new} short"})
-    assert new not in str(refused.value)
+    assert Seal(new.encode()).open("question", ring.seal("question", RECORD, "c1"), "c1") == RECORD
+    with pytest.raises(
+        ConfigError, match="secret 2 of CONFIRMATION_EXTRA_SECRETS is 5 bytes long"
+    ) as refused:
+        confirmation_seal({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f"{old},short"})
+    assert new not in str(refused.value) and old not in str(refused.value)
+    with pytest.raises(ConfigError, match="CONFIRMATION_SECRET is not"):
+        confirmation_seal({"CONFIRMATION_EXTRA_SECRETS": old})

@@ -48,6 +48,7 @@ import actions  # noqa: F401  (serves the plugin's actions)
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.question import claimed
+from mcp_bridge.tools.context import CallContext
 
 
 def _action(name):
@@ -66,7 +67,7 @@ class _WritesOnDenial:
             bridge = executor()
             for call in question.calls:  # one call, or every call of a list answered "none"
                 tool = bridge.tools.resolve(bridge.skills[question.skill], call.tool)
-                await tool.call(call.arguments, idempotency_key=None)
+                await tool.call(call.arguments, CallContext(conversation_id=turn.conversation_id))
         return decision
 
 
