@@ -2,14 +2,16 @@
 
 A constraint ``requires_approval_from: {role: supervisor, when: ..., expires_after: 30m}`` next to
 ``requires_confirmation`` (:mod:`mcp_bridge.skills.files`) makes the requester's yes insufficient. The
-rules, in order of importance:
+rules, by name, in order of importance:
 
-1. A confirmed call that needs an approval (:func:`required`) never runs in the turn that confirms
+``held_until_decided``
+   A confirmed call that needs an approval (:func:`required`) never runs in the turn that confirms
    it: it is recorded as an :class:`ApprovalRequest` (the exact call, the question's idempotency key,
    who asked, the conversation, the sealed question, the expiry) in a store every replica shares
    (:mod:`mcp_bridge.approvals.store`), and the requester is told it waits. A requester the channel
    does not name cannot ask for an approval: nothing is held, nothing runs.
-2. Only a person with the request's role decides it, and never its requester. The two are named in
+``never_the_requester``
+   Only a person with the request's role decides it, and never its requester. The two are named in
    different namespaces (the requester as a channel names them, ``socketio:dana``; the approver as
    the approval page logged them in, a password login or an OpenID subject), so they are compared
    as *persons*, through the deployment's identity mapping (:class:`People`, the approvers file's
@@ -17,15 +19,18 @@ rules, in order of importance:
    (``unknown_person``), and one person on both sides is ``own_request``; names that look alike
    (:func:`same_person`: equal without their channel prefix) are refused too, mapping or not. Each
    such attempt is refused and audited.
-3. A request is decided once: the store's update is conditional on it still pending and unexpired,
+``decided_once``
+   A request is decided once: the store's update is conditional on it still pending and unexpired,
    so two approvers (on two replicas) at the same moment get one decision. A request not decided
    within its expiry is refused (``expired``) and nothing of it ever runs.
-4. An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
+``runs_once``
+   An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
    with one conditional update, in the request's own conversation only, and calls the tool with the
    question's idempotency key and the sealed question's arguments, only when the seal verifies and
    they equal the store's copy (:meth:`Approvals.sealed`). A refused or expired request is told to
    its requester once.
-5. A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
+``lost_run``
+   A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
    call takes). If its action server dies before the outcome is recorded, the request stays
    ``running`` until the lease passes; then the approval page's sweep tells the conversation again and
    one action takes it up again (one conditional update, a new lease): ``resume``. The call may have
@@ -59,10 +64,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_RUNS",
-    "RESPONSES",
     "RUN_LEASE_SECONDS",
     "ApprovalRequest",
-    "ApprovalResponses",
     "ApprovalStore",
     "Approvals",
     "Approver",
@@ -74,27 +77,6 @@ __all__ = [
     "same_person",
 ]
 
-
-@dataclass(frozen=True)
-class ApprovalResponses:
-    """Responses said about approvals; a domain with a skill that requires one defines them
-    (`mcp-bridge init` adds them). Variables: the call's (``arg_...``, slots), and for ``waiting``
-    ``approval_role`` and ``approval_expires_after``."""
-
-    # The requester confirmed; the call waits for a person with the role.
-    waiting: str = "utter_awaiting_approval"
-    # Refused by the approver; nothing was written.
-    refused: str = "utter_approval_refused"
-    # Not decided (or not run) in time; nothing was written.
-    expired: str = "utter_approval_expired"
-    # An approval cannot be asked for here (the channel names nobody, or no store); nothing written.
-    unavailable: str = "utter_approval_unavailable"
-
-    def names(self) -> set[str]:
-        return {self.waiting, self.refused, self.expired, self.unavailable}
-
-
-RESPONSES = ApprovalResponses()
 
 Status = Literal["pending", "approved", "refused", "expired", "running", "done"]
 # How long a run of an approved call may go without its outcome recorded before it counts as lost
@@ -210,7 +192,7 @@ TakenKind = Literal["run", "resume", "refused", "expired", "nothing"]
 @dataclass(frozen=True)
 class Taken:
     """What the requester's conversation does with a decided request: run it, run it again after a
-    lost run (``resume``: rule 5), tell a refusal or an expiry, or nothing (unknown, another
+    lost run (``resume``: ``lost_run``), tell a refusal or an expiry, or nothing (unknown, another
     conversation's, or already run or told)."""
 
     kind: TakenKind
@@ -219,9 +201,10 @@ class Taken:
 
 @dataclass(frozen=True)
 class People:
-    """The deployment's identity mapping (rule 2): who each person is in the chat (their identities
-    as the channels name them, ``socketio:dana``, ``rest:operator``) and on the approval page (their
-    logins there, password logins or OpenID subjects). Each identity names one person."""
+    """The deployment's identity mapping (``never_the_requester``): who each person is in the chat
+    (their identities as the channels name them, ``socketio:dana``, ``rest:operator``) and on the
+    approval page (their logins there, password logins or OpenID subjects). Each identity names one
+    person."""
 
     chat: Mapping[str, str] = field(default_factory=dict)  # channel identity -> person
     page: Mapping[str, str] = field(default_factory=dict)  # approval-page user -> person
@@ -244,7 +227,8 @@ def same_person(requester: str, approver: str) -> bool:
 
 
 def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresApproval | None:
-    """The approval a confirmed call of ``tool`` with ``arguments`` needs (rule 1), or None."""
+    """The approval a confirmed call of ``tool`` with ``arguments`` needs (``held_until_decided``),
+    or None."""
     constraint = skill.constraints.get(tool)
     rule = constraint.requires_approval_from if constraint is not None else None
     if rule is None:
@@ -259,7 +243,7 @@ def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresA
 
 
 def may_run_again(tool: Tool | None, runs: int) -> bool:
-    """Rule 5: a held call whose earlier run was lost runs again only under its key, on a tool that
+    """``lost_run``: a held call whose earlier run was lost runs again only under its key, on a tool that
     keeps one write per key (``tool``: what its name resolves to now, None if nothing), and at most
     :data:`MAX_RUNS` times in all."""
     return runs <= MAX_RUNS and tool is not None and tool.honours_idempotency_key()
@@ -277,8 +261,8 @@ class Approvals:
         run_lease: float = RUN_LEASE_SECONDS,
         people: People | None = None,
     ) -> None:
-        """``people``: the identity mapping the approval page decides with (rule 2); the action
-        server, which holds and runs requests but never decides one, has none."""
+        """``people``: the identity mapping the approval page decides with (``never_the_requester``);
+        the action server, which holds and runs requests but never decides one, has none."""
         self.store = store
         self.people = people
         self._audit = audit or AuditLog(None)
@@ -293,8 +277,9 @@ class Approvals:
         conversation_id: str,
         slots: Mapping[str, Any],
     ) -> ApprovalRequest | None:
-        """Rule 1: record the confirmed call, ``question`` narrowed to it and ``sealed``, as a request;
-        None when the requester is not named (nothing is held; the caller says so and nothing runs)."""
+        """``held_until_decided``: record the confirmed call, ``question`` narrowed to it and
+        ``sealed``, as a request; None when the requester is not named (nothing is held; the caller
+        says so and nothing runs)."""
         call = question.first
         if question.user is None:
             self._record(conversation_id, question, "approval_not_allowed", "the requester is not named")
@@ -326,7 +311,7 @@ class Approvals:
         return [r for r in requests if self._not_theirs(r, approver) is None]
 
     async def decide(self, request_id: str, approver: Approver, approve: bool) -> Decided:
-        """Rules 2 and 3: the approver's decision, once."""
+        """``never_the_requester`` and ``decided_once``: the approver's decision, once."""
         request = await self.store.get(request_id)
         if request is None:
             return Decided("unknown")
@@ -348,7 +333,8 @@ class Approvals:
         return Decided("approved" if approve else "refused", decided)
 
     def _not_theirs(self, request: ApprovalRequest, approver: Approver) -> tuple[DecidedKind, str] | None:
-        """Why ``approver`` may not decide ``request`` as a person (rule 2), or None when they may."""
+        """Why ``approver`` may not decide ``request`` as a person (``never_the_requester``), or None
+        when they may."""
         if same_person(request.requester, approver.user):
             return "own_request", "the requester cannot approve their own request"
         if self.people is None:
@@ -364,19 +350,19 @@ class Approvals:
         return None
 
     async def expire_due(self) -> list[ApprovalRequest]:
-        """Rule 3: refuse every request whose expiry has passed undecided."""
+        """``decided_once``: refuse every request whose expiry has passed undecided."""
         expired = await self.store.expire_due(self._clock())
         for request in expired:
             self._note(request, "approval_expired", "not decided in time", None)
         return expired
 
     async def take(self, request_id: str, conversation_id: str) -> Taken:
-        """Rule 4: what the requester's conversation is to do with a decided request, once."""
+        """``runs_once``: what the requester's conversation is to do with a decided request, once."""
         request = await self.store.take(request_id, conversation_id, self._clock(), self.run_lease)
         if request is None:
             return Taken("nothing")
         if request.status == "running" and request.attempts > 1:
-            # Rule 5: its last run ended without an outcome (its action server died).
+            # lost_run: its last run ended without an outcome (its action server died).
             self._note(
                 request, "approval_resumed", f"run {request.attempts}: the last run left no outcome", None
             )
@@ -391,7 +377,7 @@ class Approvals:
         return Taken("nothing", request)
 
     def sealed(self, request: ApprovalRequest, seal: Seal) -> Question | None:
-        """Rule 4's "exactly as sealed": the question the requester confirmed, narrowed to this call,
+        """``runs_once``'s "exactly as sealed": the question the requester confirmed, narrowed to this call,
         when it opens with ``seal`` for the request's conversation and is the store's call (skill,
         tool, key, requester and arguments equal); None, audited, otherwise, so a row changed in the
         store runs nothing."""

@@ -312,16 +312,20 @@ class Executor:
     async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
         """``second_approver``, in the requester's conversation, told a decision: an approved call runs
         once, exactly as sealed, with the question's key (again, under that key, only when its run was
-        lost: :mod:`mcp_bridge.approvals.second_approver` rule 5); a refusal or an expiry is said once;
-        anything else (unknown, another conversation's, already run or told) says and changes nothing.
-        The conversation may have moved on since, so no slot is set."""
+        lost: :mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); a refusal or an expiry is
+        said once; anything else (unknown, another conversation's, already run or told) says and
+        changes nothing. The conversation may have moved on since, so no slot is set."""
         taken = await self.approvals.take(approval_id, turn.conversation_id) if self.approvals else None
         request = taken.request if taken is not None else None
         if taken is None or request is None or taken.kind == "nothing":
             return Decision("nothing_pending")
         variables = templating.variables(request.slots, request.arguments, tool=request.tool)
         if taken.kind not in ("run", "resume"):
-            said = approvals.RESPONSES.refused if taken.kind == "refused" else approvals.RESPONSES.expired
+            said = (
+                self.responses.approval_refused
+                if taken.kind == "refused"
+                else self.responses.approval_expired
+            )
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
         held = self.approvals.sealed(request, self.seal)  # the store's call, exactly as sealed, or None
@@ -560,9 +564,9 @@ class Executor:
             sealed = question.sealed(self.seal, turn.conversation_id)
             request = await self.approvals.hold(approver, question, sealed, turn.conversation_id, slots)
         if request is None:
-            return "rejected", Say(approvals.RESPONSES.unavailable, variables)
+            return "rejected", Say(self.responses.approval_unavailable, variables)
         variables |= {"approval_role": approver.role, "approval_expires_after": approver.expires_after}
-        return "awaiting_approval", Say(approvals.RESPONSES.waiting, variables)
+        return "awaiting_approval", Say(self.responses.approval_waiting, variables)
 
     async def _denied(self, question: Question, turn: Turn) -> Decision:
         """No to the whole question: nothing is called; the person hears the skill's denial (its own

@@ -79,7 +79,7 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
-    # A 2025-11-25 server's call held open in the process that asked (mcp_bridge.questions.waiting_calls).
+    # A 2025-11-25 server's call kept open in the process that asked (mcp_bridge.questions.waiting_calls).
     handle: str | None = None
 
     @classmethod
