@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_bridge.sealing import Seal, call_digest
@@ -75,8 +75,27 @@ class Question:
 
     def sealed(self, seal: Seal, conversation_id: str) -> dict[str, Any]:
         """The slot's value."""
-        record = asdict(self)
-        record["calls"] = list(record["calls"])
+        record = {
+            "skill": self.skill,
+            "calls": [
+                {
+                    "id": call.id,
+                    "tool": call.tool,
+                    "step": call.step,
+                    "source": call.source,
+                    "arguments": call.arguments,
+                    "digest": call.digest,
+                    "key": call.key,
+                    "context": call.context,
+                }
+                for call in self.calls
+            ],
+            "listed": self.listed,
+            "asked_at": self.asked_at,
+            "user_turn": self.user_turn,
+            "user": self.user,
+            "asked_after": self.asked_after,
+        }
         return seal.seal(KIND, record, conversation_id)
 
     def only(self, call: AskedCall) -> Question:

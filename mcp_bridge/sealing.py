@@ -56,12 +56,18 @@ def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]
 
 
 def _whole_numbers(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
+    """``value`` with every integral float an int, at any depth (JSON data: dicts, lists, scalars)."""
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if kind is dict:
+        return {name: _whole_numbers(item) for name, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_whole_numbers(item) for item in value]
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
     if isinstance(value, Mapping):
         return {name: _whole_numbers(item) for name, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_whole_numbers(item) for item in value]
     return value
 
 
@@ -100,7 +106,10 @@ class Seal:
         clash = set(record) & set(_ENVELOPE)
         if clash:
             raise ValueError(f"a record may not have the envelope's fields {sorted(clash)}")
-        signed = {"v": ENVELOPE_VERSION, "kind": kind, **record, "kid": self._sealing}
+        # Sealed as the tracker gives numbers back: over gRPC every number is a double (7 comes back
+        # 7.0) and the Rasa adapter reads an integral one as an int, so an integral float is sealed
+        # as an int.
+        signed = {"v": ENVELOPE_VERSION, "kind": kind, **_whole_numbers(record), "kid": self._sealing}
         return {**signed, "mac": self._mac(self._keys[self._sealing], signed, conversation_id)}
 
     def open(self, kind: str, value: Any, conversation_id: str) -> dict[str, Any] | None:
@@ -116,6 +125,9 @@ class Seal:
         signed = {name: item for name, item in value.items() if name != "mac"}
         try:
             expected = self._mac(key, signed, conversation_id)
+            if not hmac.compare_digest(mac, expected):
+                # Numbers given back as doubles by a transport that keeps them so (7.0 for 7).
+                expected = self._mac(key, _whole_numbers(signed), conversation_id)
         except (TypeError, ValueError):  # not JSON data
             return None
         if not hmac.compare_digest(mac, expected):
@@ -124,9 +136,7 @@ class Seal:
 
     @staticmethod
     def _mac(key: bytes, signed: Mapping[str, Any], conversation_id: str) -> str:
-        # Numbers are signed as the tracker gives them back: over gRPC every number is a double (7
-        # comes back 7.0) and the Rasa adapter reads an integral one as an int, so 7 and 7.0 sign alike.
-        message = canonical(_whole_numbers({**signed, "conversation": conversation_id})).encode("ascii")
+        message = canonical({**signed, "conversation": conversation_id}).encode("ascii")
         return hmac.new(key, message, hashlib.sha256).hexdigest()
 
     # -- the previous release's records (read, never written) ---------------------------------

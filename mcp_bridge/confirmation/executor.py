@@ -853,9 +853,8 @@ class Executor:
                     continue
                 # Whether the gate asks about the step's calls does not depend on their arguments.
                 arguments, _ = resolve_arguments(step, runnable[0].slots, runnable[0].results)
-                asks = isinstance(
-                    await self._gate_step(skill, step, resolved, arguments, Reached(), turn), Ask
-                )
+                verdict = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
+                asks, first_arguments = isinstance(verdict, Ask), arguments
                 if planned and (not asks or _waits_for(step, planned, lines)):
                     break  # asked about after the gathered calls, in a question of its own
             updated: list[_Line] = []
@@ -872,7 +871,9 @@ class Executor:
                         missed = Say(response, {"error": f"missing {', '.join(missing)}"})
                         return Run("missing_argument", (*said, missed), _filled(lines))
                     if asks:
-                        ask = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
+                        ask = verdict
+                        if arguments != first_arguments:  # what a yes may remember depends on them
+                            ask = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
                         assert isinstance(ask, Ask)
                         planned.append(Planned(index, step, resolved, ask, arguments, line.slots, line.own))
                         updated.append(line)
