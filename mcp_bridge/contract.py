@@ -1,13 +1,19 @@
-"""The names a Rasa bot and the plugin agree on: two slots, two intents, two actions.
+"""The names a Rasa bot and the plugin agree on: the slots, intents, entities and actions, and every
+response the plugin says (:data:`RESPONSES`).
 
 `mcp-bridge init` writes them into a bot's domain, `mcp-bridge check` looks for them there, and the
-runtime reads and writes them; all three take them from here. This module imports nothing, so the
-command-line tools use it without rasa_sdk (``mcp_bridge.rasa`` imports rasa_sdk on import).
+runtime reads and writes them; all three take them from here. This module imports nothing of the
+plugin, so the command-line tools use it without rasa_sdk (``mcp_bridge.rasa`` imports rasa_sdk on
+import).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 __all__ = [
+    "RESPONSES",
+    "Responses",
     "AFFIRM_INTENT",
     "APPROVAL_ACTION",
     "APPROVAL_ENTITY",
@@ -71,3 +77,121 @@ RESUME_INTENT = "mcp_signed_in"
 RESUME_ENTITY = "mcp_sign_in"
 RESUME_ACTION = "action_mcp_resume"
 DISCONNECT_ACTION = "action_mcp_disconnect"
+
+
+@dataclass(frozen=True)
+class Responses:
+    """Every response the plugin says, by what it is said for; the domain defines them
+    (`mcp-bridge init` adds them, `mcp-bridge check` and the action server's start look for them).
+    Variables are in brackets. Grouped by which bots need them: :meth:`for_every_bot`,
+    :meth:`for_remembering`, :meth:`for_approvals`, :meth:`for_acting_as_the_person`."""
+
+    # -- the confirmation (every bot) --------------------------------------------------------------
+    nothing_pending: str = "utter_nothing_pending"
+    confirm_again: str = "utter_confirm_again"
+    confirmation_invalid: str = "utter_confirmation_invalid"
+    tool_failed: str = "utter_tool_failed"
+    tool_unavailable: str = "utter_tool_unavailable"
+    tool_outcome_unknown: str = "utter_tool_outcome_unknown"
+    tool_not_configured: str = "utter_tool_not_configured"
+    # The question and the "no" for an MCP tool that the skill gave no constraint (the gate's remote_asks).
+    confirm_tool_call: str = "utter_confirm_tool_call"
+    tool_call_cancelled: str = "utter_tool_call_cancelled"
+    # Said before the question again when the answer was neither a plain yes nor a plain no.
+    answer_yes_or_no: str = "utter_answer_yes_or_no"
+    # Said when a question left behind (the person started something else) is dropped.
+    question_dropped: str = "utter_question_dropped"
+    # Said instead of reading a message over the reader's limit (limit).
+    message_too_long: str = "utter_message_too_long"
+    # Said instead of starting a request whose for_each list is over its max_items (count, limit):
+    # no lookup ran and nothing was written.
+    too_many_items: str = "utter_too_many_items"
+    # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
+    confirmation_expired: str = "utter_confirmation_expired"
+    # A question about several calls (calls, the numbered list; count), with Yes / No buttons for all
+    # of them; the executor adds one "Only <n>" button per call.
+    confirm_calls: str = "utter_confirm_calls"
+    # The same for a list of one (one call of a request that made several; calls).
+    confirm_one_call: str = "utter_confirm_one_call"
+    # Said before the list again when the answer did not decide each call.
+    answer_each_call: str = "utter_answer_each_call"
+    # Said for each call the person refused when others were approved (place, call).
+    call_skipped: str = "utter_call_skipped"
+    # Said when the person refused every call of the list.
+    calls_cancelled: str = "utter_calls_cancelled"
+    # Said when a tool ran but its result breaks the output schema it publishes (tool_name).
+    tool_result_invalid: str = "utter_tool_result_invalid"
+    # Said to a request or an answer that no channel vouches for: it reached the action server
+    # without the signature of the channel that authenticated the person; nothing ran.
+    not_vouched: str = "utter_not_vouched"
+
+    # -- an MCP server's own questions, elicitation (every bot) -----------------------------------
+    # server, message, field, description, choices, optional
+    elicitation_field: str = "utter_elicitation_field"
+    elicitation_form: str = "utter_elicitation_form"  # server, message, fields
+    elicitation_url: str = "utter_elicitation_url"  # server, message, domain, url
+    elicitation_invalid: str = "utter_elicitation_invalid"  # server, field, reason
+    # The answer to a 2025-11-25 server's question came after the server stopped waiting (tool_name):
+    # it was told cancel, and its tool may have written.
+    elicitation_lapsed: str = "utter_elicitation_lapsed"
+
+    # -- remembered permission (a skill with allows_remembering) ----------------------------------
+    # Said after the call a permission was given with (permission, until).
+    permission_granted: str = "utter_permission_granted"
+    # Said after a call that ran unasked because a permission covers it (permission, until).
+    permission_used: str = "utter_permission_used"
+    # Said when the person withdraws their permissions (count: how many were withdrawn).
+    permissions_revoked: str = "utter_permissions_revoked"
+    # Said after the call a yes for this time only ran ("yes, but ask me next time"): nothing was kept.
+    permission_declined: str = "utter_permission_declined"
+
+    # -- a second approver (a skill with requires_approval_from) ----------------------------------
+    # Variables: the call's (``arg_...``, slots), and for the waiting one approval_role and
+    # approval_expires_after. The requester confirmed; the call waits for a person with the role.
+    approval_waiting: str = "utter_awaiting_approval"
+    # Refused by the approver; nothing was written.
+    approval_refused: str = "utter_approval_refused"
+    # Not decided (or not run) in time; nothing was written.
+    approval_expired: str = "utter_approval_expired"
+    # An approval cannot be asked for here (the channel names nobody, or no store); nothing written.
+    approval_unavailable: str = "utter_approval_unavailable"
+
+    # -- an MCP server that acts as the person ----------------------------------------------------
+    sign_in: str = "utter_mcp_sign_in"  # server, domain, link
+    sign_in_again: str = "utter_mcp_sign_in_again"  # server, domain, link
+    nobody_to_act_as: str = "utter_mcp_nobody_to_act_as"  # server
+    disconnected: str = "utter_mcp_disconnected"  # servers
+    not_connected: str = "utter_mcp_not_connected"
+
+    def for_remembering(self) -> set[str]:
+        return {
+            self.permission_granted,
+            self.permission_used,
+            self.permissions_revoked,
+            self.permission_declined,
+        }
+
+    def for_approvals(self) -> set[str]:
+        return {
+            self.approval_waiting,
+            self.approval_refused,
+            self.approval_expired,
+            self.approval_unavailable,
+        }
+
+    def for_acting_as_the_person(self) -> set[str]:
+        return {
+            self.sign_in,
+            self.sign_in_again,
+            self.nobody_to_act_as,
+            self.disconnected,
+            self.not_connected,
+        }
+
+    def for_every_bot(self) -> set[str]:
+        """The responses every bot needs: all but those of the three groups above."""
+        optional = self.for_remembering() | self.for_approvals() | self.for_acting_as_the_person()
+        return set(asdict(self).values()) - optional
+
+
+RESPONSES = Responses()

@@ -67,7 +67,7 @@ class InputRequiredError(ToolCallError):
     the ``elicitation/create`` params as the wire has them); :mod:`mcp_bridge.questions.elicitation` asks
     them.
 
-    A 2025-11-25 server asks inside the running call instead: the call is held open in this process
+    A 2025-11-25 server asks inside the running call instead: the call is kept open in this process
     (:mod:`mcp_bridge.questions.waiting_calls`) and ``handle`` names it; the answers go to that call, and
     only this
     process can give them.
@@ -88,6 +88,6 @@ class InputRequiredError(ToolCallError):
 
 
 class QuestionLapsedError(OutcomeUnknownError):
-    """A 2025-11-25 server's question was answered too late: the call that asked is no longer held
+    """A 2025-11-25 server's question was answered too late: the call that asked is no longer waiting
     here (the wait ran out, the process restarted, or another process got the answer). The server
     was told ``cancel`` and its tool decided what to do without the answer, so it may have written."""

@@ -15,7 +15,7 @@ mcp 1.30 (:data:`LEGACY` true) has the ``initialize`` handshake only (2025-11-25
 * the caller's context variables reach the task that sends its HTTP request (the transport's
   per-call delivery record) and the callback that answers a server's question in the middle of
   that call (the call it belongs to): mcp 2.3 carries them itself, mcp 1.30 does not;
-* a server's question is answered in a task of its own, so a question held open while the person
+* a server's question is answered in a task of its own, so a question kept open while the person
   answers does not stop the session reading other calls' results (mcp 1.30 reads them in line);
 * its errors become :class:`MCPError` with the protocol's codes (a timeout is ``REQUEST_TIMEOUT``,
   an unknown session is ``INVALID_REQUEST``), and a result that breaks its output schema is a

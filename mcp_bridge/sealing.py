@@ -1,19 +1,26 @@
-"""Pending confirmations, sealed: the state a question leaves in the tracker, and its signature.
+"""The one codec for state the tracker (or the approvals store) carries back to us: sealed records.
 
-The tracker carries the pending call between turns, so any replica can serve the "yes". Whatever
-comes back from the tracker is untrusted: :class:`Seal` signs every field of a
-:class:`PendingConfirmation` together with the conversation id (HMAC-SHA256, keyed with the action
-servers' shared secret), and a value built or edited outside the action server, or replayed in
-another conversation, fails :meth:`Seal.verify`. Among the signed fields is who was asked
-(``user``: the person the channel authenticated, when it names one), so that whoever answers can be
-compared with it and a changed name fails the signature.
+The action server keeps no state between turns: a pending question, a server's question, a
+remembered permission and a call held for an approver travel in slots (or a store row) and come
+back in a later request, perhaps to another replica. Whatever comes back is untrusted, so every
+such record is *sealed*: one envelope, one signature scheme, for every kind::
 
-A question may ask about several calls at once (a numbered list). Each call is still its own
-:class:`PendingConfirmation`, with its own signature and idempotency key; the calls of one question
-share a ``batch`` id and know their ``place`` in it and how many there are (``count``), all signed,
-so a call cannot be dropped from a question, moved in it, or carried into another. The slot then holds
-``{"calls": [...]}`` (a list of one, when one call of several lines of a run is asked about); a
-question about one call keeps the slot as it always was.
+    {"v": 2, "kind": "question", ...the record's fields..., "kid": "3f9a01c2", "mac": "<hex>"}
+
+* ``mac`` is HMAC-SHA256 over the canonical JSON of everything else **and the conversation id**, so
+  a record edited, forged, or copied into another conversation does not open;
+* ``kind`` names the record, so a record of one kind never opens as another;
+* ``v`` is the envelope's version; ``kid`` names the key that signed it.
+
+The key ring may hold several secrets: the first seals, every one opens
+(``CONFIRMATION_SECRET`` and ``CONFIRMATION_EXTRA_SECRETS``, :func:`mcp_bridge.rasa.build.confirmation_seal`).
+To rotate, add the new secret to the ring on every replica, then make it the one that seals, then drop
+the old one once no record sealed with it can still be answered.
+
+The previous release sealed records two other ways (a question's fields one by one; a permission and
+a server's question as ``kind``-tagged data without ``v``). :meth:`Seal.open_previous` and
+:meth:`Seal.verify_previous_fields` still open them, so a question asked before an upgrade is
+answered after it (a rolling upgrade); nothing is sealed that way any more.
 """
 
 from __future__ import annotations
@@ -24,159 +31,65 @@ import json
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+__all__ = ["ENVELOPE_VERSION", "Seal", "call_digest", "canonical"]
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class PendingConfirmation:
-    """The exact call a question asks about, as it travels in the ``pending_confirmation`` slot."""
-
-    id: str
-    skill: str
-    tool: str
-    step: int
-    source: str
-    arguments: dict[str, Any]
-    digest: str
-    asked_at: float
-    # How many messages the person had sent when asked; binds a "yes" to the next one.
-    user_turn: int
-    # The idempotency key the call will carry: the id of the first question about this exact call,
-    # kept when the same call is asked about again (after a crash, a late yes), so it writes once.
-    key: str = ""
-    # Who was asked, as the channel named them ("socketio:...", "rest:..."); None: the channel names
-    # nobody. Only an answer from the same name counts.
-    user: str | None = None
-    # When the channel received the message this question was asked in (its signature's time);
-    # None when it was unsigned. Only an answer the channel received later counts.
-    asked_after: float | None = None
-    # Several calls asked about together: the question's id, this call's place (1-based) and how many
-    # calls it asks about. Empty and 0 for a question about one call.
-    batch: str = ""
-    place: int = 0
-    count: int = 0
-    # Slot values this call was planned with that the conversation does not hold (the item a
-    # ``for_each`` step bound, what its lookup filled, an edit of this call alone): what its
-    # arguments were made from, and what the responses about it show.
-    context: dict[str, Any] = field(default_factory=dict)
-    mac: str = ""
-
-    @property
-    def in_batch(self) -> bool:
-        return self.count > 0
-
-    def to_slot(self) -> dict[str, Any]:
-        # A call asked about on its own travels exactly as before questions could hold several.
-        slot = asdict(self)
-        for name in (*_BATCH_FIELDS, "asked_after"):
-            if slot[name] == _SIGNED_ONLY_WHEN_SET[name]:
-                del slot[name]
-        return slot
-
-    @classmethod
-    def from_slot(cls, value: Any) -> PendingConfirmation | None:
-        """Parse the slot; anything malformed is treated as no confirmation at all."""
-        if not isinstance(value, dict):
-            return None
-        try:
-            return cls(
-                id=str(value["id"]),
-                skill=str(value["skill"]),
-                tool=str(value["tool"]),
-                step=int(value["step"]),
-                source=str(value["source"]),
-                arguments=dict(value["arguments"]),
-                digest=str(value["digest"]),
-                asked_at=float(value["asked_at"]),
-                user_turn=int(value["user_turn"]),
-                key=str(value.get("key") or value["id"]),
-                user=_optional_text(value.get("user")),
-                asked_after=_optional_number(value.get("asked_after")),
-                batch=str(value.get("batch") or ""),
-                place=int(value.get("place") or 0),
-                count=int(value.get("count") or 0),
-                context=dict(value.get("context") or {}),
-                mac=str(value.get("mac", "")),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
+ENVELOPE_VERSION = 2
+# The envelope's own fields, beside the record's.
+_ENVELOPE = ("v", "kind", "kid", "mac")
 
 
-# The calls one question asks about, in the order they are numbered.
-Question = tuple[PendingConfirmation, ...]
-
-
-def question_to_slot(calls: Question) -> dict[str, Any]:
-    """The slot's value: one call as it always was, several as ``{"calls": [...]}``."""
-    if len(calls) == 1 and not calls[0].in_batch:
-        return calls[0].to_slot()
-    return {"calls": [call.to_slot() for call in calls]}
-
-
-def question_from_slot(value: Any) -> Question | None:
-    """Parse the slot; anything malformed (a call of it included) is no question at all."""
-    if isinstance(value, dict) and "calls" in value:
-        raw_calls = value["calls"]
-        if not isinstance(raw_calls, list) or len(value) != 1 or not raw_calls:
-            return None
-        calls = tuple(PendingConfirmation.from_slot(raw) for raw in raw_calls)
-        parsed = tuple(call for call in calls if call is not None)
-        return parsed if len(parsed) == len(calls) else None
-    single = PendingConfirmation.from_slot(value)
-    return None if single is None or single.in_batch else (single,)
-
-
-def _optional_number(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError("not a number")
-    return float(value)
-
-
-def _optional_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError("not a string")
-
-
-def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
-    """A digest of exactly the call a confirmation authorises (for the audit trail and binding)."""
-    canonical = _canonical({"skill": skill, "tool": tool, "source": source, "arguments": arguments})
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-def _canonical(value: Any) -> str:
-    # ASCII escapes: any text a person can type, unpaired surrogates included, has one encoding.
+def canonical(value: Any) -> str:
+    """The one encoding a record is signed and digested in: sorted keys, no spaces, ASCII escapes
+    (any text a person can type, unpaired surrogates included, has exactly one encoding)."""
     return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
 
 
-_BATCH_FIELDS = ("batch", "place", "count", "context")
-_SIGNED_ONLY_WHEN_SET: dict[str, Any] = {
-    "user": None,
-    "asked_after": None,
-    "batch": "",
-    "place": 0,
-    "count": 0,
-    "context": {},
-}
+def call_digest(skill: str, tool: str, source: str, arguments: Mapping[str, Any]) -> str:
+    """A digest of exactly one call (skill, tool, source, arguments): what a yes authorises, and
+    what the audit trail records instead of the arguments."""
+    signed = canonical({"skill": skill, "tool": tool, "source": source, "arguments": arguments})
+    return hashlib.sha256(signed.encode("ascii")).hexdigest()
+
+
+def _whole_numbers(value: Any) -> Any:
+    """``value`` with every integral float an int, at any depth (JSON data: dicts, lists, scalars)."""
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if kind is dict:
+        return {name: _whole_numbers(item) for name, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_whole_numbers(item) for item in value]
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {name: _whole_numbers(item) for name, item in value.items()}
+    return value
+
+
+def _key_id(key: bytes) -> str:
+    return hashlib.sha256(b"mcp_bridge seal key id\x00" + key).hexdigest()[:8]
 
 
 class Seal:
-    """Signs and verifies pending confirmations with a secret every replica shares."""
+    """Seals and opens records with a key ring every replica shares: the first key seals, all open."""
 
-    def __init__(self, secret: bytes) -> None:
-        if not secret:
-            raise ValueError("a confirmation secret must not be empty")
-        self._secret = secret
+    def __init__(self, *keys: bytes) -> None:
+        if not keys or not all(keys):
+            raise ValueError("a seal needs at least one key, and no key may be empty")
+        self._keys = {_key_id(key): key for key in keys}
+        self._sealing = _key_id(keys[0])
+        # The previous release's records carry no key id: they are tried with every key.
+        self._all = tuple(keys)
 
     @classmethod
     def ephemeral(cls, key: bytes | None = None) -> Seal:
         """A key for this process (and its workers, which pass ``key`` on) only: a question asked
-        before a restart, or by another replica, cannot be confirmed after it. For tests and trials."""
+        before a restart, or by another replica, cannot be answered after it. For tests and trials."""
         whose = "drawn at start, shared by this server's workers only" if key else "for this process only"
         log.warning(
             "no CONFIRMATION_SECRET configured: using a key %s, so a question asked before a restart "
@@ -185,50 +98,71 @@ class Seal:
         )
         return cls(key or secrets.token_bytes(32))
 
-    def sign(self, pending: PendingConfirmation, conversation_id: str) -> PendingConfirmation:
-        return replace(pending, mac=self._mac(pending, conversation_id))
+    # -- the envelope -------------------------------------------------------------------------
 
-    def verify(self, pending: PendingConfirmation, conversation_id: str) -> bool:
-        """The signature matches, and the digest is the digest of exactly these arguments."""
-        if not hmac.compare_digest(pending.mac, self._mac(pending, conversation_id)):
+    def seal(self, kind: str, record: Mapping[str, Any], conversation_id: str) -> dict[str, Any]:
+        """``record`` (JSON data, none of its keys an envelope field) sealed as ``kind`` for
+        ``conversation_id``."""
+        clash = set(record) & set(_ENVELOPE)
+        if clash:
+            raise ValueError(f"a record may not have the envelope's fields {sorted(clash)}")
+        # Sealed as the tracker gives numbers back: over gRPC every number is a double (7 comes back
+        # 7.0) and the Rasa adapter reads an integral one as an int, so an integral float is sealed
+        # as an int.
+        signed = {"v": ENVELOPE_VERSION, "kind": kind, **_whole_numbers(record), "kid": self._sealing}
+        return {**signed, "mac": self._mac(self._keys[self._sealing], signed, conversation_id)}
+
+    def open(self, kind: str, value: Any, conversation_id: str) -> dict[str, Any] | None:
+        """The record ``value`` seals, if it is a ``kind`` sealed by one of our keys for
+        ``conversation_id``; None for anything else (forged, edited, another kind or conversation,
+        an unknown key, not a record at all)."""
+        if not isinstance(value, Mapping) or value.get("v") != ENVELOPE_VERSION or value.get("kind") != kind:
+            return None
+        key = self._keys.get(str(value.get("kid")))
+        mac = value.get("mac")
+        if key is None or not isinstance(mac, str):
+            return None
+        signed = {name: item for name, item in value.items() if name != "mac"}
+        try:
+            expected = self._mac(key, signed, conversation_id)
+            if not hmac.compare_digest(mac, expected):
+                # Numbers given back as doubles by a transport that keeps them so (7.0 for 7).
+                expected = self._mac(key, _whole_numbers(signed), conversation_id)
+        except (TypeError, ValueError):  # not JSON data
+            return None
+        if not hmac.compare_digest(mac, expected):
+            return None
+        return {name: item for name, item in value.items() if name not in _ENVELOPE}
+
+    @staticmethod
+    def _mac(key: bytes, signed: Mapping[str, Any], conversation_id: str) -> str:
+        message = canonical({**signed, "conversation": conversation_id}).encode("ascii")
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+    # -- the previous release's records (read, never written) ---------------------------------
+
+    def open_previous(self, kind: str, value: Any, conversation_id: str) -> dict[str, Any] | None:
+        """A record the previous release sealed as ``kind``-tagged data (a permission, a server's
+        question): its fields but ``mac``, if the signature holds for ``conversation_id``."""
+        if not isinstance(value, Mapping) or "v" in value or not isinstance(value.get("mac"), str):
+            return None
+        record = {name: item for name, item in value.items() if name != "mac"}
+        try:
+            message = canonical({"kind": kind, **record, "conversation": conversation_id}).encode("ascii")
+        except (TypeError, ValueError):
+            return None
+        for key in self._all:
+            if hmac.compare_digest(value["mac"], hmac.new(key, message, hashlib.sha256).hexdigest()):
+                return record
+        return None
+
+    def verify_previous_fields(self, fields: Mapping[str, Any], mac: str, conversation_id: str) -> bool:
+        """The previous release's signature of one pending call (its fields signed one by one,
+        those at their defaults left out, with the conversation id)."""
+        try:
+            message = canonical({**fields, "conversation": conversation_id}).encode("ascii")
+        except (TypeError, ValueError):
             return False
-        expected = call_digest(pending.skill, pending.tool, pending.source, pending.arguments)
-        return hmac.compare_digest(expected, pending.digest)
-
-    def sign_data(self, data: Mapping[str, Any], conversation_id: str) -> str:
-        """The signature of other state the tracker carries (``data`` names its ``kind``, so no
-        signature of one kind of state verifies another)."""
-        signed = _canonical({**data, "conversation": conversation_id}).encode("ascii")
-        return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()
-
-    def verify_data(self, data: Mapping[str, Any], mac: str, conversation_id: str) -> bool:
-        return "kind" in data and hmac.compare_digest(str(mac), self.sign_data(data, conversation_id))
-
-    def verify_question(self, calls: Question, conversation_id: str) -> bool:
-        """Every call verifies, and together they are exactly one question: one call on its own, or
-        all the calls of one batch, each in its place, asked of one person in one turn."""
-        if not calls or not all(self.verify(call, conversation_id) for call in calls):
-            return False
-        if len(calls) == 1 and not calls[0].in_batch:
-            return True
-        first = calls[0]
-        return all(
-            call.batch == first.batch
-            and call.batch
-            and call.count == len(calls)
-            and call.place == place
-            and (call.skill, call.user, call.user_turn, call.asked_at)
-            == (first.skill, first.user, first.user_turn, first.asked_at)
-            for place, call in enumerate(calls, start=1)
+        return any(
+            hmac.compare_digest(mac, hmac.new(key, message, hashlib.sha256).hexdigest()) for key in self._all
         )
-
-    def _mac(self, pending: PendingConfirmation, conversation_id: str) -> str:
-        # Every field but the signature itself, read as is (no deep copy: it is serialised at once).
-        signed_fields = {f.name: getattr(pending, f.name) for f in fields(pending) if f.name != "mac"}
-        # Fields at their defaults are signed as before they existed: a question asked then still holds.
-        for name, default in _SIGNED_ONLY_WHEN_SET.items():
-            if signed_fields[name] == default:
-                del signed_fields[name]
-        signed_fields["conversation"] = conversation_id
-        signed = _canonical(signed_fields).encode("ascii")
-        return hmac.new(self._secret, signed, hashlib.sha256).hexdigest()

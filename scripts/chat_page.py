@@ -49,6 +49,8 @@ from urllib.parse import urlsplit
 import jwt
 from aiohttp import web
 
+from mcp_bridge.approvals.page import MIN_KEY_CHARS, same_origin
+
 WEB = Path(__file__).resolve().parents[1] / "examples" / "crm_bot" / "web"
 SOCKET_IO_CLIENT = WEB / "node_modules" / "socket.io-client" / "dist" / "socket.io.min.js"
 SOCKET_PATH = "/socket.io/"
@@ -60,7 +62,6 @@ COOKIE = "chat_session"
 _COOKIE_VALUE = re.compile(r"([A-Za-z0-9_-]{43})\.([0-9]{1,12})\.([0-9a-f]{64})")
 # A session cookie older than this is no longer taken (the page then issues a new one).
 SESSION_SECONDS = 24 * 3600
-MIN_KEY_CHARS = 32
 TOKEN_SECONDS = 120
 
 FILES = {
@@ -136,15 +137,6 @@ def issue_token(identity: Identity, key: str, seconds: int, now: float | None = 
     if identity.user:
         claims["user"] = identity.user
     return jwt.encode(claims, key, algorithm="HS256")
-
-
-def same_origin(request: web.Request) -> bool:
-    """The request comes from this server's own pages (a browser says so in Sec-Fetch-Site)."""
-    site = request.headers.get("Sec-Fetch-Site")
-    origin = request.headers.get("Origin")
-    if site is not None and site not in ("same-origin", "none"):
-        return False
-    return origin is None or urlsplit(origin).netloc == request.host
 
 
 def security_headers(rasa_url: str) -> dict[str, str]:

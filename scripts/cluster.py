@@ -35,7 +35,7 @@ ACTION_SERVER_TOKEN, CONFIRMATION_SECRET, MCP_BRIDGE_CHANNEL_KEY, RASA_AUTH_TOKE
 (the REST channel's bearer token, passed through nginx), CHAT_JWT_KEY. The nginx front ports can be fixed with
 CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
 
-The approval page (scripts/approval_page.py, password logins) lets second approvers decide held
+The approval page (mcp_bridge/approvals/page.py, password logins) lets second approvers decide held
 calls; its approvers are examples/crm_bot/approvers.yml's, each one's password APPROVER_<NAME>_PASSWORD
 or generated once into var/cluster/approver_<name>_password (the page gets only scrypt hashes), its
 session key APPROVAL_PAGE_KEY (var/cluster/approval_page_key).
@@ -434,7 +434,7 @@ lock_store:
 
     def _approval_page(self, log_path: Path) -> ServiceProcess:
         """The approval page, telling conversations through nginx (whichever Rasa server answers)."""
-        from scripts.approval_page import hash_password
+        from mcp_bridge.approvals.page import hash_password
 
         document = yaml.safe_load(APPROVERS.read_text())
         hashes, entries = {}, {}

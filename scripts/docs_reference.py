@@ -710,18 +710,12 @@ def domain_page(descriptions: Mapping[str, Any], problems: Problems) -> str:
 
 def response_sets() -> dict[str, set[str]]:
     """Which responses the action server needs, and when: the sets its start-up checks use."""
-    decisions = importlib.import_module("mcp_bridge.confirmation.decisions")
-    elicitation = importlib.import_module("mcp_bridge.questions.elicitation")
-    approvals = importlib.import_module("mcp_bridge.approvals.second_approver")
-    build = Sources(ROOT, [PACKAGE / "rasa"]).modules["mcp_bridge.rasa.build"]
-    person = build.constants["PERSON_RESPONSES"]
-    assert isinstance(person, ast.Tuple)
-    responses = decisions.Responses()
+    responses = importlib.import_module("mcp_bridge.contract").RESPONSES
     return {
-        "always": set(responses.names()) | set(elicitation.RESPONSES),
-        "allows_remembering": set(responses.permission_names()),
-        "requires_approval_from": set(approvals.RESPONSES.names()),
-        "acting_as_the_person": {ast.literal_eval(item) for item in person.elts},
+        "always": responses.for_every_bot(),
+        "allows_remembering": responses.for_remembering(),
+        "requires_approval_from": responses.for_approvals(),
+        "acting_as_the_person": responses.for_acting_as_the_person(),
     }
 
 
@@ -734,6 +728,7 @@ def audit_vocabulary(sources: Sources) -> tuple[dict[str, set[str]], dict[str, s
     # Where each function takes its ``decision``: by module and name (a call of a name the module
     # defines itself means that one), and by name alone for the others.
     defined: dict[tuple[str, str], int | None] = {}
+    named_params: dict[str, set[str]] = {}
     takes_decision: dict[str, int] = {}
     for module in sources.modules.values():
         for node in ast.walk(module.tree):
@@ -743,6 +738,7 @@ def audit_vocabulary(sources: Sources) -> tuple[dict[str, set[str]], dict[str, s
                 defined.setdefault((module.name, node.name), place)
                 if place is not None:
                     takes_decision[node.name] = place
+                    named_params[node.name] = set(names) | {arg.arg for arg in node.args.kwonlyargs}
     decisions: dict[str, set[str]] = {}
     fields: dict[str, set[str]] = {}
 
@@ -758,8 +754,11 @@ def audit_vocabulary(sources: Sources) -> tuple[dict[str, set[str]], dict[str, s
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name == "record" or name in takes_decision:
+                # Every keyword of a call of the trail's own ``record``, and the extra fields a function
+                # that records a decision passes on (those that are none of its parameters).
                 for keyword in node.keywords:
-                    if keyword.arg is not None and name in ("record", "record_question"):
+                    passed_on = name in takes_decision and keyword.arg not in named_params.get(name, set())
+                    if keyword.arg is not None and (name in ("record", "record_question") or passed_on):
                         fields.setdefault(keyword.arg, set()).add(module.name)
             if name not in takes_decision and name != "record":
                 continue

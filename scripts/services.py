@@ -751,9 +751,6 @@ def chat_page(
     )
 
 
-APPROVAL_PAGE = REPO_ROOT / "scripts" / "approval_page.py"
-
-
 def approval_page(
     *,
     rasa_url: str,
@@ -770,8 +767,8 @@ def approval_page(
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
-    """A (not yet started) scripts/approval_page.py: second approvers decide held calls there, and the
-    requester's conversation is told through the Rasa server at `rasa_url` (its API token
+    """A (not yet started) approval page (`mcp-bridge approval-page`): second approvers decide held
+    calls there, and the requester's conversation is told through the Rasa server at `rasa_url` (its API token
     `rasa_token`). `extra_env`: the approvers' password hashes the approvers file names. `oidc`: log
     approvers in at this issuer instead, as this client (`port` must be the one its redirect URI
     names). `.url` ends in /."""
@@ -780,7 +777,7 @@ def approval_page(
     args = [
         sys.executable,
         "-m",
-        "scripts.approval_page",
+        "mcp_bridge.approvals.page",
         "--rasa-url",
         rasa_url,
         "--approvers",

@@ -314,7 +314,7 @@ def approver_accounts() -> dict[str, dict[str, Any]]:
     password: APPROVER_<NAME>_PASSWORD, or one generated once into var/approver_<name>_password."""
     import yaml
 
-    from scripts.approval_page import hash_password
+    from mcp_bridge.approvals.page import hash_password
 
     accounts = {}
     for name, entry in yaml.safe_load(APPROVERS.read_text())["approvers"].items():

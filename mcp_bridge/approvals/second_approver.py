@@ -2,14 +2,16 @@
 
 A constraint ``requires_approval_from: {role: supervisor, when: ..., expires_after: 30m}`` next to
 ``requires_confirmation`` (:mod:`mcp_bridge.skills.files`) makes the requester's yes insufficient. The
-rules, in order of importance:
+rules, by name, in order of importance:
 
-1. A confirmed call that needs an approval (:func:`required`) never runs in the turn that confirms
+``held_until_decided``
+   A confirmed call that needs an approval (:func:`required`) never runs in the turn that confirms
    it: it is recorded as an :class:`ApprovalRequest` (the exact call, the question's idempotency key,
    who asked, the conversation, the sealed question, the expiry) in a store every replica shares
    (:mod:`mcp_bridge.approvals.store`), and the requester is told it waits. A requester the channel
    does not name cannot ask for an approval: nothing is held, nothing runs.
-2. Only a person with the request's role decides it, and never its requester. The two are named in
+``never_the_requester``
+   Only a person with the request's role decides it, and never its requester. The two are named in
    different namespaces (the requester as a channel names them, ``socketio:dana``; the approver as
    the approval page logged them in, a password login or an OpenID subject), so they are compared
    as *persons*, through the deployment's identity mapping (:class:`People`, the approvers file's
@@ -17,15 +19,18 @@ rules, in order of importance:
    (``unknown_person``), and one person on both sides is ``own_request``; names that look alike
    (:func:`same_person`: equal without their channel prefix) are refused too, mapping or not. Each
    such attempt is refused and audited.
-3. A request is decided once: the store's update is conditional on it still pending and unexpired,
+``decided_once``
+   A request is decided once: the store's update is conditional on it still pending and unexpired,
    so two approvers (on two replicas) at the same moment get one decision. A request not decided
    within its expiry is refused (``expired``) and nothing of it ever runs.
-4. An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
+``runs_once``
+   An approved request runs once: the action that runs it takes it from ``approved`` to ``running``
    with one conditional update, in the request's own conversation only, and calls the tool with the
    question's idempotency key and the sealed question's arguments, only when the seal verifies and
    they equal the store's copy (:meth:`Approvals.sealed`). A refused or expired request is told to
    its requester once.
-5. A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
+``lost_run``
+   A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
    call takes). If its action server dies before the outcome is recorded, the request stays
    ``running`` until the lease passes; then the approval page's sweep tells the conversation again and
    one action takes it up again (one conditional update, a new lease): ``resume``. The call may have
@@ -50,7 +55,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.sealing import PendingConfirmation
+from mcp_bridge.question import Question, claimed, open_question
+from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import RequiresApproval, Skill
 
 if TYPE_CHECKING:
@@ -58,10 +64,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_RUNS",
-    "RESPONSES",
     "RUN_LEASE_SECONDS",
     "ApprovalRequest",
-    "ApprovalResponses",
     "ApprovalStore",
     "Approvals",
     "Approver",
@@ -73,27 +77,6 @@ __all__ = [
     "same_person",
 ]
 
-
-@dataclass(frozen=True)
-class ApprovalResponses:
-    """Responses said about approvals; a domain with a skill that requires one defines them
-    (`mcp-bridge init` adds them). Variables: the call's (``arg_...``, slots), and for ``waiting``
-    ``approval_role`` and ``approval_expires_after``."""
-
-    # The requester confirmed; the call waits for a person with the role.
-    waiting: str = "utter_awaiting_approval"
-    # Refused by the approver; nothing was written.
-    refused: str = "utter_approval_refused"
-    # Not decided (or not run) in time; nothing was written.
-    expired: str = "utter_approval_expired"
-    # An approval cannot be asked for here (the channel names nobody, or no store); nothing written.
-    unavailable: str = "utter_approval_unavailable"
-
-    def names(self) -> set[str]:
-        return {self.waiting, self.refused, self.expired, self.unavailable}
-
-
-RESPONSES = ApprovalResponses()
 
 Status = Literal["pending", "approved", "refused", "expired", "running", "done"]
 # How long a run of an approved call may go without its outcome recorded before it counts as lost
@@ -119,7 +102,7 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     # The idempotency key the call carries when it runs: the question's.
     key: str
-    # The sealed question the requester confirmed (PendingConfirmation.to_slot()).
+    # The question the requester confirmed, narrowed to this call and sealed (mcp_bridge.question).
     question: dict[str, Any]
     # The conversation's slots when it was confirmed (for the responses said when it runs).
     slots: dict[str, Any]
@@ -138,8 +121,9 @@ class ApprovalRequest:
     def requester_name(self) -> str:
         return person(self.requester)
 
-    def pending_confirmation(self) -> PendingConfirmation | None:
-        return PendingConfirmation.from_slot(self.question)
+    def claimed_question(self) -> Question | None:
+        """What its sealed question says, unverified (for the audit trail only)."""
+        return claimed(self.question)
 
 
 class ApprovalStore(Protocol):
@@ -208,7 +192,7 @@ TakenKind = Literal["run", "resume", "refused", "expired", "nothing"]
 @dataclass(frozen=True)
 class Taken:
     """What the requester's conversation does with a decided request: run it, run it again after a
-    lost run (``resume``: rule 5), tell a refusal or an expiry, or nothing (unknown, another
+    lost run (``resume``: ``lost_run``), tell a refusal or an expiry, or nothing (unknown, another
     conversation's, or already run or told)."""
 
     kind: TakenKind
@@ -217,9 +201,10 @@ class Taken:
 
 @dataclass(frozen=True)
 class People:
-    """The deployment's identity mapping (rule 2): who each person is in the chat (their identities
-    as the channels name them, ``socketio:dana``, ``rest:operator``) and on the approval page (their
-    logins there, password logins or OpenID subjects). Each identity names one person."""
+    """The deployment's identity mapping (``never_the_requester``): who each person is in the chat
+    (their identities as the channels name them, ``socketio:dana``, ``rest:operator``) and on the
+    approval page (their logins there, password logins or OpenID subjects). Each identity names one
+    person."""
 
     chat: Mapping[str, str] = field(default_factory=dict)  # channel identity -> person
     page: Mapping[str, str] = field(default_factory=dict)  # approval-page user -> person
@@ -242,7 +227,8 @@ def same_person(requester: str, approver: str) -> bool:
 
 
 def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresApproval | None:
-    """The approval a confirmed call of ``tool`` with ``arguments`` needs (rule 1), or None."""
+    """The approval a confirmed call of ``tool`` with ``arguments`` needs (``held_until_decided``),
+    or None."""
     constraint = skill.constraints.get(tool)
     rule = constraint.requires_approval_from if constraint is not None else None
     if rule is None:
@@ -257,7 +243,7 @@ def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresA
 
 
 def may_run_again(tool: Tool | None, runs: int) -> bool:
-    """Rule 5: a held call whose earlier run was lost runs again only under its key, on a tool that
+    """``lost_run``: a held call whose earlier run was lost runs again only under its key, on a tool that
     keeps one write per key (``tool``: what its name resolves to now, None if nothing), and at most
     :data:`MAX_RUNS` times in all."""
     return runs <= MAX_RUNS and tool is not None and tool.honours_idempotency_key()
@@ -275,8 +261,8 @@ class Approvals:
         run_lease: float = RUN_LEASE_SECONDS,
         people: People | None = None,
     ) -> None:
-        """``people``: the identity mapping the approval page decides with (rule 2); the action
-        server, which holds and runs requests but never decides one, has none."""
+        """``people``: the identity mapping the approval page decides with (``never_the_requester``);
+        the action server, which holds and runs requests but never decides one, has none."""
         self.store = store
         self.people = people
         self._audit = audit or AuditLog(None)
@@ -286,33 +272,36 @@ class Approvals:
     async def hold(
         self,
         rule: RequiresApproval,
-        pending: PendingConfirmation,
+        question: Question,
+        sealed: Mapping[str, Any],
         conversation_id: str,
         slots: Mapping[str, Any],
     ) -> ApprovalRequest | None:
-        """Rule 1: record the confirmed call ``pending`` as a request; None when the requester is
-        not named (nothing is held; the caller says so and nothing runs)."""
-        if pending.user is None:
-            self._record(conversation_id, pending, "approval_not_allowed", "the requester is not named")
+        """``held_until_decided``: record the confirmed call, ``question`` narrowed to it and
+        ``sealed``, as a request; None when the requester is not named (nothing is held; the caller
+        says so and nothing runs)."""
+        call = question.first
+        if question.user is None:
+            self._record(conversation_id, question, "approval_not_allowed", "the requester is not named")
             return None
         now = self._clock()
         request = ApprovalRequest(
             id=uuid.uuid4().hex,
             conversation_id=conversation_id,
-            requester=pending.user,
+            requester=question.user,
             role=rule.role,
-            skill=pending.skill,
-            tool=pending.tool,
-            arguments=dict(pending.arguments),
-            key=pending.key,
-            question=pending.to_slot(),
+            skill=question.skill,
+            tool=call.tool,
+            arguments=dict(call.arguments),
+            key=call.key,
+            question=dict(sealed),
             slots=_kept(slots),
             created_at=now,
             expires_at=now + rule.seconds,
         )
         await self.store.add(request)
         self._record(
-            conversation_id, pending, "approval_requested", None, approval=request.id, role=rule.role
+            conversation_id, question, "approval_requested", None, approval=request.id, role=rule.role
         )
         return request
 
@@ -322,7 +311,7 @@ class Approvals:
         return [r for r in requests if self._not_theirs(r, approver) is None]
 
     async def decide(self, request_id: str, approver: Approver, approve: bool) -> Decided:
-        """Rules 2 and 3: the approver's decision, once."""
+        """``never_the_requester`` and ``decided_once``: the approver's decision, once."""
         request = await self.store.get(request_id)
         if request is None:
             return Decided("unknown")
@@ -344,7 +333,8 @@ class Approvals:
         return Decided("approved" if approve else "refused", decided)
 
     def _not_theirs(self, request: ApprovalRequest, approver: Approver) -> tuple[DecidedKind, str] | None:
-        """Why ``approver`` may not decide ``request`` as a person (rule 2), or None when they may."""
+        """Why ``approver`` may not decide ``request`` as a person (``never_the_requester``), or None
+        when they may."""
         if same_person(request.requester, approver.user):
             return "own_request", "the requester cannot approve their own request"
         if self.people is None:
@@ -360,19 +350,19 @@ class Approvals:
         return None
 
     async def expire_due(self) -> list[ApprovalRequest]:
-        """Rule 3: refuse every request whose expiry has passed undecided."""
+        """``decided_once``: refuse every request whose expiry has passed undecided."""
         expired = await self.store.expire_due(self._clock())
         for request in expired:
             self._note(request, "approval_expired", "not decided in time", None)
         return expired
 
     async def take(self, request_id: str, conversation_id: str) -> Taken:
-        """Rule 4: what the requester's conversation is to do with a decided request, once."""
+        """``runs_once``: what the requester's conversation is to do with a decided request, once."""
         request = await self.store.take(request_id, conversation_id, self._clock(), self.run_lease)
         if request is None:
             return Taken("nothing")
         if request.status == "running" and request.attempts > 1:
-            # Rule 5: its last run ended without an outcome (its action server died).
+            # lost_run: its last run ended without an outcome (its action server died).
             self._note(
                 request, "approval_resumed", f"run {request.attempts}: the last run left no outcome", None
             )
@@ -386,25 +376,25 @@ class Approvals:
             return Taken(request.status, request)
         return Taken("nothing", request)
 
-    def sealed(self, request: ApprovalRequest) -> PendingConfirmation | None:
-        """Rule 4's "exactly as sealed": the sealed question the requester confirmed, when it is the
-        store's call (skill, tool, key, requester and arguments equal); None, audited, when the two
-        differ, so a row changed in the store runs nothing. The seal itself is the caller's to verify
-        (:meth:`mcp_bridge.confirmation.calls.Calls.verified`) before the question's arguments are called."""
-        pending = request.pending_confirmation()
-        if pending is None:
+    def sealed(self, request: ApprovalRequest, seal: Seal) -> Question | None:
+        """``runs_once``'s "exactly as sealed": the question the requester confirmed, narrowed to this call,
+        when it opens with ``seal`` for the request's conversation and is the store's call (skill,
+        tool, key, requester and arguments equal); None, audited, otherwise, so a row changed in the
+        store runs nothing."""
+        opened = open_question(request.question, seal, request.conversation_id, narrowed=True)
+        if not isinstance(opened, Question) or len(opened.calls) != 1:
             why = "its sealed question cannot be read"
-        elif (pending.skill, pending.tool, pending.key, pending.user) != (
+        elif (opened.skill, opened.first.tool, opened.first.key, opened.user) != (
             request.skill,
             request.tool,
             request.key,
             request.requester,
         ):
             why = "its sealed question is for another call"
-        elif dict(pending.arguments) != request.arguments:
+        elif dict(opened.first.arguments) != request.arguments:
             why = "the stored arguments differ from the sealed ones"
         else:
-            return pending
+            return opened
         self._note(request, "approval_rejected", f"not run: {why}", None)
         return None
 
@@ -412,15 +402,16 @@ class Approvals:
         await self.store.finish(request.id, result)
 
     def _note(self, request: ApprovalRequest, decision: str, result: str | None, by: Approver | None) -> None:
-        pending = request.pending_confirmation()
+        question = request.claimed_question()
+        call = question.first if question is not None else None
         self._audit.record(
             conversation=request.conversation_id,
             user=request.requester,
             skill=request.skill,
             tool=request.tool,
-            source=pending.source if pending else None,
-            confirmation=pending.id if pending else None,
-            digest=pending.digest if pending else None,
+            source=call.source if call else None,
+            confirmation=call.id if call else None,
+            digest=call.digest if call else None,
             approval=request.id,
             role=request.role,
             decision=decision,
@@ -431,12 +422,12 @@ class Approvals:
     def _record(
         self,
         conversation_id: str,
-        pending: PendingConfirmation,
+        question: Question,
         decision: str,
         result: str | None,
         **extra: Any,
     ) -> None:
-        self._audit.record_question(conversation_id, pending, decision, result, **extra)
+        self._audit.record_question(conversation_id, question, question.first, decision, result, **extra)
 
 
 def _kept(slots: Mapping[str, Any]) -> dict[str, Any]:

@@ -47,9 +47,7 @@ import logging
 import secrets
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlparse
@@ -103,23 +101,6 @@ class Acting:
     conversation: str
     person: str | None
     skill: str | None = None
-
-
-_acting: ContextVar[Acting | None] = ContextVar("mcp_bridge_acting", default=None)
-
-
-@contextmanager
-def acting(conversation: str, person: str | None, skill: str | None = None) -> Iterator[None]:
-    """Calls to a server that acts as the person, inside this block, are ``person``'s."""
-    token = _acting.set(Acting(conversation, person, skill))
-    try:
-        yield
-    finally:
-        _acting.reset(token)
-
-
-def current() -> Acting | None:
-    return _acting.get()
 
 
 @dataclass(frozen=True)

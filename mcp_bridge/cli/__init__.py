@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from mcp_bridge.cli import check, grpc, init, tools
+from mcp_bridge.cli import approval_page, check, grpc, init, tools
 from mcp_bridge.cli.e2e import command as e2e_command
 
 Command = Callable[[argparse.Namespace], int]
@@ -27,4 +27,5 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], 
     check.register,
     tools.register,
     grpc.register,  # mcp-bridge grpc
+    approval_page.register,  # mcp-bridge approval-page
 ]

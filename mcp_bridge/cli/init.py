@@ -46,7 +46,6 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from mcp_bridge.approvals.second_approver import RESPONSES
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.cli.yaml_splice import (
     Splice,
@@ -67,6 +66,7 @@ from mcp_bridge.contract import (
     PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
+    RESPONSES,
     RESUME_ACTION,
     REVOKE_ACTION,
     REVOKE_INTENT,
@@ -303,7 +303,7 @@ def skills_using(skills_dir: Path, key: str) -> bool:
 _APPROVAL_PIECES = {
     "intents": {APPROVAL_INTENT},
     "actions": {APPROVAL_ACTION},
-    "responses": RESPONSES.names(),
+    "responses": RESPONSES.for_approvals(),
 }
 # The pieces for remembered permissions, added only for a bot whose skills allow them.
 _REMEMBERING_PIECES = {

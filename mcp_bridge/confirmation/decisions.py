@@ -15,11 +15,11 @@ and only the executor turns it into the turn's one :class:`Decision` (:meth:`Run
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
-from mcp_bridge.sealing import Question
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT, Responses
+from mcp_bridge.question import Question
 from mcp_bridge.skills.files import Skill
 
 __all__ = ["ConfirmationPolicy", "Decision", "Outcome", "Responses", "Run", "Say", "Turn", "ended"]
@@ -83,7 +83,7 @@ Outcome = Literal[
     "unavailable",
     "not_configured",
     "missing_argument",
-    "awaiting_approval",  # confirmed, and held for a second approver (rule 7); nothing called yet
+    "awaiting_approval",  # confirmed, and held for a second approver; nothing called yet
 ]
 
 
@@ -112,73 +112,6 @@ class ConfirmationPolicy:
     deny_margin: float = 0.25
     affirm_intent: str = AFFIRM_INTENT
     deny_intent: str = DENY_INTENT
-
-
-@dataclass(frozen=True)
-class Responses:
-    """Responses the executor itself says; the domain must define them (`mcp-bridge init` adds them)."""
-
-    nothing_pending: str = "utter_nothing_pending"
-    confirm_again: str = "utter_confirm_again"
-    confirmation_invalid: str = "utter_confirmation_invalid"
-    tool_failed: str = "utter_tool_failed"
-    tool_unavailable: str = "utter_tool_unavailable"
-    tool_outcome_unknown: str = "utter_tool_outcome_unknown"
-    tool_not_configured: str = "utter_tool_not_configured"
-    # The question and the "no" for an MCP tool that the skill gave no constraint (rule 2).
-    confirm_tool_call: str = "utter_confirm_tool_call"
-    tool_call_cancelled: str = "utter_tool_call_cancelled"
-    # Said before the question again when the answer was neither a plain yes nor a plain no.
-    answer_yes_or_no: str = "utter_answer_yes_or_no"
-    # Said when a question left behind (the person started something else) is dropped.
-    question_dropped: str = "utter_question_dropped"
-    # Said instead of reading a message over the reader's limit (variable: limit).
-    message_too_long: str = "utter_message_too_long"
-    # Said instead of starting a request whose for_each list is over its max_items (variables:
-    # count, limit): no lookup ran and nothing was written.
-    too_many_items: str = "utter_too_many_items"
-    # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
-    confirmation_expired: str = "utter_confirmation_expired"
-    # A question about several calls (variables: calls, the numbered list; count), with Yes / No
-    # buttons for all of them; the executor adds one "Only <n>" button per call.
-    confirm_calls: str = "utter_confirm_calls"
-    # The same for a list of one (one call of a request that made several; variable: calls).
-    confirm_one_call: str = "utter_confirm_one_call"
-    # Said before the list again when the answer did not decide each call.
-    answer_each_call: str = "utter_answer_each_call"
-    # Said for each call the person refused when others were approved (variables: place, call).
-    call_skipped: str = "utter_call_skipped"
-    # Said when the person refused every call of the list.
-    calls_cancelled: str = "utter_calls_cancelled"
-    # Said when a tool ran but its result breaks the output schema it publishes (variable: tool_name).
-    tool_result_invalid: str = "utter_tool_result_invalid"
-    # Said when the answer to a 2025-11-25 server's question came after the server stopped waiting
-    # (variable: tool_name): it was told cancel, and its tool may have written.
-    elicitation_lapsed: str = "utter_elicitation_lapsed"
-    # Rule 8. Said after the call a permission was given with (variables: permission, until).
-    permission_granted: str = "utter_permission_granted"
-    # Said after a call that ran unasked because a permission covers it (variables: permission, until).
-    permission_used: str = "utter_permission_used"
-    # Said when the person withdraws their permissions (variable: count, how many were withdrawn).
-    permissions_revoked: str = "utter_permissions_revoked"
-    # Said after the call a yes for this time only ran ("yes, but ask me next time"), where the skill
-    # allows remembering: no permission was kept.
-    permission_declined: str = "utter_permission_declined"
-    # Said to a request or an answer that no channel vouches for: it reached the action server
-    # without the signature of the channel that authenticated the person; nothing ran.
-    not_vouched: str = "utter_not_vouched"
-
-    def names(self) -> set[str]:
-        """The responses every bot needs (those of rule 8 only a bot whose skills allow it)."""
-        return set(asdict(self).values()) - self.permission_names()
-
-    def permission_names(self) -> set[str]:
-        return {
-            self.permission_granted,
-            self.permission_used,
-            self.permissions_revoked,
-            self.permission_declined,
-        }
 
 
 @dataclass(frozen=True)

@@ -1,81 +1,62 @@
 """The confirmation-aware executor: runs a skill's steps and holds every constrained write for a "yes".
 
 Plain data in (a :class:`Turn`: slots and what the person just said), a :class:`Decision` out
-(responses to say, slots to set). The pending confirmation travels in a slot, sealed
-(:mod:`mcp_bridge.sealing`), so the action server keeps no state and any replica can serve the "yes".
-What counts as a yes is the reader's to say (:mod:`mcp_bridge.reading.reader`); which calls need one is
-:mod:`mcp_bridge.confirmation.gate`'s; tools are resolved to one interface and called through its layers
-(:mod:`mcp_bridge.skills.toolbox`, :mod:`mcp_bridge.tools.pipeline`).
+(responses to say, slots to set). A pending question travels in a slot, sealed
+(:mod:`mcp_bridge.question`), so the action server keeps no state and any replica can serve the
+"yes". Each entry point (:meth:`Executor.start`, :meth:`~Executor.answer`, :meth:`~Executor.deny`,
+:meth:`~Executor.revoke`, :meth:`~Executor.approval_decided`; one per Rasa action) reads where the
+conversation stands once (:mod:`mcp_bridge.confirmation.state`), ``match``\\ es on it, and builds its
+one :class:`Decision` at the end.
 
-Each entry point (:meth:`Executor.start`, :meth:`~Executor.answer`, :meth:`~Executor.deny`,
-:meth:`~Executor.revoke`, :meth:`~Executor.approval_decided`; one per Rasa action) reads the turn, runs
-what it must, and builds its one :class:`Decision` at the end; the steps on the way return small
-immutable results (:class:`~mcp_bridge.confirmation.decisions.Run`) and change nothing they were given.
+Who decides what:
 
-The rules, in order of importance:
+* whether a call may run, must be asked about, waits for an approver or is refused: the gate,
+  :func:`mcp_bridge.confirmation.gate.gate`, and nothing runs that it has not let through;
+* what counts as a yes: the reader (:mod:`mcp_bridge.reading.reader`);
+* how a question is put: :mod:`mcp_bridge.confirmation.asking`; how one call runs:
+  :mod:`mcp_bridge.confirmation.running`;
+* this module: the rules of a question and its answer, by name:
 
-1. A step whose tool needs a confirmation never runs in the turn that reaches it: the exact call is
-   sealed into the tracker and the person is asked. The need is found by the tool's *name*, before
-   the name is resolved, so it holds for local and MCP tools alike.
-2. A tool from an MCP server that the skill gives no constraint needs a confirmation too, unless
-   the server is marked ``trusted`` and annotates the tool read-only. A skill can switch it off
-   explicitly (``enabled: false``).
-3. Only a plain yes to the question just asked, from the person who was asked, runs the call:
-   exactly the sealed arguments, once, with the question's idempotency key (the first question's
-   id, kept when the same call is asked about again). A seal that does not verify, arguments that
-   changed since, or a yes that came late or after other messages never write. An answer of any kind
-   from someone else (another user the channel names), in a message no channel vouches for (its
-   signature missing or not holding: :mod:`mcp_bridge.channels.proof`), or received before the
-   question was asked (a replay) is refused and audited; the question waits for its person. A
-   request no channel vouches for starts nothing.
-4. A no calls nothing. An edit or a redirect replaces the question with a new one. An answer
-   after the question expired is told so and that nothing was written, and the question is asked
-   again (audited as expired). An unclear answer asks again, and so does a message over the
-   reader's limit, which nothing reads. A message that is not an answer is handed back to the bot,
-   and the question is asked again afterwards; a question left behind by a new request is dropped
-   aloud.
-5. The tool's name is resolved at dispatch time; a name that resolves to nothing is a loud error,
-   and nothing runs.
-6. A run that reaches several constrained calls (steps in a row, or one step over a list) asks about
-   them in one question, a numbered list. Each call is sealed on its own, with its own idempotency
-   key, and gets its own decision: the person answers each ("yes to 1, no to 2", "only the first",
-   "all", "none", the buttons), and an answer that does not decide every call is asked again. On
-   such an answer each approved call runs as rule 3 says, whatever happens to the others; each
-   refused call runs not at all; every decision is audited per call. "change 2 to: ..." edits one
-   call and asks about the list again. The skill ends with that answer (steps after the list do not
-   run). A run that did not split into lines and reaches one call asks about it exactly as rules 1
-   to 5 say; one call of a split run is a list of one (its context is not the conversation's)
-   (:mod:`mcp_bridge.confirmation.several_calls`).
-7. A confirmed call whose skill requires a second approver for it is held, not run: it waits for a
-   person with the role, never the requester, and runs (once, with the question's key) only when
-   the conversation is told it was approved in time (:mod:`mcp_bridge.approvals.second_approver`).
-8. A skill may let the person answer one call's question with "yes, and don't ask again today" (the
-   reader's grant, or the question's third button): the call runs as rule 3 says, and a sealed
-   permission is kept in the tracker. A later new request whose one call it covers runs that call
-   unasked, saying so; a list of several calls, an edit, a second approver or a destructive tool
-   is asked about as before (:mod:`mcp_bridge.confirmation.permissions` says which calls a permission covers).
+``ask_before_write``
+    A call the gate says to ask about never runs in the turn that reaches it: the exact call is
+    sealed into the tracker and the person is asked. A run goes on past it while the next steps need
+    asking about too and need nothing it would give, then asks about all of them in one question.
+``only_the_persons_yes``
+    Only a plain yes to the question just asked, from the person who was asked, runs its calls:
+    exactly as sealed, once, each with its idempotency key (the first question's, kept when the
+    same call is asked about again). A question that does not open, arguments that changed since,
+    or a yes that came late or after other messages never write. An answer of any kind from
+    someone else (another user the channel names), in a message no channel vouches for (its
+    signature missing or not holding: :mod:`mcp_bridge.channels.proof`), or received before the
+    question was asked (a replay) is refused and audited; the question waits for its person. A
+    request no channel vouches for starts nothing.
+``every_other_answer``
+    A no calls nothing. An edit or a redirect replaces the question with a new one. An answer after
+    the question expired is told so and that nothing was written, and the question is asked again
+    (audited as expired). An unclear answer asks again, and so does a message over the reader's
+    limit, which nothing reads. A message that is not an answer is handed back to the bot, and the
+    question is asked again afterwards; a question left behind by a new request is dropped aloud.
+``per_call``
+    A listed question (several calls, or one call of a run that split) is answered per call ("yes
+    to 1, no to 2", "only the first", "all", "none", the buttons); an answer that does not decide
+    every call is asked again. Each approved call runs as ``only_the_persons_yes`` says, whatever
+    happens to the others; each refused call runs not at all; every decision is audited per call.
+    "change 2 to: ..." edits one call and asks about the list again. The skill ends with that
+    answer. A question about one call the skill asked itself goes on with the skill's next steps.
+``second_approver``
+    A confirmed call the gate holds waits for a person with the role, never the requester, and runs
+    (once, with the question's key, as the requester) only when the conversation is told it was
+    approved in time (:mod:`mcp_bridge.approvals.second_approver`).
+``remembered``
+    A yes to one call may also give a permission ("yes, and don't ask again today", the question's
+    third button), where the gate allows one: the call runs, and a sealed permission is kept in the
+    tracker. A later new request whose one call it covers runs that call unasked, saying so. "yes,
+    but ask me next time" runs the call and keeps nothing, and says so where one could have been
+    kept (:mod:`mcp_bridge.confirmation.permissions`).
 
 A server that acts as the person (:mod:`mcp_bridge.auth.person`) and has no usable sign-in of the
 person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
 sign-in link; the skill runs again after the sign-in and asks as usual (a sign-in is never a yes).
-A held call released by its approver (rule 7) runs as the requester, whose yes was sealed with it.
-
-Where the rules live: this module holds the entry points, the step loop and the rules for one
-call (1, 3, 4), and the parts of 7 and 8 that run a call. Beneath it, each with a narrow job and none
-importing this module:
-
-* :mod:`mcp_bridge.confirmation.calls`: one call, from its tool's name to what its result says: rules 2 and 5,
-  the "once, with the question's key" of rule 3, the audit, and holding a call for its approver (7);
-* :mod:`mcp_bridge.confirmation.several_calls`: rule 6, a list of calls in one question;
-* :mod:`mcp_bridge.approvals.second_approver`: rule 7's rules and store;
-* :mod:`mcp_bridge.confirmation.permissions`: rule 8's rules, and a conversation's permissions as the
-executor keeps
-  them (:class:`~mcp_bridge.confirmation.permissions.Permissions`: granted, covering a call, revoked);
-* :mod:`mcp_bridge.confirmation.server_questions`: a server's own questions during a call, resumed through
-this
-  module's step loop (:meth:`Executor.run_from`, the one hook it is given);
-* :mod:`mcp_bridge.confirmation.decisions`: the plain data they share (:class:`Turn`, :class:`Say`,
-  :class:`Decision`, :class:`Responses`, :class:`ConfirmationPolicy`; imported from here).
 """
 
 from __future__ import annotations
@@ -88,9 +69,9 @@ from typing import Any
 
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals.second_approver import Approvals
-from mcp_bridge.auth.person import SignInRequiredError, acting
-from mcp_bridge.confirmation import permissions, templating
-from mcp_bridge.confirmation.calls import Calls, Planned, Resolved, found
+from mcp_bridge.auth.person import SignInRequiredError
+from mcp_bridge.confirmation import asking, templating
+from mcp_bridge.confirmation.asking import Planned
 from mcp_bridge.confirmation.decisions import (
     ConfirmationPolicy,
     Decision,
@@ -101,14 +82,33 @@ from mcp_bridge.confirmation.decisions import (
     Turn,
     ended,
 )
-from mcp_bridge.confirmation.permissions import Permission, Permissions
+from mcp_bridge.confirmation.gate import (
+    Ask,
+    Confirmed,
+    Consent,
+    Hold,
+    MayBePermitted,
+    Reached,
+    Refuse,
+    Released,
+    RunConfirmed,
+    RunPermitted,
+    Verdict,
+    gate,
+)
+from mcp_bridge.confirmation.permissions import Permissions
+from mcp_bridge.confirmation.running import Resolved, Runner, context_of, found
 from mcp_bridge.confirmation.server_questions import ServerQuestions
-from mcp_bridge.confirmation.several_calls import SeveralCalls
+from mcp_bridge.confirmation.state import Asking, Malformed, ServerAsking, read_state
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PERMISSIONS_SLOT
 from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.question import AskedCall, Question
 from mcp_bridge.reading.reader import (
+    Answer,
+    Choices,
     ConfirmationReader,
     Edit,
+    EditCall,
     Grant,
     NluOpinion,
     No,
@@ -119,7 +119,7 @@ from mcp_bridge.reading.reader import (
     Yes,
     YesThisTime,
 )
-from mcp_bridge.sealing import PendingConfirmation, Seal, question_from_slot
+from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import (
     AllowsRemembering,
     RequiresApproval,
@@ -133,10 +133,14 @@ from mcp_bridge.skills.files import (
     too_many_items,
 )
 from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.context import Resume
 
 __all__ = ["ConfirmationPolicy", "Decision", "Executor", "Outcome", "Responses", "Say", "Turn"]
 
 log = logging.getLogger(__name__)
+
+# An answer that cannot be matched to the calls it was asked about.
+_NO_MATCH = "confirmation does not match a known call"
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,17 @@ class _Line:
 
     def set(self, values: Mapping[str, Any], results: Mapping[str, Any] | None = None) -> _Line:
         return _Line({**self.slots, **values}, {**self.results, **(results or {})}, {**self.own, **values})
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A call of an open question, matched to the skill as it is now: its step, what its tool
+    resolves to, and the gate's question for it."""
+
+    call: AskedCall
+    step: Step
+    resolved: Resolved
+    ask: Ask
 
 
 class Executor:
@@ -178,37 +193,22 @@ class Executor:
             min_confidence=self.policy.min_confidence,
             deny_margin=self.policy.deny_margin,
         )
-        audit = audit or AuditLog(None)
-        seal = seal or Seal.ephemeral()
-        # Questions an MCP server asks during a call (mcp_bridge.confirmation.server_questions), resumed
-        # through
-        # this executor's step loop (run_from).
-        self.questions = ServerQuestions(seal, self.responses, self.reader, self.skills, self.run_from)
-        # One call: resolved, checked, sealed, dispatched once, audited; or held for an approver (rule 7).
-        self.calls = Calls(
-            self.skills,
-            tools,
-            policy=self.policy,
-            responses=self.responses,
-            audit=audit,
-            clock=clock,
-            seal=seal,
-            questions=self.questions,
-            approvals=approvals,
+        self.audit = audit or AuditLog(None)
+        self.seal = seal or Seal.ephemeral()
+        self.clock = clock
+        # None: a call that needs a second approver is refused, unrun.
+        self.approvals = approvals
+        # The question for an MCP tool the skill gives no constraint (the gate's remote_asks).
+        self.generic = RequiresConfirmation(
+            enabled=True,
+            utter_for_confirmation=self.responses.confirm_tool_call,
+            utter_on_user_denial=self.responses.tool_call_cancelled,
         )
-        # Rule 6: several calls in one question.
-        self.several = SeveralCalls(self.calls, self.reader)
-        # Rule 8: remembered permissions.
-        self.permissions = Permissions(seal, clock, audit)
-
-    @property
-    def approvals(self) -> Approvals | None:
-        """Rule 7's store and rules; None: a call that needs a second approver is refused, unrun."""
-        return self.calls.approvals
-
-    @approvals.setter
-    def approvals(self, approvals: Approvals | None) -> None:
-        self.calls.approvals = approvals
+        self.server_questions = ServerQuestions(
+            self.seal, self.responses, self.reader, self.skills, self.run_from
+        )
+        self.runner = Runner(tools, self.responses, self.audit, self.server_questions)
+        self.permissions = Permissions(self.seal, clock, self.audit)
 
     async def aclose(self) -> None:
         await self.tools.aclose()
@@ -218,11 +218,11 @@ class Executor:
     # -- entry points: one per Rasa action ----------------------------------------------------
 
     async def start(self, skill_id: str, turn: Turn) -> Decision:
-        """Run a skill from its first step, until it ends or asks (rule 1); not for a message over
-        the reader's limit, which is refused unread, nor for one no channel vouches for (rule 3).
+        """Run a skill from its first step, until it ends or asks; not for a message over the
+        reader's limit, which is refused unread, nor for one no channel vouches for.
 
         A question still pending while the confirmation loop is active was interrupted: it stays
-        and is asked again afterwards. One left behind outside the loop is dropped aloud (rule 4).
+        and is asked again afterwards. One left behind outside the loop is dropped aloud.
         """
         skill = self.skills[skill_id]
         if turn.unvouched is not None:
@@ -238,11 +238,11 @@ class Executor:
         too_long = self.reader.too_long(turn.text) if turn.new_message else None
         if too_long is not None:
             # Started by a message over the limit: whatever the NLU took from it is not used.
-            return Decision("too_long", [self.calls.too_long(too_long)])
+            return Decision("too_long", [self._too_long(too_long)])
         crowded = too_many_items(skill, turn.slots) if turn.new_message else None
         if crowded is not None:
             # One message naming hundreds of addresses: no lookups, no question of hundreds of calls.
-            self.calls.audit.record(
+            self.audit.record(
                 event="too_many_items",
                 conversation_id=turn.conversation_id,
                 skill=skill.id,
@@ -254,108 +254,53 @@ class Executor:
             return Decision("too_many_items", [Say(self.responses.too_many_items, variables)])
         said: list[Say] = []
         cleared: dict[str, Any] = {}
-        raw = turn.slots.get(PENDING_SLOT)
-        if turn.slots.get(ELICITATION_SLOT) is not None and not turn.loop_active:
-            cleared[ELICITATION_SLOT] = None  # a server's question left behind: dropped unanswered
-        if raw is not None and not turn.loop_active:
-            cleared = {**cleared, PENDING_SLOT: None}
-            left_behind = question_from_slot(raw)
-            if left_behind is not None:
-                for call in left_behind:
-                    self.calls.record(turn, call, "dropped", "the person started something else")
-                said = [Say(self.responses.question_dropped)]
-        run = await self._run(skill, 0, turn, permitted=True)
+        match read_state(turn, self.seal):
+            case ServerAsking(left_behind=True):
+                # A server's question left behind: dropped unanswered (and anything beside it).
+                cleared = {ELICITATION_SLOT: None}
+                if turn.slots.get(PENDING_SLOT) is not None:
+                    cleared[PENDING_SLOT] = None
+            case Asking(question, left_behind=True) | Malformed(question, left_behind=True):
+                cleared = {PENDING_SLOT: None}
+                if question is not None:
+                    for call in question.calls:
+                        self._record(turn, question, call, "dropped", "the person started something else")
+                    said = [Say(self.responses.question_dropped)]
+        run = await self._run(skill, 0, turn, may_be_permitted=True)
         return run.decision(skill, said=said, slots=cleared, owns_question=not turn.loop_active)
 
     async def answer(self, turn: Turn) -> Decision:
-        """The confirmation loop: read the answer to the pending question and act on it (rules 3, 4).
+        """The confirmation loop: read the answer to the pending question and act on it.
 
         With ``turn.new_message`` false the loop is resuming: right after the question was asked
         there is nothing to do; after an interruption the question is asked again.
         """
-        if turn.slots.get(ELICITATION_SLOT) is not None:
-            return await self.questions.answer(turn)  # a server's question, not a confirmation
-        raw = turn.slots.get(PENDING_SLOT)
-        question = question_from_slot(raw)
-        if raw is not None and question is None:
-            log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
-        if question is not None and question[0].in_batch:
-            return await self.several.answer(question, turn)  # rule 6
-        pending = question[0] if question is not None else None
-        if not turn.new_message:
-            return await self._resume(turn, pending, raw)
-        nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
-        if pending is None:
-            reading = self.reader.read(turn.text, nlu)
-            if isinstance(reading, TooLong):
-                return Decision("too_long", [self.calls.too_long(reading)], _clear(raw))
-            if isinstance(reading, Yes | No):
-                return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
-            return Decision("handed_back")  # not an answer to anything: the bot's to handle
-        bound = await self.calls.verified(pending, turn)
-        if bound is None:
-            return self.calls.reject(turn, pending, "confirmation does not match a known call")
-        # Who was asked is sealed, so it is compared only once the seal holds.
-        refusal = self.calls.unanswerable(turn, pending)
-        if refusal is not None:
-            return self.calls.refuse(turn, pending, refusal)
-        skill, step, resolved = bound
-        reading = self.reader.read(turn.text, nlu, pending.arguments)
-        if isinstance(reading, Yes | YesThisTime):
-            # "yes, but ask me next time": a yes that gives no permission, and says so where one could be.
-            rule = skill.constraints.get(pending.tool)
-            remembers = rule is not None and rule.allows_remembering is not None
-            once = isinstance(reading, YesThisTime) and remembers
-            return await self._confirmed(skill, step, resolved, pending, turn, once=once)
-        if isinstance(reading, Grant):
-            allowed = await permissions.may_remember(skill, pending.tool, found(resolved), pending.arguments)
-            if allowed is not None:
-                return await self._confirmed(skill, step, resolved, pending, turn, remember=allowed)
-            reading = Unclear("a permission this call cannot be given")
-        if isinstance(reading, No):
-            return await self.deny(turn)
-        if isinstance(reading, Other):
-            self.calls.record(turn, pending, "handed_back", None)
-            return Decision("handed_back")
-        if isinstance(reading, TooLong):
-            self.calls.record(turn, pending, "unclear", reading.reason)
-            return await self._ask_again(skill, pending, turn, [self.calls.too_long(reading)])
-        if isinstance(reading, Edit | Redirect):
-            slot = skill.edits.get("text" if isinstance(reading, Edit) else "email")
-            value = reading.text if isinstance(reading, Edit) else reading.email
-            if slot is not None:
-                return await self._changed(skill, pending, turn, slot, value)
-            reason = f"an {reading.kind} this skill does not allow"
-        else:
-            reason = reading.reason
-        if self.calls.late(pending):
-            return await self._expired(skill, pending, turn)
-        self.calls.record(turn, pending, "unclear", reason)
-        return await self._ask_again(skill, pending, turn, [Say(self.responses.answer_yes_or_no)])
+        match read_state(turn, self.seal):
+            case ServerAsking():
+                return await self.server_questions.answer(turn)  # a server's question, not ours
+            case Asking(question):
+                return await self._answered(question, turn)
+            case Malformed(None):
+                log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
+                return self._nothing_pending(turn, clear=True)
+            case Malformed(question) if question is not None:
+                return self._reject(turn, question, _NO_MATCH)
+            case _:
+                return self._nothing_pending(turn, clear=False)
 
     async def deny(self, turn: Turn) -> Decision:
-        """No: nothing is called, and the person hears the skill's denial."""
-        if turn.slots.get(ELICITATION_SLOT) is not None:
-            return await self.questions.cancel(turn)  # the server hears cancel
-        raw = turn.slots.get(PENDING_SLOT)
-        question = question_from_slot(raw)
-        if question is None:
-            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _clear(raw))
-        pending = question[0]
-        refusal = self.calls.unanswerable(turn, pending)
-        if refusal is not None:
-            return self.calls.refuse(turn, pending, refusal)
-        if pending.in_batch:
-            return self.several.deny(question, turn)  # rule 6
-        self.calls.record(turn, pending, "denied", None)
-        skill = self.skills.get(pending.skill)
-        rule = await self.calls.needs_yes(skill, pending.tool) if skill is not None else None
-        if rule is not None and rule.utter_on_user_denial:
-            variables = templating.variables(turn.slots, pending.arguments, tool=pending.tool)
-            said = Say(rule.utter_on_user_denial, variables)
-        else:
-            said = Say(self.responses.confirmation_invalid)
-        return Decision("cancelled", [said], ended(skill))
+        """No (the bot's own "stop"): nothing is called, and the person hears the skill's denial."""
+        match read_state(turn, self.seal):
+            case ServerAsking():
+                return await self.server_questions.cancel(turn)  # the server hears cancel
+            case Asking(question) | Malformed(question) if question is not None:
+                refusal = self._may_not_answer(turn, question)
+                if refusal is not None:
+                    return self._refuse(turn, question, refusal)
+                return await self._denied(question, turn)
+            case state:
+                clear = isinstance(state, Malformed)
+                return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _cleared(clear))
 
     async def revoke(self, turn: Turn) -> Decision:
         """ "stop saving without asking": every permission of this person in the conversation is
@@ -365,43 +310,43 @@ class Executor:
         return Decision("done", [said], {PERMISSIONS_SLOT: slot})
 
     async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
-        """Rule 7, in the requester's conversation, told a decision: an approved call runs once,
-        exactly as sealed, with the question's key (again, under that key, only when its run was lost:
-        :mod:`mcp_bridge.approvals.second_approver` rule 5); a refusal or an expiry is said once; anything
-        else
-        (unknown, another conversation's, already run or told) says and changes nothing. The
-        conversation may have moved on since, so no slot is set."""
+        """``second_approver``, in the requester's conversation, told a decision: an approved call runs
+        once, exactly as sealed, with the question's key (again, under that key, only when its run was
+        lost: :mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); a refusal or an expiry is
+        said once; anything else (unknown, another conversation's, already run or told) says and
+        changes nothing. The conversation may have moved on since, so no slot is set."""
         taken = await self.approvals.take(approval_id, turn.conversation_id) if self.approvals else None
         request = taken.request if taken is not None else None
         if taken is None or request is None or taken.kind == "nothing":
             return Decision("nothing_pending")
         variables = templating.variables(request.slots, request.arguments, tool=request.tool)
         if taken.kind not in ("run", "resume"):
-            said = approvals.RESPONSES.refused if taken.kind == "refused" else approvals.RESPONSES.expired
+            said = (
+                self.responses.approval_refused
+                if taken.kind == "refused"
+                else self.responses.approval_expired
+            )
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
-        pending = self.approvals.sealed(request)  # the store's call, exactly as sealed, or None
-        then = replace(turn, slots=request.slots)  # the conversation as the requester confirmed it
-        bound = await self.calls.verified(pending, then) if pending is not None else None
-        if pending is None or bound is None:
+        held = self.approvals.sealed(request, self.seal)  # the store's call, exactly as sealed, or None
+        bound = await self._bind(held, turn) if held is not None else None
+        skill = self.skills[held.skill] if held is not None and bound is not None else None
+        verdict = await self._gate(skill, bound[0], Released(), turn) if skill and bound else None
+        if held is None or skill is None or bound is None or not isinstance(verdict, RunConfirmed):
             log.warning("approval %s: the held call does not match a known call; nothing was run", request.id)
             await self.approvals.finish(request, "rejected: does not match a known call")
             return Decision("rejected", [Say(self.responses.confirmation_invalid)])
-        skill, step, resolved = bound
-        if taken.kind == "resume" and not approvals.may_run_again(found(resolved), request.attempts):
+        (one,) = bound
+        if taken.kind == "resume" and not approvals.may_run_again(found(one.resolved), request.attempts):
             # A lost run (its action server died) may have reached the tool: never repeated unkeyed.
             log.warning("approval %s: its run was lost; not repeated (no tool keeps its key)", request.id)
             await self.approvals.finish(request, "outcome unknown: its run was lost, not repeated")
             return Decision("unavailable", [Say(self.responses.tool_outcome_unknown, variables)])
         # Told by the approval page, not said by anyone: a server that acts as the person is called as
         # the requester, the person whose yes was sealed with the call; never as nobody or another.
-        then = replace(then, user=pending.user)
+        then = replace(turn, slots=request.slots, user=held.user)
         try:
-            with acting(turn.conversation_id, pending.user, skill.id):
-                if pending.in_batch:  # one call of a list: alone, with the context it was planned in
-                    run = await self.several.run_one(skill, step, resolved, pending, then)
-                else:
-                    run = await self._run(skill, pending.step, then, confirmed=pending, resolved=resolved)
+            run = await self._run_confirmed(skill, held, one, then)
         except SignInRequiredError:
             # The requester's sign-in is gone (disconnected, or it could not be renewed): nothing was
             # sent, and the request is done; the action shows them the link, and the skill asks anew.
@@ -413,74 +358,255 @@ class Executor:
             log.exception("approval %s: ran (%s), but could not be marked done", request.id, run.outcome)
         return Decision(run.outcome, list(run.say))
 
-    # -- answers --------------------------------------------------------------------------
+    # -- an answer to an open question ----------------------------------------------------------
 
-    async def _resume(self, turn: Turn, pending: PendingConfirmation | None, raw: Any) -> Decision:
-        if pending is None:
-            return Decision("nothing_pending", [], _clear(raw))
-        if pending.user_turn == turn.user_turn:
-            return Decision("pending")  # asked in this very turn
-        bound = await self.calls.verified(pending, turn)
+    async def _answered(self, question: Question, turn: Turn) -> Decision:
+        """``only_the_persons_yes``, ``every_other_answer`` and ``per_call``: one question, of one or more
+        calls, answered (or the loop resumed after an interruption)."""
+        bound = await self._bind(question, turn)
         if bound is None:
-            return self.calls.reject(turn, pending, "confirmation does not match a known call")
-        self.calls.record(turn, pending, "asked_again", None)
-        return await self._ask_again(bound[0], pending, turn, [Say(self.responses.confirm_again)])
+            return self._reject(turn, question, _NO_MATCH)
+        skill = self.skills[question.skill]
+        if not turn.new_message:
+            if question.user_turn == turn.user_turn:
+                return Decision("pending")  # asked in this very turn
+            self._record_all(turn, question, "asked_again", None)
+            return await self._ask_again(skill, question, bound, turn, [Say(self.responses.confirm_again)])
+        # Who was asked is sealed, so it is compared only once the question opens.
+        refusal = self._may_not_answer(turn, question)
+        if refusal is not None:
+            return self._refuse(turn, question, refusal)
+        reading = self._read(question, turn)
+        again = self.responses.answer_each_call if question.listed else self.responses.answer_yes_or_no
+        match reading:
+            case Yes() | YesThisTime():
+                # "yes, but ask me next time": a yes that keeps no permission, and says so where one could be.
+                constraint = skill.constraints.get(question.first.tool)
+                once = (
+                    isinstance(reading, YesThisTime)
+                    and constraint is not None
+                    and (constraint.allows_remembering is not None)
+                )
+                return await self._decided(skill, question, bound, [True], turn, once=once)
+            case Grant() if bound[0].ask.remember is not None:
+                return await self._decided(
+                    skill, question, bound, [True], turn, remember=bound[0].ask.remember
+                )
+            case Grant():
+                reason = "a permission this call cannot be given"
+            case Choices(approved=approved):
+                return await self._decided(skill, question, bound, approved, turn)
+            case No():
+                return await self._denied(question, turn)
+            case Other():
+                self._record_all(turn, question, "handed_back", None)
+                return Decision("handed_back")
+            case TooLong():
+                self._record_all(turn, question, "unclear", reading.reason)
+                return await self._ask_again(skill, question, bound, turn, [self._too_long(reading)])
+            case EditCall():
+                return await self._edited_call(skill, question, bound, reading, turn)
+            case Edit() | Redirect():
+                slot = skill.edits.get("text" if isinstance(reading, Edit) else "email")
+                value = reading.text if isinstance(reading, Edit) else reading.email
+                if slot is not None:
+                    return await self._changed(skill, question, turn, slot, value)
+                reason = f"an {reading.kind} this skill does not allow"
+            case Unclear():
+                reason = reading.reason
+        if self._late(question):
+            return await self._expired(skill, question, bound, turn)
+        self._record_all(turn, question, "unclear", reason)
+        return await self._ask_again(skill, question, bound, turn, [Say(again)])
 
-    async def _confirmed(
+    def _read(self, question: Question, turn: Turn) -> Answer | Choices | EditCall:
+        nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+        if not question.listed:
+            return self.reader.read(turn.text, nlu, question.first.arguments)
+        names = [call.tool.rsplit("_", 1)[-1] for call in question.calls]
+        return self.reader.read_calls(turn.text, nlu, [call.arguments for call in question.calls], names)
+
+    async def _decided(
         self,
         skill: Skill,
-        step: Step,
-        resolved: Resolved,
-        pending: PendingConfirmation,
+        question: Question,
+        bound: Sequence[_Bound],
+        approved: Sequence[bool],
         turn: Turn,
         *,
         remember: AllowsRemembering | None = None,
         once: bool = False,
     ) -> Decision:
-        """A plain yes: run exactly the sealed call, once, if it still holds (rule 3). ``resolved``:
-        what the step's tool name resolved to when the question was checked. ``remember``: the yes
-        also gives a permission, as the skill allows it (rule 8); ``once``: it refused one, and hears
-        that it will be asked again."""
-        if self.calls.late(pending):
-            return await self._expired(skill, pending, turn)
-        if turn.user_turn != pending.user_turn + 1:
-            self.calls.record(turn, pending, "asked_again", None)
-            return await self._ask_again(skill, pending, turn, [Say(self.responses.confirm_again)])
-        current, _ = resolve_arguments(step, turn.slots)
-        if current != pending.arguments:
-            return self.calls.reject(turn, pending, "arguments changed after the question", skill)
-        self.calls.record(turn, pending, "confirmed", None)
-        second = approvals.required(skill, pending.tool, pending.arguments)
-        if second is not None:
-            return await self._hold(skill, second, pending, turn)
-        run = await self._run(skill, pending.step, turn, confirmed=pending, resolved=resolved)
+        """A yes or a no for each call: each approved call runs exactly as sealed, each refused one never.
+        ``remember``: the yes also gives a permission; ``once``: it refused one, and hears that it will
+        be asked again."""
+        if not any(approved):  # a no to every call cancels, late or not: nothing runs
+            self._record_all(turn, question, "denied", None)
+            return Decision("cancelled", [Say(self.responses.calls_cancelled)], ended(skill))
+        if self._late(question):
+            return await self._expired(skill, question, bound, turn)
+        if turn.user_turn != question.user_turn + 1:
+            self._record_all(turn, question, "asked_again", None)
+            return await self._ask_again(skill, question, bound, turn, [Say(self.responses.confirm_again)])
+        for one in bound:
+            if not _still_holds(one.step, one.call, turn.slots):
+                for other in question.calls:
+                    if other is not one.call:
+                        self._record(
+                            turn, question, other, "rejected", "another call of the question changed"
+                        )
+                self._record(turn, question, one.call, "rejected", "arguments changed after the question")
+                log.warning(
+                    "conversation %s: confirmation %s rejected (arguments changed after the question); "
+                    "nothing was run",
+                    turn.conversation_id,
+                    one.call.id,
+                )
+                return Decision("rejected", [Say(self.responses.confirmation_invalid)], ended(skill))
+        if not question.listed:
+            return await self._confirmed_one(skill, question, bound[0], turn, remember=remember, once=once)
+        said: list[Say] = []
+        outcome: Outcome = "done"
+        # A call its server stops to ask the person about keeps its question (the elicitation slot).
+        kept: dict[str, Any] = {}
+        asking_now: list[Say] = []
+        for place, (one, yes) in enumerate(zip(bound, approved, strict=True), start=1):
+            call = one.call
+            if not yes:
+                self._record(turn, question, call, "denied", None)
+                variables = {"place": place, "call": asking.describe(skill, call, turn.slots)}
+                said.append(Say(self.responses.call_skipped, variables))
+                continue
+            self._record(turn, question, call, "confirmed", None)
+            verdict = await self._gate(skill, one, Confirmed(), turn)
+            if isinstance(verdict, Hold):  # this call waits for its approver; the others do not
+                held, waiting = await self._hold(verdict.approver, question.only(call), turn, call.context)
+                said.append(waiting)
+                outcome = held if outcome == "done" else outcome
+                continue
+            if isinstance(verdict, Refuse):
+                said.append(self._refused_by_gate(turn, question, call, verdict))
+                outcome = "rejected" if outcome == "done" else outcome
+                continue
+            run = await self._run_confirmed(skill, question.only(call), one, turn)
+            if ELICITATION_SLOT in kept and run.slots.get(ELICITATION_SLOT) is not None:
+                # One server question waits at a time: this call's is not asked, and the call not
+                # completed (its server hears nothing more; a held call is told cancel when its
+                # wait runs out). The person hears so, and can ask for it again afterwards.
+                self.runner.executed(
+                    turn, question.only(call), "not completed: another call's question is waiting"
+                )
+                error = "it has a question of its own while another is waiting; ask for it again after"
+                said.append(Say(self.responses.tool_failed, {"error": error, "tool_name": call.tool}))
+                continue
+            if run.slots.get(ELICITATION_SLOT) is not None:
+                asking_now = list(run.say)  # said last: the question the person answers next
+            else:
+                said.extend(run.say)
+            outcome = run.outcome if outcome == "done" else outcome
+            kept.update(run.slots)
+        return Decision(outcome, [*said, *asking_now], {**ended(skill), **kept})
+
+    async def _confirmed_one(
+        self,
+        skill: Skill,
+        question: Question,
+        one: _Bound,
+        turn: Turn,
+        *,
+        remember: AllowsRemembering | None,
+        once: bool,
+    ) -> Decision:
+        """A yes to the skill's own question about one call: the call runs as sealed and the skill
+        goes on from it; with ``remember``, a permission is kept too (``remembered``)."""
+        self._record(turn, question, one.call, "confirmed", None)
+        verdict = await self._gate(skill, one, Confirmed(), turn)
+        if isinstance(verdict, Hold):
+            outcome, waiting = await self._hold(verdict.approver, question, turn, {})
+            return Decision(outcome, [waiting], ended(skill))
+        if isinstance(verdict, Refuse):
+            return Decision(
+                "rejected", [self._refused_by_gate(turn, question, one.call, verdict)], ended(skill)
+            )
+        run = await self._run(skill, one.call.step, turn, authorised=question, resolved=one.resolved)
+        decision = run.decision(skill, slots={PENDING_SLOT: None})
         if remember is None:
-            decision = run.decision(skill, slots={PENDING_SLOT: None})
             if once:
                 return replace(decision, say=[*decision.say, Say(self.responses.permission_declined)])
             return decision
-        granted, slot = self.permissions.grant(skill, remember, pending, turn)
+        granted, slot = self.permissions.grant(skill, remember, question, one.call, turn)
         said = Say(self.responses.permission_granted, self.permissions.variables(granted))
-        decision = run.decision(skill, slots={PENDING_SLOT: None})
         return replace(decision, say=[*decision.say, said], slots={**decision.slots, PERMISSIONS_SLOT: slot})
 
+    async def _run_confirmed(self, skill: Skill, question: Question, one: _Bound, turn: Turn) -> Run:
+        """One confirmed call, exactly as sealed: a call of a list alone, with the slots it was planned
+        with; the call of the skill's own question, and the skill's next steps after it."""
+        if not question.listed:
+            return await self._run(skill, one.call.step, turn, authorised=question, resolved=one.resolved)
+        slots = {**turn.slots, **one.call.context}
+        arguments = dict(one.call.arguments)
+        called = await self.runner.dispatch(skill, one.step, one.resolved, arguments, slots, turn, question)
+        if isinstance(called, Run):
+            return called
+        routed = self.runner.route(one.step, called, slots, one.call.arguments, called.data)
+        return Run(routed.outcome or "done", tuple(routed.say), {})
+
     async def _hold(
-        self, skill: Skill, rule: RequiresApproval, pending: PendingConfirmation, turn: Turn
-    ) -> Decision:
-        """Rule 7: the confirmed call is held for a second approver, and the requester told so."""
-        outcome, said = await self.calls.hold(rule, pending, turn, turn.slots)
-        return Decision(outcome, [said], ended(skill))
+        self, approver: RequiresApproval, question: Question, turn: Turn, context: Mapping[str, Any]
+    ) -> tuple[Outcome, Say]:
+        """``second_approver``: the confirmed call (``question``, narrowed to it) is held for its approver,
+        and the requester told so."""
+        call = question.first
+        slots = {**turn.slots, **context}
+        variables = templating.variables(slots, call.arguments, tool=call.tool)
+        request = None
+        if self.approvals is not None:
+            sealed = question.sealed(self.seal, turn.conversation_id)
+            request = await self.approvals.hold(approver, question, sealed, turn.conversation_id, slots)
+        if request is None:
+            return "rejected", Say(self.responses.approval_unavailable, variables)
+        variables |= {"approval_role": approver.role, "approval_expires_after": approver.expires_after}
+        return "awaiting_approval", Say(self.responses.approval_waiting, variables)
 
-    async def _expired(self, skill: Skill, pending: PendingConfirmation, turn: Turn) -> Decision:
+    async def _denied(self, question: Question, turn: Turn) -> Decision:
+        """No to the whole question: nothing is called; the person hears the skill's denial (its own
+        question's), or that the calls were cancelled (a list)."""
+        skill = self.skills.get(question.skill)
+        self._record_all(turn, question, "denied", None)
+        if question.listed:
+            return Decision("cancelled", [Say(self.responses.calls_cancelled)], ended(skill))
+        call = question.first
+        rule = None
+        if skill is not None:
+            resolved = self.runner.resolve(skill, call.tool)
+            verdict = await gate(
+                skill,
+                call.tool,
+                found(resolved),
+                call.arguments,
+                Reached(),
+                generic=self.generic,
+                context=context_of(turn, skill),
+            )
+            rule = verdict.rule if isinstance(verdict, Ask) else None
+        if rule is not None and rule.utter_on_user_denial:
+            variables = templating.variables(turn.slots, call.arguments, tool=call.tool)
+            said = Say(rule.utter_on_user_denial, variables)
+        else:
+            said = Say(self.responses.confirmation_invalid)
+        return Decision("cancelled", [said], ended(skill))
+
+    async def _expired(
+        self, skill: Skill, question: Question, bound: Sequence[_Bound], turn: Turn
+    ) -> Decision:
         """An answer after the question expired: the person hears that it expired and nothing was
-        written, the audit says so, and the same call is asked again (it keeps its key)."""
-        self.calls.record(turn, pending, "expired", None)
-        return await self._ask_again(skill, pending, turn, [Say(self.responses.confirmation_expired)])
+        written, the audit says so, and the same calls are asked about again (they keep their keys)."""
+        self._record_all(turn, question, "expired", None)
+        return await self._ask_again(skill, question, bound, turn, [Say(self.responses.confirmation_expired)])
 
-    async def _changed(
-        self, skill: Skill, old: PendingConfirmation, turn: Turn, slot: str, value: str
-    ) -> Decision:
-        """An edit or a redirect: the skill runs again with ``slot`` changed and asks anew.
+    async def _changed(self, skill: Skill, old: Question, turn: Turn, slot: str, value: str) -> Decision:
+        """An edit or a redirect of the skill's own question: the skill runs again with ``slot``
+        changed and asks anew.
 
         The new arguments are checked like the first ones. If the run does not end in a new
         question (an unknown contact, a text the tool refuses), the person hears why and the old
@@ -490,33 +616,201 @@ class Executor:
         # An edit that changes nothing is the same call: it keeps its key (asked_before).
         run = await self._run(skill, 0, changed, asked_before=old)
         if run.waiting and run.asked is not None:
-            new = run.asked[0]
-            self.calls.record(
-                turn, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id
+            new = run.asked.first
+            self._record(
+                turn,
+                old,
+                old.first,
+                "edited",
+                f"{slot} changed",
+                new_digest=new.digest,
+                new_confirmation=new.id,
             )
             return run.decision(skill, then={slot: value})
-        self.calls.record(turn, old, "unclear", f"the change of {slot} was refused")
-        return await self._ask_again(skill, old, turn, run.say)
+        self._record(turn, old, old.first, "unclear", f"the change of {slot} was refused")
+        bound = await self._bind(old, turn)
+        assert bound is not None
+        return await self._ask_again(skill, old, bound, turn, run.say)
+
+    async def _edited_call(
+        self, skill: Skill, question: Question, bound: Sequence[_Bound], edit: EditCall, turn: Turn
+    ) -> Decision:
+        """ "change 2 to: ...": that call's text argument changes, and the list is asked about again."""
+        slot = skill.edits.get("text")
+        old = question.calls[edit.place - 1]
+        step = bound[edit.place - 1].step
+        changed = [
+            name
+            for name, source in step.arguments.items()
+            if slot is not None and isinstance(source, SlotArgument) and source.slot == slot
+        ]
+        if slot is None or not changed:
+            self._record_all(turn, question, "unclear", "an edit this call does not allow")
+            return await self._ask_again(skill, question, bound, turn, [Say(self.responses.answer_each_call)])
+        planned = _replanned(bound)
+        one = planned[edit.place - 1]
+        planned[edit.place - 1] = replace(
+            one,
+            arguments={**one.arguments, **dict.fromkeys(changed, edit.text)},
+            context={**one.context, slot: edit.text},
+        )
+        run = await self._ask(skill, planned, replace(turn, user=question.user), question, listed=True)
+        if not run.waiting or run.asked is None:
+            self._record_all(turn, question, "unclear", f"the change of {slot} was refused")
+            return await self._ask_again(skill, question, bound, turn, run.say)
+        new = run.asked.calls[edit.place - 1]
+        self._record(
+            turn, question, old, "edited", f"{slot} changed", new_digest=new.digest, new_confirmation=new.id
+        )
+        return Decision(run.outcome, list(run.say), dict(run.slots))
 
     async def _ask_again(
-        self, skill: Skill, old: PendingConfirmation, turn: Turn, said: Sequence[Say]
+        self, skill: Skill, question: Question, bound: Sequence[_Bound], turn: Turn, said: Sequence[Say]
     ) -> Decision:
-        """Ask the pending question again after ``said``, bound to this turn (a new id and seal), of the
-        same person. The same call keeps its idempotency key, so confirming it again cannot write it
-        twice."""
-        run = await self._run(skill, old.step, replace(turn, user=old.user), asked_before=old)
+        """Ask the question again after ``said``, bound to this turn (a new id and seal), of the same
+        person. The same calls keep their idempotency keys, so confirming again cannot write twice.
+        The skill's own question is asked by running the skill from its call again; a list is put again
+        as it was."""
+        again = replace(turn, user=question.user)
+        if question.listed:
+            run = await self._ask(skill, _replanned(bound), again, question, listed=True)
+        else:
+            run = await self._run(skill, question.first.step, again, asked_before=question)
         return run.decision(skill, said=said, slots={PENDING_SLOT: None})
+
+    def _nothing_pending(self, turn: Turn, *, clear: bool) -> Decision:
+        """The loop ran with no question open: a yes or a no is told there is nothing to answer; a
+        message that is no answer is the bot's to handle."""
+        if not turn.new_message:
+            return Decision("nothing_pending", [], _cleared(clear))
+        reading = self.reader.read(
+            turn.text, NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
+        )
+        if isinstance(reading, TooLong):
+            return Decision("too_long", [self._too_long(reading)], _cleared(clear))
+        if isinstance(reading, Yes | No):
+            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _cleared(clear))
+        return Decision("handed_back")  # not an answer to anything: the bot's to handle
+
+    # -- the question's binding and who may answer it ------------------------------------------
+
+    async def _bind(self, question: Question, turn: Turn) -> list[_Bound] | None:
+        """Each call of an open question matched to its skill as it is now (the step, the tool's
+        source, and a gate that still asks about it); None when any call no longer matches."""
+        skill = self.skills.get(question.skill)
+        if skill is None:
+            return None
+        bound = []
+        for call in question.calls:
+            if not 0 <= call.step < len(skill.steps):
+                return None
+            step = skill.steps[call.step]
+            source = skill.tools.get(call.tool)
+            if step.execute_tool != call.tool or source is None or str(source) != call.source:
+                return None
+            resolved = self.runner.resolve(skill, call.tool)
+            verdict = await self._gate_step(skill, step, resolved, call.arguments, Reached(), turn)
+            if not isinstance(verdict, Ask):
+                return None
+            bound.append(_Bound(call, step, resolved, verdict))
+        return bound
+
+    def _may_not_answer(self, turn: Turn, question: Question) -> str | None:
+        """Why this turn's message cannot answer ``question`` (only the person asked, in a message
+        their channel vouches for, received after the question was asked); None when it can."""
+        if turn.unvouched is not None:
+            return f"no channel vouches for the answer: {turn.unvouched}"
+        if question.user != turn.user:
+            return "answered by someone other than the person asked"
+        if turn.new_message and not received_after(turn, question):
+            return "a message the channel received before the question was asked"
+        return None
+
+    def _refuse(self, turn: Turn, question: Question, reason: str) -> Decision:
+        """An answer :meth:`_may_not_answer` refuses: nothing runs, and the question stays for its person."""
+        log.warning(
+            "conversation %s: an answer to confirmation %s was refused (%s); nothing was run",
+            turn.conversation_id,
+            question.first.id,
+            reason,
+        )
+        self._record(turn, question, question.first, "refused", reason, answered_by=turn.user)
+        said = (
+            self.responses.not_vouched if turn.unvouched is not None else self.responses.confirmation_invalid
+        )
+        return Decision("refused", [Say(said)])
+
+    def _reject(self, turn: Turn, question: Question, reason: str) -> Decision:
+        """A question that does not hold: nothing runs, and it is dropped."""
+        log.warning(
+            "conversation %s: confirmation %s rejected (%s); nothing was run",
+            turn.conversation_id,
+            question.first.id,
+            reason,
+        )
+        for call in question.calls[1:]:
+            self._record(turn, question, call, "rejected", reason)
+        self._record(turn, question, question.first, "rejected", reason)
+        return Decision("rejected", [Say(self.responses.confirmation_invalid)], ended(None))
+
+    def _refused_by_gate(self, turn: Turn, question: Question, call: AskedCall, verdict: Refuse) -> Say:
+        log.warning("conversation %s: call %s not run: %s", turn.conversation_id, call.id, verdict.reason)
+        self._record(turn, question, call, "rejected", verdict.reason)
+        return Say(self.responses.confirmation_invalid)
+
+    def _late(self, question: Question) -> bool:
+        return self.clock() - question.asked_at > self.policy.ttl_seconds
+
+    def _too_long(self, reading: TooLong) -> Say:
+        return Say(self.responses.message_too_long, {"limit": reading.limit})
+
+    def _record(
+        self,
+        turn: Turn,
+        question: Question,
+        call: AskedCall,
+        decision: str,
+        result: str | None,
+        **extra: str | None,
+    ) -> None:
+        self.audit.record_question(turn.conversation_id, question, call, decision, result, **extra)
+
+    def _record_all(self, turn: Turn, question: Question, decision: str, result: str | None) -> None:
+        for call in question.calls:
+            self._record(turn, question, call, decision, result)
+
+    async def _gate(self, skill: Skill, one: _Bound, consent: Consent, turn: Turn) -> Verdict:
+        return await self._gate_step(skill, one.step, one.resolved, one.call.arguments, consent, turn)
+
+    async def _gate_step(
+        self,
+        skill: Skill,
+        step: Step,
+        resolved: Resolved,
+        arguments: Mapping[str, Any],
+        consent: Consent,
+        turn: Turn,
+    ) -> Verdict:
+        """The gate (:func:`mcp_bridge.confirmation.gate.gate`), for a call of ``step`` in ``turn``."""
+        return await gate(
+            skill,
+            step.execute_tool,
+            found(resolved),
+            arguments,
+            consent,
+            generic=self.generic,
+            context=context_of(turn, skill),
+        )
 
     # -- the step loop --------------------------------------------------------------------
 
     async def run_from(
-        self, skill: Skill, start: int, turn: Turn, confirmed: PendingConfirmation | None
+        self, skill: Skill, start: int, turn: Turn, confirmed: Question | None, resume: Resume
     ) -> Run:
-        """The hook :mod:`mcp_bridge.confirmation.server_questions` resumes a call through, once a server's
-        questions
-        are answered: the step loop from step ``start``, ``confirmed`` the sealed call a yes authorised
-        (run exactly as sealed, with its key) or None."""
-        return await self._run(skill, start, turn, confirmed=confirmed)
+        """The hook :mod:`mcp_bridge.confirmation.server_questions` resumes a call through, once a
+        server's questions are answered: the step loop from step ``start``, ``confirmed`` the question
+        (narrowed to the call) a yes authorised, or None; the step's call carries ``resume``."""
+        return await self._run(skill, start, turn, authorised=confirmed, resume=resume)
 
     async def _run(
         self,
@@ -524,19 +818,24 @@ class Executor:
         start: int,
         turn: Turn,
         *,
-        confirmed: PendingConfirmation | None = None,
-        asked_before: PendingConfirmation | None = None,
+        authorised: Question | None = None,
+        asked_before: Question | None = None,
         resolved: Resolved | None = None,
-        permitted: bool = False,
+        may_be_permitted: bool = False,
+        resume: Resume | None = None,
     ) -> Run:
-        """Run ``skill`` from step ``start`` with the turn's slots; ``confirmed`` is the call a yes just
-        authorised, ``asked_before`` the question a new one replaces (the same call keeps its key),
-        ``resolved`` what the first step's tool name resolved to, if that is known already;
-        ``permitted``: a new request, whose one call a remembered permission may cover (rule 8).
+        """Run ``skill`` from step ``start`` with the turn's slots, each call as the gate says.
 
-        Constrained calls are gathered, not run (rule 1): the run goes on past them while the next
-        steps are constrained too and need nothing the gathered calls would give, then asks about
-        all of them (rule 6). A run of one line that gathered one call asks as it always did.
+        ``authorised``: the question (of one call) the gate let through already (a yes, a permission);
+        its call runs exactly as sealed. ``asked_before``: the question a new one replaces (the same
+        call keeps its key). ``resolved``: what the first step's tool name resolved to, if known.
+        ``may_be_permitted``: a new request, whose one call a remembered permission may cover.
+        ``resume``: the answers to a server's questions, for the first call of step ``start`` (the
+        call the server stopped).
+
+        Calls to ask about are gathered, not run (``ask_before_write``): the run goes on past them while
+        the next steps need asking about too and need nothing the gathered calls would give, then asks
+        about all of them in one question.
         """
         lines = [_Line(dict(turn.slots))]
         said: list[Say] = []
@@ -544,113 +843,124 @@ class Executor:
         for index in range(start, len(skill.steps)):
             step = skill.steps[index]
             if index != start or resolved is None:
-                resolved = self.calls.resolve(skill, step.execute_tool)
-            authorised = confirmed if confirmed is not None and index == confirmed.step else None
-            rule: RequiresConfirmation | None = None
-            if authorised is None:
+                resolved = self.runner.resolve(skill, step.execute_tool)
+            allowed = authorised if authorised is not None and index == authorised.first.step else None
+            asks = False
+            if allowed is None:
                 lines = _expand(step, lines)
-                if not any(runs_when(step, line.slots, line.results) for line in lines):
+                runnable = [line for line in lines if runs_when(step, line.slots, line.results)]
+                if not runnable:
                     continue
-                rule = await self.calls.needs_yes(skill, step.execute_tool, resolved)
-                if planned and (rule is None or _waits_for(step, planned, lines)):
+                # Whether the gate asks about the step's calls does not depend on their arguments.
+                arguments, _ = resolve_arguments(step, runnable[0].slots, runnable[0].results)
+                verdict = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
+                asks, first_arguments = isinstance(verdict, Ask), arguments
+                if planned and (not asks or _waits_for(step, planned, lines)):
                     break  # asked about after the gathered calls, in a question of its own
             updated: list[_Line] = []
             for position, line in enumerate(lines):
-                if authorised is None and not runs_when(step, line.slots, line.results):
-                    updated.append(line)
-                    continue
-                if authorised is not None:
-                    arguments = dict(authorised.arguments)
+                if allowed is not None:
+                    arguments = dict(allowed.first.arguments)
                 else:
+                    if not runs_when(step, line.slots, line.results):
+                        updated.append(line)
+                        continue
                     arguments, missing = resolve_arguments(step, line.slots, line.results)
                     if missing:
                         response = step.on_missing_argument or self.responses.tool_failed
                         missed = Say(response, {"error": f"missing {', '.join(missing)}"})
                         return Run("missing_argument", (*said, missed), _filled(lines))
-                    if rule is not None:
-                        planned.append(Planned(index, step, resolved, rule, arguments, line.slots, line.own))
+                    if asks:
+                        ask = verdict
+                        if arguments != first_arguments:  # what a yes may remember depends on them
+                            ask = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
+                        assert isinstance(ask, Ask)
+                        planned.append(Planned(index, step, resolved, ask, arguments, line.slots, line.own))
                         updated.append(line)
                         continue
-                called = await self.calls.dispatch(
-                    skill, step, resolved, arguments, line.slots, turn, authorised
+                called = await self.runner.dispatch(
+                    skill, step, resolved, arguments, line.slots, turn, allowed, resume
                 )
+                resume = None  # the answers go with the stopped call only
                 if isinstance(called, Run):
                     return replace(called, say=(*said, *called.say), slots={**_filled(lines), **called.slots})
                 results = {**line.results, **called.data}
-                routed = self.calls.route(step, called, line.slots, arguments, results)
+                routed = self.runner.route(step, called, line.slots, arguments, results)
                 said.extend(routed.say)
                 line = line.set(routed.slots, called.data)
                 updated.append(line)
                 if routed.outcome is not None:
                     return Run(routed.outcome, tuple(said), _filled([*updated, *lines[position + 1 :]]))
             lines = updated
-        if planned:
-            if len(planned) == 1 and len(lines) == 1:
-                one = planned[0]
-                permission = None
-                if permitted:  # rule 8
-                    permission = await self.permissions.covering_call(
-                        skill, one.step.execute_tool, found(one.resolved), one.arguments, turn
-                    )
-                if permission is not None:
-                    ran = await self._run_permitted(skill, one, permission, turn)
-                    return replace(ran, say=(*said, *ran.say), slots={**_filled(lines), **ran.slots})
-                asked = await self._ask(
-                    skill,
-                    one.index,
-                    one.step,
-                    one.resolved,
-                    one.rule,
-                    one.arguments,
-                    one.slots,
-                    turn,
-                    asked_before,
-                )
-            else:
-                before = (asked_before,) if asked_before is not None else ()
-                asked = await self.several.ask(skill, planned, turn, before)
-            return replace(asked, say=(*said, *asked.say), slots={**_filled(lines), **asked.slots})
-        return Run("done", tuple(said), _filled(lines))
+        if not planned:
+            return Run("done", tuple(said), _filled(lines))
+        one_call = len(planned) == 1 and len(lines) == 1
+        if one_call and may_be_permitted:
+            ran = await self._run_permitted(skill, planned[0], turn)
+            if ran is not None:
+                return replace(ran, say=(*said, *ran.say), slots={**_filled(lines), **ran.slots})
+        asked = await self._ask(skill, planned, turn, asked_before, listed=not one_call)
+        return replace(asked, say=(*said, *asked.say), slots={**_filled(lines), **asked.slots})
 
     async def _ask(
         self,
         skill: Skill,
-        index: int,
-        step: Step,
-        resolved: Resolved,
-        rule: RequiresConfirmation,
-        arguments: dict[str, Any],
-        slots: Mapping[str, Any],
+        planned: Sequence[Planned],
         turn: Turn,
-        asked_before: PendingConfirmation | None,
+        asked_before: Question | None,
+        *,
+        listed: bool,
     ) -> Run:
-        """Rule 1: seal the exact call into the tracker and ask. Arguments the tool would refuse are
-        refused now, before the person is asked about them. ``asked_before``: the question this one
-        asks again; the same call keeps its idempotency key."""
-        refused = await self.calls.refused(skill, step, resolved, arguments, turn)
-        if refused is not None:
-            return refused
-        pending = self.calls.seal.sign(
-            self.calls.pending(skill, index, step, arguments, turn, asked_before), turn.conversation_id
+        """``ask_before_write``: seal the exact calls into the tracker and ask. Arguments a tool would
+        refuse are refused now, before the person is asked about them."""
+        for one in planned:
+            refused = await self.runner.refused(skill, one.step, one.resolved, one.arguments, turn)
+            if refused is not None:
+                return refused
+        question = asking.question_of(
+            skill, planned, turn, listed=listed, now=self.clock(), asked_before=asked_before
         )
-        assert rule.utter_for_confirmation is not None
-        variables = templating.variables(slots, arguments, tool=step.execute_tool)
-        # Rule 8: a third button gives a permission, where the skill allows one for this call.
-        remember = await permissions.may_remember(skill, step.execute_tool, found(resolved), arguments)
-        buttons = (permissions.GRANT_BUTTON,) if remember else ()
-        question = Say(rule.utter_for_confirmation, variables, buttons)
-        self.calls.record(turn, pending, "asked", None)
-        return Run("pending", (question,), {PENDING_SLOT: pending.to_slot()}, (pending,))
+        for call in question.calls:
+            self._record(turn, question, call, "asked", None)
+        said = asking.said(skill, question, planned, self.responses, turn.slots)
+        return Run(
+            "pending", (said,), {PENDING_SLOT: question.sealed(self.seal, turn.conversation_id)}, question
+        )
 
-    async def _run_permitted(self, skill: Skill, one: Planned, permission: Permission, turn: Turn) -> Run:
-        """Rule 8: a call a permission covers runs unasked, once, with a key of its own, from its step."""
-        unsigned = self.calls.pending(skill, one.index, one.step, one.arguments, turn, None)
-        pending = self.calls.seal.sign(unsigned, turn.conversation_id)
-        self.calls.record(turn, pending, "permission_used", None, permission=permission.id)
+    async def _run_permitted(self, skill: Skill, one: Planned, turn: Turn) -> Run | None:
+        """``remembered``: a new request's one call runs unasked, once, with a key of its own, from its
+        step, when the gate finds a permission of the person's that covers it; None when none does."""
+        held = self.permissions.held(turn)
+        if not held:
+            return None
+        consent = MayBePermitted(held, turn.user, self.clock())
+        verdict = await self._gate_step(skill, one.step, one.resolved, one.arguments, consent, turn)
+        if not isinstance(verdict, RunPermitted):
+            return None
+        question = asking.question_of(skill, [one], turn, listed=False, now=self.clock(), asked_before=None)
+        self._record(
+            turn, question, question.first, "permission_used", None, permission=verdict.permission.id
+        )
         then = replace(turn, slots=one.slots)
-        run = await self._run(skill, one.index, then, confirmed=pending, resolved=one.resolved)
-        used = Say(self.responses.permission_used, {**self.permissions.variables(permission)})
+        run = await self._run(skill, one.index, then, authorised=question, resolved=one.resolved)
+        used = Say(self.responses.permission_used, self.permissions.variables(verdict.permission))
         return replace(run, say=(*run.say, used))
+
+
+# A question asked in a turn no channel signed (the resume after a sign-in) has only the action
+# server's clock: an answer the channel received more than this before it is refused as older.
+CLOCK_SKEW_SECONDS = 2.0
+
+
+def received_after(turn: Turn, question: Question) -> bool:
+    """The turn's message reached its channel after the question was asked, so it is no earlier
+    message replayed into a later question: later than the signed message the question was asked
+    in, or, when that one was unsigned, than the question itself (on the action server's clock)."""
+    if question.asked_after is not None:
+        return turn.said_at is not None and turn.said_at > question.asked_after
+    if turn.said_at is not None:
+        return turn.said_at > question.asked_at - CLOCK_SKEW_SECONDS
+    return True
 
 
 def _expand(step: Step, lines: list[_Line]) -> list[_Line]:
@@ -678,6 +988,27 @@ def _waits_for(step: Step, planned: Sequence[Planned], lines: Sequence[_Line]) -
     return False
 
 
+def _replanned(bound: Sequence[_Bound]) -> list[Planned]:
+    """The calls of a question, as they were planned: to put them again."""
+    return [
+        Planned(
+            one.call.step, one.step, one.resolved, one.ask, dict(one.call.arguments), {}, one.call.context
+        )
+        for one in bound
+    ]
+
+
+def _still_holds(step: Step, call: AskedCall, slots: Mapping[str, Any]) -> bool:
+    """The call's arguments are still what its step makes of the slots (the conversation's, with
+    the call's own context over them); results of earlier steps are not kept, so not compared."""
+    current, _ = resolve_arguments(step, {**slots, **call.context})
+    return all(
+        current.get(name) == call.arguments.get(name)
+        for name, source in step.arguments.items()
+        if not isinstance(source, ResultArgument)
+    )
+
+
 def _filled(lines: Sequence[_Line]) -> dict[str, Any]:
     """The slots a run sets in the conversation: its one line's, or what all its lines agree on."""
     if len(lines) == 1:
@@ -686,5 +1017,5 @@ def _filled(lines: Sequence[_Line]) -> dict[str, Any]:
     return {k: v for k, v in first.own.items() if all(k in o.own and o.own[k] == v for o in others)}
 
 
-def _clear(raw: Any) -> dict[str, Any]:
-    return {PENDING_SLOT: None} if raw is not None else {}
+def _cleared(clear: bool) -> dict[str, Any]:
+    return {PENDING_SLOT: None} if clear else {}

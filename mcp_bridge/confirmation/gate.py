@@ -1,57 +1,235 @@
-"""Does this call need a "yes"? Answered here, and only here.
+"""The gate: may this call run now, and if not, what must happen first? Answered here, and only here.
 
-The rules, in order:
+Every call a skill's step makes passes this one function, :func:`gate`, with what the call has so
+far (its :data:`Consent`): nothing yet, the person's remembered permissions, the person's yes, or an
+approver's release. It answers with one :data:`Verdict`:
 
-1. What the skill declares for the tool's *name* wins: ``requires_confirmation: {enabled: true}``
-   asks with the skill's own question; ``enabled: false`` never asks. The name is enough, so this
-   holds before the name is resolved, whether the tool turns out local, remote or missing.
-2. A local tool the skill does not constrain runs unasked: it is the bot's own code, confirmed
-   only when a skill says so.
-3. An MCP tool the skill does not constrain is asked about with the executor's generic question
-   (``utter_confirm_tool_call``), unless its server is marked ``trusted`` *and* the server annotates
-   the tool read-only. A tool that cannot be resolved or whose server cannot be reached is asked
-   about too: dispatch then says what is wrong, and nothing runs unasked.
+* :class:`Ask`: ask the person first, with the skill's question (or the generic one);
+* :class:`RunUnasked`: run without asking (no rule asks about it);
+* :class:`RunPermitted`: run without asking, under a permission the person gave;
+* :class:`RunConfirmed`: run: the person said yes (and no approver is needed, or one approved);
+* :class:`Hold`: the yes is not enough: wait for a second approver;
+* :class:`Refuse`: never run (the skill no longer asks about a call its question sealed).
 
-The executor asks this before it seals a question, when it checks a sealed question still holds,
-and when it says a denial.
+The rules it applies, by name (the docs' "the confirmation and its rules" page names them the same):
+
+``declared``
+    What the skill declares for the tool's *name* wins: ``requires_confirmation: {enabled: true}``
+    asks with the skill's own question; ``enabled: false`` never asks. The name is enough, so this
+    holds before the name is resolved, whether the tool turns out local, remote or missing.
+``local_unconstrained``
+    A local tool the skill does not constrain runs unasked: the bot's own code, confirmed only
+    when a skill says so.
+``remote_asks``
+    An MCP tool the skill does not constrain is asked about with the generic question
+    (``utter_confirm_tool_call``), unless its server is marked ``trusted`` *and* annotates the tool
+    read-only. A tool that cannot be resolved, or whose server cannot be reached, is asked about
+    too: dispatch then says what is wrong, and nothing runs unasked.
+``second_approver``
+    A yes to a call whose skill requires an approver for it (``requires_approval_from``, its
+    ``when`` matched on the text's skeleton: :mod:`mcp_bridge.approvals.second_approver`) holds the
+    call for the approver; only the approver's release runs it.
+``remembered``
+    A call the skill lets the person remember (``allows_remembering``) may be given a permission
+    with its yes: never one that needs a second approver, never a destructive tool's (its server's
+    ``destructiveHint``; an MCP server nobody marked ``trusted`` is taken at its worst) unless the
+    skill says ``even_if_destructive``. A new request's one call that a permission covers
+    (:func:`mcp_bridge.confirmation.permissions.covering`) runs under it; a list of several calls
+    is always asked about.
+``still_asked``
+    A yes or a release runs a sealed call only while the skill still asks about it: a call that
+    would now run unasked was sealed under other rules, and is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mcp_bridge.approvals import second_approver
+from mcp_bridge.confirmation.permissions import Permission, covering
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
-from mcp_bridge.skills.files import RequiresConfirmation, Skill
+from mcp_bridge.skills.files import AllowsRemembering, RequiresApproval, RequiresConfirmation, Skill
+from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.sources import Tool
 
-__all__ = ["declared", "needs_confirmation"]
+__all__ = [
+    "Ask",
+    "Confirmed",
+    "Consent",
+    "Hold",
+    "MayBePermitted",
+    "Reached",
+    "Refuse",
+    "Released",
+    "RunConfirmed",
+    "RunPermitted",
+    "RunUnasked",
+    "Verdict",
+    "declared",
+    "gate",
+]
+
+_UNKNOWN = (ToolCallError, ToolArgumentsError, ToolNotFoundError)
+
+
+# -- what a call has ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reached:
+    """The step loop reached the call: it has nothing yet."""
+
+
+@dataclass(frozen=True)
+class MayBePermitted:
+    """A new request's one call: one of the person's remembered permissions may cover it."""
+
+    held: Sequence[Permission]
+    user: str | None
+    now: float
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The person said yes to the question the call was sealed in."""
+
+
+@dataclass(frozen=True)
+class Released:
+    """An approver approved the call the person had confirmed."""
+
+
+Consent = Reached | MayBePermitted | Confirmed | Released
+
+
+# -- what may happen ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Ask the person with ``rule``'s question first. ``remember``: what a yes may also keep as a
+    permission (the question's third button), or None."""
+
+    rule: RequiresConfirmation
+    remember: AllowsRemembering | None = None
+
+
+@dataclass(frozen=True)
+class RunUnasked:
+    why: Literal["switched_off", "local_unconstrained", "trusted_read_only"]
+
+
+@dataclass(frozen=True)
+class RunPermitted:
+    permission: Permission
+    remember: AllowsRemembering
+
+
+@dataclass(frozen=True)
+class RunConfirmed:
+    pass
+
+
+@dataclass(frozen=True)
+class Hold:
+    approver: RequiresApproval
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reason: str
+
+
+Verdict = Ask | RunUnasked | RunPermitted | RunConfirmed | Hold | Refuse
+
+
+async def gate(
+    skill: Skill,
+    tool_name: str,
+    tool: Tool | None,
+    arguments: Mapping[str, Any],
+    consent: Consent,
+    *,
+    generic: RequiresConfirmation,
+    context: CallContext,
+) -> Verdict:
+    """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
+    ``consent``. ``tool`` is what the name resolved to (None: nothing), asked about itself in the
+    call's ``context``; ``generic`` is the question for an MCP tool the skill does not constrain
+    (``remote_asks``)."""
+    asked = await _asked(skill, tool_name, tool, generic, context)
+    if isinstance(consent, Confirmed | Released):
+        if not isinstance(asked, RequiresConfirmation):
+            return Refuse("the skill no longer asks about this call")  # still_asked
+        if isinstance(consent, Confirmed):
+            approver = second_approver.required(skill, tool_name, arguments)
+            if approver is not None:
+                return Hold(approver)  # second_approver
+        return RunConfirmed()
+    if not isinstance(asked, RequiresConfirmation):
+        return RunUnasked(asked)
+    remember = await _may_remember(skill, tool_name, tool, arguments, context)
+    if isinstance(consent, MayBePermitted) and remember is not None:
+        permission = covering(
+            consent.held,
+            remember,
+            skill=skill.id,
+            tool=tool_name,
+            source=str(skill.tools[tool_name]),
+            arguments=arguments,
+            user=consent.user,
+            now=consent.now,
+        )
+        if permission is not None:
+            return RunPermitted(permission, remember)  # remembered
+    return Ask(asked, remember)
 
 
 def declared(skill: Skill, tool_name: str) -> RequiresConfirmation | None:
-    """The confirmation ``skill`` declares and enables for ``tool_name`` (rule 1), or None."""
+    """The confirmation ``skill`` declares and enables for ``tool_name`` (``declared``), or None."""
     constraint = skill.constraints.get(tool_name)
     rule = constraint.requires_confirmation if constraint else None
     return rule if rule is not None and rule.enabled else None
 
 
-async def needs_confirmation(
-    skill: Skill, tool_name: str, tool: Tool | None, *, default: RequiresConfirmation
-) -> RequiresConfirmation | None:
-    """The confirmation a call of ``tool_name`` by ``skill`` needs, or None when it runs unasked.
-
-    ``tool`` is what the name resolved to (None: nothing); ``default`` is the generic question for an
-    MCP tool the skill does not constrain (rule 3).
-    """
+async def _asked(
+    skill: Skill, tool_name: str, tool: Tool | None, generic: RequiresConfirmation, context: CallContext
+) -> RequiresConfirmation | Literal["switched_off", "local_unconstrained", "trusted_read_only"]:
+    """The question a call needs, or why it needs none."""
     constraint = skill.constraints.get(tool_name)
     if constraint is not None and constraint.requires_confirmation is not None:
-        return declared(skill, tool_name)  # rule 1, either way
+        return declared(skill, tool_name) or "switched_off"  # declared, either way
     source = skill.tools.get(tool_name)
     if source is None or source.kind == "local":
-        return None  # rule 2
+        return "local_unconstrained"
     if tool is not None:
         try:
-            facts = await tool.annotations()
-        except (ToolCallError, ToolArgumentsError, ToolNotFoundError):
+            facts = await tool.annotations(context)
+        except _UNKNOWN:
             pass  # unknown or unreachable: ask, and let dispatch say what is wrong
         else:
             if facts.vouched and facts.read_only:
-                return None  # rule 3's exception
-    return default
+                return "trusted_read_only"  # remote_asks's exception
+    return generic  # remote_asks
+
+
+async def _may_remember(
+    skill: Skill, tool_name: str, tool: Tool | None, arguments: Mapping[str, Any], context: CallContext
+) -> AllowsRemembering | None:
+    """What the skill lets the person remember for this call (``remembered``), or None."""
+    constraint = skill.constraints.get(tool_name)
+    allowed = constraint.allows_remembering if constraint is not None else None
+    if allowed is None or tool is None:
+        return None
+    if second_approver.required(skill, tool_name, arguments) is not None:
+        return None  # a second approver is never replaced
+    if not allowed.even_if_destructive:
+        try:
+            destructive = (await tool.annotations(context)).destructive
+        except _UNKNOWN:
+            destructive = True  # unknown: taken at its worst
+        if destructive:
+            return None
+    return allowed

@@ -35,24 +35,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from mcp_bridge.confirmation.decisions import Decision, Responses, Run, Say, Turn
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.question import Question, open_question
 from mcp_bridge.questions import elicitation
-from mcp_bridge.questions.elicitation import Answered, Asked, PendingElicitation
-from mcp_bridge.questions.resume import MAX_ROUNDS, Resume, current_round, resume_input
+from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
 from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
-from mcp_bridge.sealing import PendingConfirmation, Seal
+from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import Skill, Step
+from mcp_bridge.tools.context import Resume
 
 log = logging.getLogger(__name__)
 
-# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the sealed call a
-# yes authorised (sent exactly as sealed, with its key) or None; what the run came to.
-RunFrom = Callable[[Skill, int, Turn, PendingConfirmation | None], Awaitable[Run]]
+# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the question (of the
+# one call) a yes authorised (sent exactly as sealed, with its key) or None, the step's call resumed
+# with the answers; what the run came to.
+RunFrom = Callable[[Skill, int, Turn, Question | None, Resume], Awaitable[Run]]
+
+KIND = "elicitation"
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class QuestionState:
     tool: str
     server: str
     arguments: dict[str, Any]
-    # The confirmation that authorised the call (its slot value, sealed), or None.
+    # The question (of this one call) that authorised it, sealed as it travels, or None.
     confirmation: dict[str, Any] | None
     request_state: str | None
     # The server's questions not yet asked (key -> request), the one being asked, the answers so far.
@@ -75,28 +79,19 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
-    # A 2025-11-25 server's call held open in the process that asked (mcp_bridge.questions.waiting_calls).
+    # A 2025-11-25 server's call kept open in the process that asked (mcp_bridge.questions.waiting_calls).
     handle: str | None = None
-    mac: str = field(default="", compare=False)
-
-    def to_slot(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
-    def from_slot(cls, raw: Any) -> QuestionState | None:
-        if not isinstance(raw, dict):
+    def from_record(cls, record: Any) -> QuestionState | None:
+        if not isinstance(record, dict):
             return None
         try:
             # A state from before ``handle`` existed has none.
-            names = [name for name in cls.__dataclass_fields__ if name in raw or name != "handle"]
-            return cls(**{name: raw[name] for name in names})
+            names = [name for name in cls.__dataclass_fields__ if name in record or name != "handle"]
+            return cls(**{name: record[name] for name in names})
         except (KeyError, TypeError):
             return None
-
-    def signed(self) -> dict[str, Any]:
-        data = self.to_slot()
-        del data["mac"]
-        return {"kind": "elicitation", **data}
 
 
 class ServerQuestions:
@@ -125,11 +120,12 @@ class ServerQuestions:
         step: Step,
         arguments: dict[str, Any],
         turn: Turn,
-        confirmed: PendingConfirmation | None,
+        confirmed: Question | None,
         stopped: InputRequiredError,
+        rounds: int,
     ) -> Run:
-        """The call stopped to ask: the first question, and the state for the next turn."""
-        rounds = current_round.get()
+        """The call stopped to ask (in its ``rounds``-th round of questions): the first question, and
+        the state for the next turn."""
         index = skill.steps.index(step)
         source = str(skill.tools[step.execute_tool])
         server = source.split(":", 1)[1] if source.startswith("mcp:") else source
@@ -144,7 +140,9 @@ class ServerQuestions:
             tool=step.execute_tool,
             server=server,
             arguments=dict(arguments),
-            confirmation=confirmed.to_slot() if confirmed is not None else None,
+            confirmation=confirmed.sealed(self._seal, turn.conversation_id)
+            if confirmed is not None
+            else None,
             request_state=stopped.request_state,
             handle=stopped.handle,
             waiting=waiting,
@@ -186,9 +184,8 @@ class ServerQuestions:
 
     async def answer(self, turn: Turn) -> Decision:
         """The loop's turn while a server's question is pending."""
-        raw = turn.slots.get(ELICITATION_SLOT)
-        state = QuestionState.from_slot(raw)
-        if state is None or not self._verified(state, turn):
+        state = self._open(turn)
+        if state is None:
             log.warning(
                 "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
             )
@@ -223,8 +220,8 @@ class ServerQuestions:
 
     async def cancel(self, turn: Turn) -> Decision:
         """The bot's "stop": the server's question is cancelled, and the server hears so."""
-        state = QuestionState.from_slot(turn.slots.get(ELICITATION_SLOT))
-        if state is None or not self._verified(state, turn) or state.user != turn.user or turn.unvouched:
+        state = self._open(turn)
+        if state is None or state.user != turn.user or turn.unvouched:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
         responses.update({key: {"action": "cancel"} for key in state.waiting})
@@ -233,30 +230,33 @@ class ServerQuestions:
     async def _resume(self, state: QuestionState, turn: Turn) -> Decision:
         """Send the call again with the answers; the skill goes on from its result."""
         skill = self._skills.get(state.skill)
-        confirmed = PendingConfirmation.from_slot(state.confirmation) if state.confirmation else None
         if skill is None or not 0 <= state.step < len(skill.steps):
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        if confirmed is not None and not self._seal.verify(confirmed, turn.conversation_id):
-            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        answers = Resume(state.server, state.tool, state.responses, state.request_state, state.handle)
-        token = resume_input.set(answers)
-        rounds = current_round.set(state.rounds + 1)
-        try:
-            # The confirmed call itself (its sealed arguments and key); a call that needed no
-            # confirmation runs from the step again, as it did before it was stopped.
-            run = await self._run_from(skill, state.step, turn, confirmed)
-        finally:
-            resume_input.reset(token)
-            current_round.reset(rounds)
+        confirmed = None
+        if state.confirmation is not None:
+            opened = open_question(state.confirmation, self._seal, turn.conversation_id, narrowed=True)
+            if not isinstance(opened, Question) or len(opened.calls) != 1:
+                return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+            confirmed = opened
+        answers = Resume(state.responses, state.request_state, state.handle, round=state.rounds + 1)
+        # The confirmed call itself (its sealed arguments and key); a call that needed no
+        # confirmation runs from the step again, as it did before it was stopped.
+        run = await self._run_from(skill, state.step, turn, confirmed, answers)
         return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
 
     # -- the seal -----------------------------------------------------------------------------
 
     def _sign(self, state: QuestionState, turn: Turn) -> dict[str, Any]:
-        return replace(state, mac=self._seal.sign_data(state.signed(), turn.conversation_id)).to_slot()
+        return self._seal.seal(KIND, asdict(state), turn.conversation_id)
 
-    def _verified(self, state: QuestionState, turn: Turn) -> bool:
-        return self._seal.verify_data(state.signed(), state.mac, turn.conversation_id)
+    def _open(self, turn: Turn) -> QuestionState | None:
+        """The server's question in the turn's slot, if it opens for this conversation (sealed by this
+        release, or by the previous one)."""
+        raw = turn.slots.get(ELICITATION_SLOT)
+        record = self._seal.open(KIND, raw, turn.conversation_id)
+        if record is None:
+            record = self._seal.open_previous(KIND, raw, turn.conversation_id)
+        return QuestionState.from_record(record)
 
     def _invalid(self) -> Say:
         return Say(self._responses.confirmation_invalid)

@@ -69,7 +69,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_bridge import mcp_sdk
 from mcp_bridge.auth.client_credentials import ClientCredentials
-from mcp_bridge.auth.person import PersonOAuth, current
+from mcp_bridge.auth.person import Acting, PersonOAuth
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import (
     InputRequiredError,
@@ -88,7 +88,7 @@ from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
 from mcp_bridge.observability import metrics
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions import waiting_calls as waiting_calls
-from mcp_bridge.questions.resume import MAX_ROUNDS, take_resume
+from mcp_bridge.questions.elicitation import MAX_ROUNDS
 from mcp_bridge.questions.waiting_calls import WaitingCall, WaitingCalls
 from mcp_bridge.tools import results
 from mcp_bridge.tools.results import ToolResult
@@ -176,12 +176,12 @@ class _Connection:
         config: MCPServerConfig,
         on_tools_changed: "asyncio.Event",
         auth: http.Auth | None = None,
-        held: WaitingCalls | None = None,
+        waiting: WaitingCalls | None = None,
     ) -> None:
         self.config = config
-        # Calls held open while the person answers a 2025-11-25 server's question
+        # Calls kept open while the person answers a 2025-11-25 server's question
         # (mcp_bridge.questions.waiting_calls).
-        self._held = held if held is not None else WaitingCalls()
+        self._waiting = waiting if waiting is not None else WaitingCalls()
         self._auth = auth
         # The session's opening requests (initialize): whether the server refused them unauthenticated.
         self._opening = Delivery()
@@ -241,7 +241,7 @@ class _Connection:
                 # the initialize handshake (2025-11-25 and older) when the server does not speak it.
                 # Elicitation (form and URL) is declared, so servers may ask the person. On a
                 # 2026-07-28 server the questions come back as input-required results; on a
-                # 2025-11-25 server they reach _on_elicitation inside the call, which is then held
+                # 2025-11-25 server they reach _on_elicitation inside the call, which is then kept open
                 # open while the person answers (mcp_bridge.questions.waiting_calls).
                 mcp_sdk.connect(
                     self.config.url,
@@ -273,7 +273,7 @@ class _Connection:
 
     async def _on_elicitation(self, asked: dict[str, Any]) -> dict[str, Any]:
         """A 2025-11-25 server's question in the middle of a call: handed to the caller, whose call is
-        then held open here while the person answers over the next turns (mcp_bridge.questions.waiting_calls).
+        then kept open here while the person answers over the next turns (mcp_bridge.questions.waiting_calls).
 
         The callback runs in the context of the call that asked (the SDK carries the caller's
         context), so :data:`waiting_calls.current` names it; a question with no call of ours to carry
@@ -350,12 +350,12 @@ class _Connection:
         session = self._require_session()
         delivery = Delivery()
         legacy = not session.stateless
-        held = WaitingCall(self.config.name, name, dict(arguments), self._held) if legacy else None
+        waiting = WaitingCall(self.config.name, name, dict(arguments), self._waiting) if legacy else None
         token = transport.delivery.set(delivery)
-        asking = waiting_calls.current.set(held)
+        asking = waiting_calls.current.set(waiting)
         responses, state = resume if resume is not None else (None, None)
-        # A held call waits for the person too: the SDK's own deadline leaves room for that.
-        read_timeout = timeout + self._held.wait_seconds * MAX_ROUNDS if legacy else timeout
+        # A waiting call waits for the person too: the SDK's own deadline leaves room for that.
+        read_timeout = timeout + self._waiting.wait_seconds * MAX_ROUNDS if legacy else timeout
         try:
             call = asyncio.create_task(
                 session.call_tool(
@@ -370,9 +370,9 @@ class _Connection:
         finally:
             waiting_calls.current.reset(asking)
             transport.delivery.reset(token)
-        if held is not None:
-            held.task, held.ended, held.delivery = call, self._ended, delivery
-        result, failure = await follow(call, self._ended, held, timeout, lambda: self._failure)
+        if waiting is not None:
+            waiting.task, waiting.ended, waiting.delivery = call, self._ended, delivery
+        result, failure = await follow(call, self._ended, waiting, timeout, lambda: self._failure)
         return result, failure, delivery
 
     def _require_session(self) -> Session:
@@ -392,23 +392,23 @@ class _Connection:
 async def follow(
     call: "asyncio.Task[Any]",
     ended: "asyncio.Future[None]",
-    held: WaitingCall | None,
+    waiting: WaitingCall | None,
     timeout: float,
     failure: Any,
 ) -> tuple[CallToolResult | InputRequiredResult | WaitingCall | None, BaseException | None]:
-    """Wait for the call's result, the connection's end, or (a held call) the server's question,
+    """Wait for the call's result, the connection's end, or (a waiting call) the server's question,
     whichever comes first; ``failure()`` is why the connection ended. A call that asked stays
     running, watched, in the background; any other call not finished in time is cancelled."""
-    question = asyncio.create_task(held.next_question()) if held is not None else None
-    waiting: set[asyncio.Future[Any]] = {call, ended, *([question] if question else [])}
+    question = asyncio.create_task(waiting.next_question()) if waiting is not None else None
+    pending: set[asyncio.Future[Any]] = {call, ended, *([question] if question else [])}
     try:
-        done, _ = await asyncio.wait(waiting, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
+        done, _ = await asyncio.wait(pending, timeout=timeout + 1.0, return_when="FIRST_COMPLETED")
     finally:
         if question is not None and not question.done():
             question.cancel()
-    if call not in done and question is not None and question in done and held is not None:
-        waiting_calls.watch(call, held)
-        return held, None
+    if call not in done and question is not None and question in done and waiting is not None:
+        waiting_calls.watch(call, waiting)
+        return waiting, None
     if call in done:
         if call.cancelled():
             return None, failure() or asyncio.CancelledError()
@@ -451,8 +451,8 @@ class MCPRuntime:
         # One OAuth provider per server with an oauth block, kept across sessions: a new session
         # reuses the token.
         self._auth: dict[str, ClientCredentials] = {}
-        # Calls held open while the person answers a 2025-11-25 server's question.
-        self.held = WaitingCalls()
+        # Calls kept open while the person answers a 2025-11-25 server's question.
+        self.waiting = WaitingCalls()
         self._connect_timeout = connect_timeout
         self.sessions_opened = 0
 
@@ -460,9 +460,12 @@ class MCPRuntime:
     def servers(self) -> Mapping[str, MCPServerConfig]:
         return self._servers
 
-    async def tools(self, server: str, *, refresh: bool = False) -> Mapping[str, McpToolInfo]:
-        """The server's tool catalogue (schemas and annotations), cached until it changes."""
-        connection = await self._connection(server)
+    async def tools(
+        self, server: str, *, refresh: bool = False, acting: Acting | None = None
+    ) -> Mapping[str, McpToolInfo]:
+        """The server's tool catalogue (schemas and annotations), cached until it changes. ``acting``:
+        whom a server that acts as the person is asked for (None: nobody, which it refuses)."""
+        connection = await self._connection(server, acting)
         stale = self._stale[server]
         if refresh or stale.is_set() or server not in self._catalogues:
             stale.clear()
@@ -472,7 +475,7 @@ class MCPRuntime:
 
     async def describe(self, server: str) -> ServerDescription:
         """Which revision ``server`` speaks, its capabilities and the auth configured (connects)."""
-        connection = await self._connection(server)
+        connection = await self._connection(server, None)
         config = self._servers[server]
         info = connection.server_info
         return ServerDescription(
@@ -484,12 +487,12 @@ class MCPRuntime:
             capabilities=_capabilities(connection.capabilities),
         )
 
-    async def get_tool(self, server: str, tool_name: str) -> McpToolInfo:
+    async def get_tool(self, server: str, tool_name: str, *, acting: Acting | None = None) -> McpToolInfo:
         """What ``server`` publishes about ``tool_name`` (schemas, annotations); the catalogue is read
         again once before the tool is declared missing."""
-        catalogue = await self.tools(server)
+        catalogue = await self.tools(server, acting=acting)
         if tool_name not in catalogue:
-            catalogue = await self.tools(server, refresh=True)
+            catalogue = await self.tools(server, refresh=True, acting=acting)
         if tool_name not in catalogue:
             raise ToolNotFoundError(f"MCP server {server!r} does not serve a tool named {tool_name!r}")
         return catalogue[tool_name]
@@ -506,8 +509,10 @@ class MCPRuntime:
         input_responses: Mapping[str, Mapping[str, Any]] | None = None,
         request_state: str | None = None,
         handle: str | None = None,
+        acting: Acting | None = None,
     ) -> ToolResult:
-        """Validate, call once (see the retry rule above) and normalise the result.
+        """Validate, call once (see the retry rule above) and normalise the result. ``acting``: whom
+        a server that acts as the person is called for (None: nobody, which it refuses unsent).
 
         The call's ``_meta`` is the server's ``meta_map`` (``static``, then the ``from_slots`` values
         read from ``slots``, the conversation's) with ``meta`` (the bridge's own keys) on top.
@@ -515,10 +520,10 @@ class MCPRuntime:
         A 2026-07-28 server that stops the call to ask the person raises :class:`InputRequiredError`
         (its questions and ``request_state``); the same call sent again with ``input_responses``
         (each ``{"action": ..., "content": ...}``, by the question's key) and that ``request_state``
-        goes on where it stopped. A 2025-11-25 server asks inside the call instead: the call is held
+        goes on where it stopped. A 2025-11-25 server asks inside the call instead: the call is kept
         open here and the error carries its ``handle`` (no ``request_state``); the same call with
-        ``input_responses`` and that ``handle`` gives the answers to the held call and returns its
-        result (:class:`QuestionLapsedError` when it is no longer held: see
+        ``input_responses`` and that ``handle`` gives the answers to the waiting call and returns its
+        result (:class:`QuestionLapsedError` when it is no longer waiting: see
         mcp_bridge.questions.waiting_calls).
         """
         if server not in self._servers:
@@ -526,20 +531,15 @@ class MCPRuntime:
         config = self._servers[server]
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
-        tool = await self.get_tool(server, tool_name)
+        tool = await self.get_tool(server, tool_name, acting=acting)
         validate_against_schema(tool.name, tool.input_schema, args)
         # A result's schema with a pattern that cannot be run would be found only after the call
         # ran (and maybe wrote): refused before it is sent instead.
         check_schema_patterns(tool.name, tool.output_schema or {})
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
-        if input_responses is None and request_state is None and handle is None:
-            # The executor resuming a call a server stopped to ask (mcp_bridge.confirmation.server_questions).
-            waiting = take_resume(server, tool_name)
-            if waiting is not None:
-                input_responses, request_state, handle = waiting
         if handle is not None:
-            return await self._answer_held(server, tool_name, args, handle, input_responses or {}, timeout)
+            return await self._answer_waiting(server, tool_name, args, handle, input_responses or {}, timeout)
         if input_responses is not None or request_state is not None:
             answers = {
                 key: ElicitResult.model_validate(dict(value))
@@ -547,14 +547,14 @@ class MCPRuntime:
             }
             resume = (answers, request_state)
         for attempt in (1, 2):
-            connection = await self._connection(server)
+            connection = await self._connection(server, acting)
             result, failure, delivery = await connection.call_tool(
                 tool_name, args, timeout, call_meta or None, resume
             )
             if isinstance(result, InputRequiredResult):
                 raise _input_required(server, tool_name, result)
             if isinstance(result, WaitingCall):
-                raise _held_question(server, tool_name, result)
+                raise _waiting_question(server, tool_name, result)
             if result is not None:
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
@@ -563,7 +563,7 @@ class MCPRuntime:
                 raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
                 if config.acts_as_person:
-                    await self._person_refused(server)  # raises SignInRequiredError: nothing ran
+                    await self._person_refused(server, acting)  # raises SignInRequiredError: nothing ran
                 # Refused by the server's authentication, after the one new token: it never ran.
                 raise NotAuthorisedError(
                     f"MCP tool {tool_name!r} on server {server!r} was refused (HTTP {delivery.refused}): "
@@ -577,7 +577,7 @@ class MCPRuntime:
             raise _call_error(server, tool_name, failure, never_arrived, timeout)
         raise AssertionError("unreachable")
 
-    async def _answer_held(
+    async def _answer_waiting(
         self,
         server: str,
         tool_name: str,
@@ -586,10 +586,10 @@ class MCPRuntime:
         responses: Mapping[str, Mapping[str, Any]],
         timeout: float,
     ) -> ToolResult:
-        """Give the person's answers to the 2025-11-25 call held open here, and follow it again."""
+        """Give the person's answers to the 2025-11-25 call kept open here, and follow it again."""
         where = f"MCP tool {tool_name!r} on server {server!r}"
-        held = self.held.claim(handle, server, tool_name, arguments)
-        if held is None or held.task is None or held.ended is None or not held.answer(responses):
+        waiting = self.waiting.claim(handle, server, tool_name, arguments)
+        if waiting is None or waiting.task is None or waiting.ended is None or not waiting.answer(responses):
             raise QuestionLapsedError(
                 f"{where} stopped waiting for the person's answer (the wait ran out, or another "
                 "process holds the call): the server was told cancel and the tool decided without "
@@ -599,9 +599,9 @@ class MCPRuntime:
         def failure() -> BaseException | None:
             return None
 
-        result, failed = await follow(held.task, held.ended, held, timeout, failure)
+        result, failed = await follow(waiting.task, waiting.ended, waiting, timeout, failure)
         if isinstance(result, WaitingCall):
-            raise _held_question(server, tool_name, result)
+            raise _waiting_question(server, tool_name, result)
         if isinstance(result, CallToolResult):
             return results.from_mcp(tool_name, server, result)
         invalid = _invalid_result(server, tool_name, failed) if failed is not None else None
@@ -619,27 +619,26 @@ class MCPRuntime:
         if self.person_oauth is not None:
             await self.person_oauth.aclose()
 
-    async def _person_connection(self, server: str) -> _Connection:
-        """The session of ``server`` for the person being served, with their valid token now."""
+    async def _person_connection(self, server: str, who: Acting | None) -> _Connection:
+        """The session of ``server`` for the person ``who`` names, with their valid token now."""
         if self.person_oauth is None:
             raise ServerUnavailableError(
                 f"MCP server {server!r} acts as the person, and no token store is set up"
             )
-        who = current()
         if who is None or who.person is None:
             # Refused before anything is sent: no one to act as (raises, with no link).
             await self.person_oauth.access_token(server, None, "", None)
             raise AssertionError("unreachable")
         token = await self.person_oauth.access_token(server, who.person, who.conversation, who.skill)
         key = (server, who.person)
-        held = self._people.get(key)
-        if held is not None and held[0].alive:
+        kept = self._people.get(key)
+        if kept is not None and kept[0].alive:
             self._people.move_to_end(key)
-            held[1].token = token
-            return held[0]
-        if held is not None:
+            kept[1].token = token
+            return kept[0]
+        if kept is not None:
             del self._people[key]
-            await held[0].close()
+            await kept[0].close()
         bearer = _PersonBearer()
         bearer.token = token
         stale = self._stale.setdefault(server, asyncio.Event())
@@ -654,20 +653,19 @@ class MCPRuntime:
             await oldest.close()
         return connection
 
-    async def _person_refused(self, server: str) -> None:
+    async def _person_refused(self, server: str, who: Acting | None) -> None:
         """The server refused the person's token: it is dropped, and they are asked to sign in again."""
-        who = current()
         assert self.person_oauth is not None and who is not None and who.person is not None
-        held = self._people.pop((server, who.person), None)
-        if held is not None:
-            await held[0].close()
+        kept = self._people.pop((server, who.person), None)
+        if kept is not None:
+            await kept[0].close()
         await self.person_oauth.forget(server, who.person)
         await self.person_oauth.access_token(server, who.person, who.conversation, who.skill)  # raises
         raise AssertionError("unreachable")
 
-    async def _connection(self, server: str) -> _Connection:
+    async def _connection(self, server: str, acting: Acting | None) -> _Connection:
         if server in self._servers and self._servers[server].acts_as_person:
-            return await self._person_connection(server)
+            return await self._person_connection(server, acting)
         connection = self._connections.get(server)
         if connection is not None and connection.alive:
             return connection
@@ -688,7 +686,7 @@ class MCPRuntime:
             config = self._servers[server]
             if config.oauth is not None and not config.acts_as_person and server not in self._auth:
                 self._auth[server] = ClientCredentials(config.url, config.oauth)
-            connection = _Connection(config, stale, self._auth.get(server), self.held)
+            connection = _Connection(config, stale, self._auth.get(server), self.waiting)
             await connection.open(self._connect_timeout)
             self.sessions_opened += 1
             metrics.opened_session(server)
@@ -700,8 +698,8 @@ class MCPRuntime:
     async def _drop(self, server: str, connection: _Connection) -> None:
         if self._connections.get(server) is connection:
             del self._connections[server]
-        for key, (held, _) in list(self._people.items()):
-            if held is connection:
+        for key, (kept, _) in list(self._people.items()):
+            if kept is connection:
                 del self._people[key]
         await connection.close()
 
@@ -730,15 +728,15 @@ def _input_required(server: str, tool: str, result: InputRequiredResult) -> Tool
     )
 
 
-def _held_question(server: str, tool: str, held: WaitingCall) -> InputRequiredError:
-    asking = held._asking
+def _waiting_question(server: str, tool: str, waiting: WaitingCall) -> InputRequiredError:
+    asking = waiting._asking
     requests: dict[str, dict[str, object]] = {waiting_calls.KEY: dict(asking.params) if asking else {}}
     return InputRequiredError(
         f"MCP tool {tool!r} on server {server!r} asks the person a question in the middle of the call; "
-        "the call is held open here until the answer comes",
+        "the call is kept open here until the answer comes",
         requests=requests,
         request_state=None,
-        handle=held.handle,
+        handle=waiting.handle,
     )
 
 

@@ -4,9 +4,8 @@ the executor makes, one JSON line each.
 Entries carry digests, never the arguments: note text stays out of logs. A call entry
 (``decision: "called"``) has the digest of the whole call and one digest per argument
 (:func:`argument_digest`), so a test can check "this tool was called with this text" without the
-text ever being written down. Calls are attributed to the conversation being served
-(:func:`serving`); the action server sets it for each webhook request it answers
-(:func:`mcp_bridge.rasa.server.attribute_calls`), so a call is attributed whichever action made it.
+text ever being written down. A call is attributed to the conversation its context names
+(:class:`mcp_bridge.tools.context.CallContext`).
 
 Each entry names the process that wrote it (``pid``): an action server with several workers, or
 several replicas on one host, write to one trail. Read it back with
@@ -22,45 +21,18 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.sealing import PendingConfirmation, call_digest
+from mcp_bridge.question import AskedCall, Question
+from mcp_bridge.sealing import call_digest
 
 log = logging.getLogger(__name__)
 
 AuditObserver = Callable[[Mapping[str, Any]], None]
 
 CALLED = "called"
-
-_serving: ContextVar[str | None] = ContextVar("mcp_bridge_conversation", default=None)
-
-
-@contextmanager
-def serving(conversation_id: str) -> Iterator[None]:
-    """Attribute every tool call made inside this block to ``conversation_id``."""
-    token = _serving.set(conversation_id)
-    try:
-        yield
-    finally:
-        _serving.reset(token)
-
-
-def attribute_to(conversation_id: str | None) -> None:
-    """Attribute the calls that follow, in this task, to ``conversation_id``.
-
-    For a framework hook that runs at the start of each request, in the request's own task (a
-    web server's request middleware); everywhere else use :func:`serving`.
-    """
-    _serving.set(conversation_id)
-
-
-def current_conversation() -> str | None:
-    """The conversation being served (see :func:`serving`), or None outside any."""
-    return _serving.get()
 
 
 def argument_digest(name: str, value: Any) -> str:
@@ -94,18 +66,24 @@ class AuditLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def record_question(
-        self, conversation: str, pending: PendingConfirmation, decision: str, result: str | None, **extra: Any
+        self,
+        conversation: str,
+        question: Question,
+        call: AskedCall,
+        decision: str,
+        result: str | None,
+        **extra: Any,
     ) -> None:
-        """An entry about a sealed question: what was decided about it, and what came of it."""
+        """An entry about one call of a question: what was decided about it, and what came of it."""
         self.record(
             conversation=conversation,
             # Who was asked (None: the channel names nobody).
-            user=pending.user,
-            skill=pending.skill,
-            tool=pending.tool,
-            source=pending.source,
-            confirmation=pending.id,
-            digest=pending.digest,
+            user=question.user,
+            skill=question.skill,
+            tool=call.tool,
+            source=call.source,
+            confirmation=call.id,
+            digest=call.digest,
             decision=decision,
             result=result,
             **extra,
@@ -135,13 +113,14 @@ class AuditLog:
         source: str,
         arguments: Mapping[str, Any],
         *,
+        conversation: str | None,
         key: str | None,
         result: str,
         sent: bool,
     ) -> None:
-        """Record one call of a tool (``decision: "called"``), for the conversation being served."""
+        """Record one call of a tool (``decision: "called"``) made in ``conversation``."""
         self.record(
-            conversation=current_conversation(),
+            conversation=conversation,
             skill=skill,
             tool=tool,
             source=source,

@@ -44,13 +44,13 @@ from urllib.parse import urlsplit
 
 import jsonschema
 
+from mcp_bridge.contract import RESPONSES
 from mcp_bridge.tools.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
 
 __all__ = [
     "ALL_AT_ONCE_FIELDS",
     "MAX_ANSWER",
     "MAX_FIELDS",
-    "RESPONSES",
     "Answered",
     "Asked",
     "Field",
@@ -61,16 +61,17 @@ __all__ = [
     "reply",
 ]
 
+# At most this many rounds of questions for one call: a server that keeps asking is stopped.
+MAX_ROUNDS = 5
 MAX_ANSWER = 2000
 MAX_FIELDS = 20
 ALL_AT_ONCE_FIELDS = 3
 
-# The responses this module asks the bot to say (variables in brackets): the domain defines them.
-ASK_FIELD = "utter_elicitation_field"  # server, message, field, description, choices, optional
-ASK_ALL = "utter_elicitation_form"  # server, message, fields
-ASK_URL = "utter_elicitation_url"  # server, message, domain, url
-INVALID = "utter_elicitation_invalid"  # server, field, reason
-RESPONSES = frozenset({ASK_FIELD, ASK_ALL, ASK_URL, INVALID})
+# The responses this module asks the bot to say (mcp_bridge.contract's catalogue: variables there).
+ASK_FIELD = RESPONSES.elicitation_field
+ASK_ALL = RESPONSES.elicitation_form
+ASK_URL = RESPONSES.elicitation_url
+INVALID = RESPONSES.elicitation_invalid
 
 Action = Literal["accept", "decline", "cancel"]
 

@@ -1,25 +1,25 @@
-"""Questions from 2025-11-25 servers: the call that asks, held open here while the person answers.
+"""Questions from 2025-11-25 servers: the call that asks, kept open here while the person answers.
 
 A 2025-11-25 server asks the person inside the running ``tools/call`` (``elicitation/create`` on the
 call's own stream) and wants the answer within that exchange, while the action server must answer
-Rasa before the person can even see the question. So the call is held: the SDK's elicitation
+Rasa before the person can even see the question. So the call is kept open: the SDK's elicitation
 callback hands the question to the caller (:meth:`WaitingCall.ask`), the caller raises
 :class:`~mcp_bridge.errors.InputRequiredError` with the call's ``handle``, the executor asks the
 person over turns exactly as for a 2026-07-28 server, and on the answer turn the runtime gives the
-answers to the held call (:meth:`WaitingCalls.claim`, :meth:`WaitingCall.answer`) and waits for its result.
+answers to the waiting call (:meth:`WaitingCalls.claim`, :meth:`WaitingCall.answer`) and waits for its result.
 
 Limits, by design:
 
 * The callback waits for the person at most :data:`WAIT_SECONDS` (``ELICITATION_WAIT_SECONDS``,
   default 120) per question; then the server hears ``cancel`` and its tool decides what to do
   without the answer (it may still write: the bot says so when the answer comes late).
-* At most :data:`MAX_HELD` calls (``ELICITATION_MAX_HELD``, default 16) are held at once per
+* At most :data:`MAX_WAITING` calls (``ELICITATION_MAX_HELD``, default 16) are held at once per
   runtime; a question beyond that is answered ``cancel`` at once.
 * The answer must reach this process: it works with one action-server worker, or with sticky
   routing per conversation. An answer that reaches another process, or this one after a restart,
-  finds no held call (:class:`~mcp_bridge.errors.QuestionLapsedError`).
+  finds no waiting call (:class:`~mcp_bridge.errors.QuestionLapsedError`).
 
-Every held call's task is watched: when it ends (result, failure or the connection closing) it
+Every waiting call's task is watched: when it ends (result, failure or the connection closing) it
 leaves the registry, and its outcome is retrieved, so nothing leaks.
 """
 
@@ -43,7 +43,7 @@ CANCEL: dict[str, Any] = {"action": "cancel"}
 # Defaults; the action server reads ELICITATION_WAIT_SECONDS and ELICITATION_MAX_HELD at start
 # (mcp_bridge.rasa.build), with its other settings.
 WAIT_SECONDS = 120.0
-MAX_HELD = 16
+MAX_WAITING = 16
 
 
 @dataclass
@@ -118,33 +118,33 @@ class WaitingCall:
 
 # The call the current task is making (read by the SDK's elicitation callback, which runs in the
 # caller's context).
-current: ContextVar[WaitingCall | None] = ContextVar("mcp_bridge_held_call", default=None)
+current: ContextVar[WaitingCall | None] = ContextVar("mcp_bridge_waiting_call", default=None)
 
 
 class WaitingCalls:
-    """The calls held open in this process, by handle (one registry per runtime)."""
+    """The calls kept open in this process, by handle (one registry per runtime)."""
 
-    def __init__(self, limit: int = MAX_HELD, wait_seconds: float = WAIT_SECONDS) -> None:
+    def __init__(self, limit: int = MAX_WAITING, wait_seconds: float = WAIT_SECONDS) -> None:
         self.limit = limit
         self.wait_seconds = wait_seconds
-        self._held: dict[str, WaitingCall] = {}
+        self._waiting: dict[str, WaitingCall] = {}
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._waiting)
 
     def room(self, call: WaitingCall) -> bool:
-        return call.handle in self._held or len(self._held) < self.limit
+        return call.handle in self._waiting or len(self._waiting) < self.limit
 
     def hold(self, call: WaitingCall) -> None:
-        self._held[call.handle] = call
+        self._waiting[call.handle] = call
 
     def release(self, call: WaitingCall) -> None:
-        if self._held.get(call.handle) is call:
-            del self._held[call.handle]
+        if self._waiting.get(call.handle) is call:
+            del self._waiting[call.handle]
 
     def claim(self, handle: str, server: str, tool: str, arguments: Mapping[str, Any]) -> WaitingCall | None:
-        """The held call ``handle`` names, if it is still waiting here for this very call's answer."""
-        call = self._held.get(handle)
+        """The waiting call ``handle`` names, if it is still waiting here for this very call's answer."""
+        call = self._waiting.get(handle)
         if call is None or (call.server, call.tool, call.arguments) != (server, tool, dict(arguments)):
             return None
         if call._asking is None or call._asking.answer.done():
@@ -153,11 +153,11 @@ class WaitingCalls:
 
 
 def watch(task: asyncio.Task[Any], call: WaitingCall) -> None:
-    """When ``task`` (the held call) ends, it leaves the registry and its outcome is retrieved."""
+    """When ``task`` (the waiting call) ends, it leaves the registry and its outcome is retrieved."""
 
     def ended(done: asyncio.Task[Any]) -> None:
         call.registry.release(call)
         if not done.cancelled():
-            done.exception()  # retrieved: a held call abandoned by its caller logs no warning
+            done.exception()  # retrieved: a waiting call abandoned by its caller logs no warning
 
     task.add_done_callback(ended)

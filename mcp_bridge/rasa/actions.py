@@ -19,7 +19,7 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.auth.person import SignInRequiredError, acting
+from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation.executor import Decision, Turn
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
@@ -34,7 +34,6 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 from mcp_bridge.rasa.person_actions import sign_in_decision
-from mcp_bridge.sealing import question_from_slot
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +55,6 @@ class ExecutorAction(Action, ABC):
     @abstractmethod
     async def decide(self, turn: Turn) -> Decision: ...
 
-    def skill_of(self, turn: Turn) -> str | None:
-        """The skill this action runs (for a sign-in's resume), if it runs one."""
-        question = question_from_slot(turn.slots.get(PENDING_SLOT))
-        return question[0].skill if question else None
-
     async def run(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
     ) -> list[dict[str, Any]]:
@@ -70,9 +64,9 @@ class ExecutorAction(Action, ABC):
         self, turn: Turn, decide: Callable[[Turn], Awaitable[Decision]], dispatcher: CollectingDispatcher
     ) -> list[dict[str, Any]]:
         try:
-            # A server that acts as the person is called as the person the channel named.
-            with acting(turn.conversation_id, turn.user, self.skill_of(turn)):
-                decision = await decide(turn)
+            # A server that acts as the person is called as the person the channel named (the
+            # executor passes the turn's person with every call).
+            decision = await decide(turn)
         except SignInRequiredError as exc:
             # Nothing was sent: the person signs in first (the link), then the skill goes on.
             decision = sign_in_decision(exc, answering=self.action_name == CONFIRMATION_LOOP)
@@ -153,9 +147,6 @@ class SkillAction(ExecutorAction, ABC):
     @property
     @abstractmethod
     def skill_id(self) -> str: ...
-
-    def skill_of(self, turn: Turn) -> str | None:
-        return self.skill_id
 
     async def decide(self, turn: Turn) -> Decision:
         return await executor().start(self.skill_id, turn)

@@ -8,8 +8,8 @@ MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
 when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
 approved call may go unrecorded before it counts as lost and is resumed;
-:mod:`mcp_bridge.approvals.second_approver`
-rule 5); with a server that acts as the person, MCP_TOKEN_KEY
+:mod:`mcp_bridge.approvals.second_approver`'s
+``lost_run``); with a server that acts as the person, MCP_TOKEN_KEY
 (encrypts the people's tokens; required, long and random, the same on every replica) and
 MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
@@ -32,13 +32,13 @@ from mcp_bridge.approvals.store import open_store
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor, Responses
+from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
 from mcp_bridge.confirmation.gate import declared
+from mcp_bridge.contract import RESPONSES
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability import metrics
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.questions import elicitation
 from mcp_bridge.questions import waiting_calls as waiting_calls
 from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
 from mcp_bridge.sealing import Seal
@@ -53,15 +53,6 @@ from mcp_bridge.skills.files import (
 from mcp_bridge.skills.toolbox import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
-
-# Said by the plugin's actions for servers that act as the person (mcp_bridge.rasa.person_actions).
-PERSON_RESPONSES = (
-    "utter_mcp_sign_in",
-    "utter_mcp_sign_in_again",
-    "utter_mcp_nobody_to_act_as",
-    "utter_mcp_disconnected",
-    "utter_mcp_not_connected",
-)
 
 # Without CONFIRMATION_SECRET, the action server's main process draws a key for itself and its worker
 # processes (mcp_bridge.rasa.server) and passes it on in this variable; it dies with them.
@@ -80,13 +71,13 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     domain = env.get("DOMAIN", "domain.yml")
     servers = load_mcp_servers(endpoints, env, allow_unset=allow_unset)
     check_meta_slots(servers, domain)
-    responses = Responses()
+    responses = RESPONSES
     known_responses = domain_responses(domain)
     acts_as_person = any(server.acts_as_person for server in servers.values())
     person = None
     if acts_as_person and not allow_unset:
         person = PersonOAuth(servers, TokenStore.from_env(env))  # refuses a missing or weak key
-    needed = responses.names() | elicitation.RESPONSES | (set(PERSON_RESPONSES) if acts_as_person else set())
+    needed = responses.for_every_bot() | (responses.for_acting_as_the_person() if acts_as_person else set())
     missing = sorted(needed - known_responses)
     if missing:
         raise ConfigError(
@@ -98,7 +89,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
     )
     if any(c.allows_remembering for skill in skills.values() for c in skill.constraints.values()):
-        missing = sorted(responses.permission_names() - known_responses)
+        missing = sorted(responses.for_remembering() - known_responses)
         if missing:
             raise ConfigError(
                 f"{domain}: a skill allows remembered permissions, and these responses are missing: "
@@ -123,19 +114,26 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     )
     seal = confirmation_seal(env)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
-    held = None
+    second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
-        missing = sorted(approvals.RESPONSES.names() - known_responses)
+        missing = sorted(responses.for_approvals() - known_responses)
         if missing:
             raise ConfigError(
                 f"{domain}: a skill requires a second approver, and these responses are missing: "
                 f"{', '.join(missing)} (`mcp-bridge init` adds them)"
             )
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
-        held = approvals.Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease)
+        second_approvers = approvals.Approvals(
+            open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease
+        )
     runtime = MCPRuntime(servers, person_oauth=person)
-    runtime.held.wait_seconds = _positive_float(env, "ELICITATION_WAIT_SECONDS", waiting_calls.WAIT_SECONDS)
-    runtime.held.limit = _positive_int(env, "ELICITATION_MAX_HELD", waiting_calls.MAX_HELD)
+    runtime.waiting.wait_seconds = _positive_float(
+        env, "ELICITATION_WAIT_SECONDS", waiting_calls.WAIT_SECONDS
+    )
+    if "ELICITATION_MAX_WAITING" in env or "ELICITATION_MAX_HELD" not in env:
+        runtime.waiting.limit = _positive_int(env, "ELICITATION_MAX_WAITING", waiting_calls.MAX_WAITING)
+    else:  # the setting's name in release 0.2.0, still read when the new one is unset
+        runtime.waiting.limit = _positive_int(env, "ELICITATION_MAX_HELD", waiting_calls.MAX_WAITING)
     built = Executor(
         skills,
         ToolBox(local, runtime, audit=audit),  # every call is an entry too
@@ -144,7 +142,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         audit=audit,
         seal=seal,
         reader=reader,
-        approvals=held,
+        approvals=second_approvers,
     )
     for skill in skills.values():
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
@@ -206,29 +204,39 @@ _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "
 
 
 def confirmation_seal(env: Mapping[str, str]) -> Seal:
-    """The seal for CONFIRMATION_SECRET; refuses a short or placeholder one (ConfigError).
+    """The seal for CONFIRMATION_SECRET (and CONFIRMATION_EXTRA_SECRETS); refuses a short or
+    placeholder secret (ConfigError).
 
-    Anyone who knows the secret can forge a question's seal, and so a "yes" to a call nobody asked
-    about: it must be long and random. Unset, the process draws one of its own (with a warning).
+    Anyone who knows a secret can forge a question's seal, and so a "yes" to a call nobody asked
+    about: each must be long and random. CONFIRMATION_SECRET seals and opens; the extra secrets
+    (separated by commas) only open, for a rotation: add the new secret there on every replica, then
+    swap the two, then drop the old one. Unset, the process draws a secret of its own (with a warning).
     """
     secret = env.get("CONFIRMATION_SECRET")
+    extra = [part.strip() for part in env.get("CONFIRMATION_EXTRA_SECRETS", "").split(",") if part.strip()]
     if not secret:
+        if extra:
+            raise ConfigError(
+                "environment variable CONFIRMATION_EXTRA_SECRETS is set but CONFIRMATION_SECRET is not: "
+                "the extra secrets only open what they sealed; set the one that seals"
+            )
         return Seal.ephemeral(_process_key(env))
-    weakness = _weakness(secret)
-    if weakness and env.get(DEVELOPMENT_FLAG) == "1":
-        log.warning(
-            "CONFIRMATION_SECRET %s; accepted only because %s=1 (never in production)",
-            weakness,
-            DEVELOPMENT_FLAG,
-        )
-    elif weakness:
-        raise ConfigError(
-            f"environment variable CONFIRMATION_SECRET {weakness}: anyone who can guess it can forge a "
-            "confirmation. Use at least 32 random bytes, e.g. the output of "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
-            f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
-        )
-    return Seal(secret.encode())
+    named = [("CONFIRMATION_SECRET", secret)]
+    named += [(f"secret {n} of CONFIRMATION_EXTRA_SECRETS", s) for n, s in enumerate(extra, start=1)]
+    for which, value in named:
+        weakness = _weakness(value)
+        if weakness and env.get(DEVELOPMENT_FLAG) == "1":
+            log.warning(
+                "%s %s; accepted only because %s=1 (never in production)", which, weakness, DEVELOPMENT_FLAG
+            )
+        elif weakness:
+            raise ConfigError(
+                f"environment variable {which} {weakness}: anyone who can guess it can forge a "
+                "confirmation. Use at least 32 random bytes, e.g. the output of "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
+                f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
+            )
+    return Seal(*(value.encode() for _, value in named))
 
 
 def _weakness(secret: str) -> str | None:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.observability.audit import attribute_to
 from mcp_bridge.rasa.server import LOOPBACK
 
 log = logging.getLogger(__name__)
@@ -146,12 +145,10 @@ def guarded_servicer(base: type[Any], token: str | None) -> type[Any]:
 
         async def Webhook(self, request: Any, context: Any) -> Any:  # noqa: N802
             await allowed(context)
-            attribute_to(request.sender_id or None)
             return await super().Webhook(request, context)
 
         async def WebhookStream(self, request: Any, context: Any) -> Any:  # noqa: N802
             await allowed(context)
-            attribute_to(request.sender_id or None)
             async for event in super().WebhookStream(request, context):
                 yield event
 

@@ -19,9 +19,9 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
-from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError, acting
+from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
 from mcp_bridge.confirmation.executor import Decision, Say
-from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESUME_ACTION, RESUME_ENTITY
+from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESPONSES, RESUME_ACTION, RESUME_ENTITY
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.rasa.sign_in import open_resume
@@ -36,8 +36,8 @@ def sign_in_decision(exc: SignInRequiredError, *, answering: bool = False) -> De
     question is closed unrun (the executor audited it), and the skill asks again after the sign-in."""
     slots = {PENDING_SLOT: None} if answering else {}
     if exc.link is None:
-        return Decision("unavailable", [Say("utter_mcp_nobody_to_act_as", {"server": exc.server})], slots)
-    response = "utter_mcp_sign_in_again" if exc.again else "utter_mcp_sign_in"
+        return Decision("unavailable", [Say(RESPONSES.nobody_to_act_as, {"server": exc.server})], slots)
+    response = RESPONSES.sign_in_again if exc.again else RESPONSES.sign_in
     variables = {"server": exc.server, "domain": exc.link.domain, "link": exc.link.url}
     return Decision("unavailable", [Say(response, variables)], slots)
 
@@ -75,15 +75,14 @@ class ResumeAfterSignIn(Action):
         # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned).
         turn = replace(turn, user=signed.person, new_message=False, unvouched=None, said_at=None)
         try:
-            with acting(turn.conversation_id, signed.person, skill.id):
-                decision = await executor().start(skill.id, turn)
+            decision = await executor().start(skill.id, turn)
         except SignInRequiredError as exc:
             decision = sign_in_decision(exc)
         except Exception:
             log.exception(
                 "%s failed in conversation %s; nothing was written", RESUME_ACTION, turn.conversation_id
             )
-            decision = Decision("failed", [Say("utter_tool_unavailable")])
+            decision = Decision("failed", [Say(RESPONSES.tool_unavailable)])
         return apply_decision(decision, dispatcher, action=RESUME_ACTION, loop_active=turn.loop_active)
 
 
@@ -97,16 +96,16 @@ class DisconnectPerson(Action):
         turn = turn_from_tracker(tracker)
         person = person_oauth()
         if turn.user is None or person is None:
-            dispatcher.utter_message(response="utter_mcp_nobody_to_act_as")
+            dispatcher.utter_message(response=RESPONSES.nobody_to_act_as)
             return []
         try:
             removed = await person.disconnect(turn.user)
         except Exception:
             log.exception("%s failed in conversation %s", DISCONNECT_ACTION, turn.conversation_id)
-            dispatcher.utter_message(response="utter_tool_unavailable")
+            dispatcher.utter_message(response=RESPONSES.tool_unavailable)
             return []
         if removed:
-            dispatcher.utter_message(response="utter_mcp_disconnected", servers=", ".join(removed))
+            dispatcher.utter_message(response=RESPONSES.disconnected, servers=", ".join(removed))
         else:
-            dispatcher.utter_message(response="utter_mcp_not_connected")
+            dispatcher.utter_message(response=RESPONSES.not_connected)
         return []

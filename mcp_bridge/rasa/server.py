@@ -52,7 +52,6 @@ from sanic.response import HTTPResponse
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics
-from mcp_bridge.observability.audit import attribute_to
 from mcp_bridge.rasa import sign_in
 from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
 from mcp_bridge.rasa.build import PROCESS_SECRET, executor
@@ -128,7 +127,6 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         )
         sys.exit(2)
     warn_unsigned(check)
-    attribute_calls(app)
     if host in LOOPBACK:
         require_loopback_host(app, allowed_hosts(os.environ))
     if token:
@@ -143,26 +141,6 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         await executor().aclose()
 
     app.register_listener(close_mcp_sessions, "after_server_stop")
-
-
-def attribute_calls(app: Sanic[Any, Any]) -> None:
-    """Every tool call made while answering a webhook request is recorded under its conversation.
-
-    Rasa names the conversation in the request body (``sender_id``). Request middleware runs in
-    the request's own task, before the handler, so the attribution holds for the whole request.
-    """
-
-    @app.middleware("request")
-    async def attribute(request: Request) -> None:
-        sender = None
-        if request.method == "POST":
-            try:
-                body = request.json
-            except Exception:  # not JSON: rasa_sdk refuses the request itself
-                body = None
-            if isinstance(body, dict) and body.get("sender_id") is not None:
-                sender = str(body["sender_id"])
-        attribute_to(sender)
 
 
 def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:

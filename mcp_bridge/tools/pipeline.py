@@ -35,6 +35,7 @@ from mcp_bridge.errors import (
 )
 from mcp_bridge.observability import metrics
 from mcp_bridge.observability.audit import AuditLog, AuditWriteError
+from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.schema import validate_against_schema
 from mcp_bridge.tools.sources import Annotations, Tool
@@ -44,9 +45,9 @@ __all__ = ["Audited", "ExactlyOnce", "Layer", "Timed", "check_arguments", "layer
 log = logging.getLogger(__name__)
 
 
-async def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
+async def check_arguments(tool: Tool, arguments: Mapping[str, Any], context: CallContext) -> None:
     """Refuse arguments the tool would refuse, before the person is asked about them."""
-    validate_against_schema(tool.name, await tool.input_schema(), arguments)
+    validate_against_schema(tool.name, await tool.input_schema(context), arguments)
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,11 @@ class Layer:
     name: str
     source: str
 
-    async def input_schema(self) -> Mapping[str, Any]:
-        return await self.inner.input_schema()
+    async def input_schema(self, context: CallContext) -> Mapping[str, Any]:
+        return await self.inner.input_schema(context)
 
-    async def annotations(self) -> Annotations:
-        return await self.inner.annotations()
+    async def annotations(self, context: CallContext) -> Annotations:
+        return await self.inner.annotations(context)
 
     def honours_idempotency_key(self) -> bool:
         return self.inner.honours_idempotency_key()
@@ -82,15 +83,10 @@ class ExactlyOnce(Layer):
     fails too leaves the outcome unknown, never "nothing happened".
     """
 
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
+        idempotency_key = context.idempotency_key
         try:
-            return await self.inner.call(arguments, idempotency_key=idempotency_key, slots=slots)
+            return await self.inner.call(arguments, context)
         except ToolCallError as first:
             if not (first.may_have_run and idempotency_key) or isinstance(first, _NOT_REPEATED):
                 raise
@@ -106,14 +102,14 @@ class ExactlyOnce(Layer):
                 "outcome of %s unknown (%s); repeating once with the same idempotency key", self.name, first
             )
             try:
-                return await self.inner.call(arguments, idempotency_key=idempotency_key, slots=slots)
+                return await self.inner.call(arguments, context)
             except (ToolCallError, ToolArgumentsError, ToolNotFoundError) as again:
                 raise OutcomeUnknownError(f"{first}; the repeat failed too: {again}") from None
 
 
 @dataclass(frozen=True)
 class Audited(Layer):
-    """Every call is an audit entry of the conversation being served, for the skill it was resolved for.
+    """Every call is an audit entry of its context's conversation, for the skill it was resolved for.
 
     An entry that cannot be written after the call ran is logged by the trail and ignored here: the
     call ran, and its result must not be lost.
@@ -122,50 +118,47 @@ class Audited(Layer):
     skill_id: str
     audit: AuditLog
 
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
         try:
-            result = await self.inner.call(arguments, idempotency_key=idempotency_key, slots=slots)
+            result = await self.inner.call(arguments, context)
         except ToolCallError as exc:
-            self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", exc.may_have_run)
+            self._record(arguments, context, f"failed: {type(exc).__name__}", exc.may_have_run)
             raise
         except ToolArgumentsError as exc:
-            self._record(arguments, idempotency_key, f"refused: {type(exc).__name__}", False)
+            self._record(arguments, context, f"refused: {type(exc).__name__}", False)
             raise
         except Exception as exc:  # unforeseen: it may have reached the tool
-            self._record(arguments, idempotency_key, f"failed: {type(exc).__name__}", True)
+            self._record(arguments, context, f"failed: {type(exc).__name__}", True)
             raise
         try:
-            self._record(arguments, idempotency_key, "ok" if result.ok else f"error: {result.error}", True)
+            self._record(arguments, context, "ok" if result.ok else f"error: {result.error}", True)
         except AuditWriteError:
             pass  # logged by the audit log; the call ran, and its result must not be lost
         return result
 
-    def _record(self, arguments: Mapping[str, Any], key: str | None, result: str, sent: bool) -> None:
-        self.audit.called(self.skill_id, self.name, self.source, arguments, key=key, result=result, sent=sent)
+    def _record(self, arguments: Mapping[str, Any], context: CallContext, result: str, sent: bool) -> None:
+        self.audit.called(
+            self.skill_id,
+            self.name,
+            self.source,
+            arguments,
+            conversation=context.conversation_id,
+            key=context.idempotency_key,
+            result=result,
+            sent=sent,
+        )
 
 
 @dataclass(frozen=True)
 class Timed(Layer):
     """Every call counted and timed, by tool, source (``local`` or ``mcp``) and outcome."""
 
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
         source = "local" if self.source == "local" else "mcp"
         started = time.perf_counter()
         outcome = "unknown"
         try:
-            result = await self.inner.call(arguments, idempotency_key=idempotency_key, slots=slots)
+            result = await self.inner.call(arguments, context)
             outcome = "ok" if result.ok else "error"
             return result
         except BaseException as exc:

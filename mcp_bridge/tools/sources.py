@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from mcp_bridge.errors import ToolCallError
 from mcp_bridge.mcp_sdk import func_metadata
+from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.results import ToolResult, from_local
 from mcp_bridge.tools.schema import validate_against_schema
 
@@ -44,7 +45,9 @@ class Annotations:
 
 
 class Tool(Protocol):
-    """One tool, whatever its source."""
+    """One tool, whatever its source. Every method is given the call's context
+    (:class:`~mcp_bridge.tools.context.CallContext`): a server that acts as the person answers even
+    its catalogue only to that person."""
 
     @property
     def name(self) -> str: ...
@@ -54,23 +57,17 @@ class Tool(Protocol):
         """ "local" or "mcp:<server>", as the skill's tool-source line says."""
         ...
 
-    async def input_schema(self) -> Mapping[str, Any]: ...
+    async def input_schema(self, context: CallContext) -> Mapping[str, Any]: ...
 
-    async def annotations(self) -> Annotations: ...
+    async def annotations(self, context: CallContext) -> Annotations: ...
 
     def honours_idempotency_key(self) -> bool:
         """True when a repeat under the same idempotency key cannot write twice."""
         ...
 
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
-        """Run the tool. ``slots`` are the conversation's slot values at the call: an MCP server's
-        ``meta_map.from_slots`` sends some of them in ``_meta``; a local tool gets none of them."""
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
+        """Run the tool with the context's idempotency key. An MCP server's ``meta_map.from_slots``
+        sends some of the context's slots in ``_meta``; a local tool gets none of them."""
         ...
 
 
@@ -99,27 +96,21 @@ class LocalTool:
     function: ToolFunction
     source: str = "local"
 
-    async def input_schema(self) -> Mapping[str, Any]:
+    async def input_schema(self, context: CallContext) -> Mapping[str, Any]:
         return local_input_schema(self.function)
 
-    async def annotations(self) -> Annotations:
+    async def annotations(self, context: CallContext) -> Annotations:
         # The bot's own code, which claims nothing: the skill that calls it decides.
         return Annotations(read_only=False, vouched=True, destructive=False)
 
     def honours_idempotency_key(self) -> bool:
         return _takes_idempotency_key(self.function)  # declared by its signature
 
-    async def call(
-        self,
-        arguments: Mapping[str, Any],
-        *,
-        idempotency_key: str | None,
-        slots: Mapping[str, Any] | None = None,
-    ) -> ToolResult:
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
         validate_against_schema(self.name, local_input_schema(self.function), arguments)
         kwargs = dict(arguments)
-        if idempotency_key is not None and _takes_idempotency_key(self.function):
-            kwargs["idempotency_key"] = idempotency_key
+        if context.idempotency_key is not None and _takes_idempotency_key(self.function):
+            kwargs["idempotency_key"] = context.idempotency_key
         try:
             value = await self.function(**kwargs)
         except Exception as exc:  # a local tool's bug must not reach rasa_sdk

@@ -1,4 +1,4 @@
-"""The approval page's server (scripts/approval_page.py) in-process, over real HTTP on a loopback port,
+"""The approval page's server (mcp_bridge/approvals/page.py) in-process, over real HTTP on a loopback port,
 with a real SQLite approval store: who is let in, what a forged or stale cookie gets, the approvers
 file's errors. The round trip through Rasa and the browser are tests/live/test_approvals.py."""
 
@@ -12,10 +12,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
-from mcp_bridge.approvals.store import SQLiteApprovalStore
-from mcp_bridge.observability.audit import AuditLog
-from scripts.approval_page import (
+from mcp_bridge.approvals.page import (
     COOKIE,
     Account,
     RasaNotifier,
@@ -26,6 +23,9 @@ from scripts.approval_page import (
     load_people,
     make_app,
 )
+from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
+from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.observability.audit import AuditLog
 
 KEY = "k" * 16 + "an approval page key for tests"
 SAM = "sam-password-for-tests"

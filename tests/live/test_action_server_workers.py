@@ -26,7 +26,7 @@ from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.rasa.server import GRPC_REFUSAL
 from tests.live.test_action_server_access import listening_addresses, nothing_pending_call, post
 from tests.support import procs
-from tests.support.conversation import notes_for
+from tests.support.conversation import asked_call, notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said, slot_events
 
 TOKEN = "mcp-test-token"
@@ -95,7 +95,7 @@ def ask_and_confirm(webhook: str, crm_db: Path, note: str) -> dict[str, object]:
     assert status == 200, answer
     assert said(answer) == ["utter_note_saved"], (note, answer)
     assert isinstance(pending, dict)
-    return pending
+    return asked_call(pending)
 
 
 def test_every_worker_checks_the_token_binds_loopback_and_shares_the_confirmation_key(

@@ -1,6 +1,6 @@
 """A second approver, end to end: the real Rasa server (REST channel, HTTP API with its token), the
 real action server with the example bot, the CRM's MCP server and REST API over SQLite, and the
-approval page (scripts/approval_page.py) on one approval store.
+approval page (mcp_bridge/approvals/page.py) on one approval store.
 
 The requester ("rest:operator", as the REST channel names whoever holds its token) logs a note
 about a refund and says yes: nothing is written, the request waits. The requester, logged in to the
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from scripts.approval_page import hash_password
+from mcp_bridge.approvals.page import hash_password
 from scripts.services import descendants
 from tests.support import procs
 from tests.support.conversation import notes_for, skills_with_source

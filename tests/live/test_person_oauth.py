@@ -29,11 +29,11 @@ import pytest
 
 from mcp_bridge.auth.person import (
     CALLBACK_PATH,
+    Acting,
     PersonOAuth,
     SignInError,
     SignInLink,
     SignInRequiredError,
-    acting,
 )
 from mcp_bridge.auth.token_store import Keys, TokenStore, token_keys
 from mcp_bridge.channels.proof import ChannelKeys
@@ -176,8 +176,10 @@ async def begin(person: PersonOAuth, link: SignInLink) -> tuple[str, str]:
 
 async def _note(runtime: MCPRuntime, stack: Stack, text: str, person: str | None = DANA) -> dict[str, Any]:
     contact = crm_db.contact_id(stack.db, DANA_EMAIL)
-    with acting("conversation-1", person, "log_interaction"):
-        result = await runtime.invoke("crm", "add_timeline_note", {"contact_id": contact, "text": text})
+    who = Acting("conversation-1", person, "log_interaction")
+    result = await runtime.invoke(
+        "crm", "add_timeline_note", {"contact_id": contact, "text": text}, acting=who
+    )
     assert result.data.get("ok") is True, result
     return dict(result.data)
 

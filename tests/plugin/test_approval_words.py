@@ -13,8 +13,9 @@ import pytest
 
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals import textmatch
-from mcp_bridge.confirmation import permissions
-from mcp_bridge.skills.files import Skill, load_skills
+from mcp_bridge.confirmation.gate import Ask, Confirmed, Hold, Reached, gate
+from mcp_bridge.skills.files import RequiresConfirmation, Skill, load_skills
+from mcp_bridge.tools.context import NOBODY
 
 EXAMPLE_SKILLS = Path(__file__).resolve().parents[2] / "examples" / "crm_bot" / "skills"
 SHY, ZWSP, ZWJ, BOM, RLM = "\u00ad", "\u200b", "\u200d", "\ufeff", "\u200f"
@@ -160,18 +161,22 @@ def test_matching_is_linear_in_the_text(skill: Skill) -> None:
 
 
 async def test_a_remembered_permission_never_covers_a_held_spelling(skill: Skill) -> None:
-    class Tool:  # what may_remember asks of the tool: only when the rule lets it get that far
+    class Tool:  # what the gate asks of the tool: only when the rule lets it get that far
         async def annotations(self) -> object:
             raise AssertionError("a held call is refused before its tool is asked")
 
+    generic = RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call")
     for text in (REFUND["zero-width space"], WRITE_OFF["past participle"], CREDIT_NOTE["Cyrillic о"]):
-        allowed = await permissions.may_remember(
-            skill,
-            "add_timeline_note",
-            Tool(),
-            {"contact_id": "c1", "text": text},  # type: ignore[arg-type]
-        )
-        assert allowed is None, text
+        arguments = {"contact_id": "c1", "text": text}
+        verdict = await gate(
+            skill, "add_timeline_note", Tool(), arguments, Reached(), generic=generic, context=NOBODY
+        )  # type: ignore[arg-type]
+        assert isinstance(verdict, Ask) and verdict.remember is None, text
+        # ... and a yes to it is held for the approver.
+        after_yes = await gate(
+            skill, "add_timeline_note", Tool(), arguments, Confirmed(), generic=generic, context=NOBODY
+        )  # type: ignore[arg-type]
+        assert isinstance(after_yes, Hold), text
 
 
 def test_a_term_of_symbols_only_is_still_found() -> None:

@@ -1,4 +1,4 @@
-"""Every call of a tool the ToolBox resolved is an audit entry of the conversation being served,
+"""Every call of a tool the ToolBox resolved is an audit entry of the conversation its context names,
 with a digest per argument and never the note text (what `tool_called` / `no_tool_called` read)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from crm.tools import TOOLS
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.observability.audit import CALLED, AuditLog, argument_digest, serving
+from mcp_bridge.observability.audit import CALLED, AuditLog, argument_digest
 from mcp_bridge.skills.files import domain_responses, load_skills
 from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.context import NOBODY
 from tests.support import procs
 from tests.support.conversation import Conversation, skills_with_source
 from tests.support.procs import EXAMPLE_BOT
@@ -38,13 +39,12 @@ async def test_each_dispatched_call_is_recorded_under_its_conversation(
     note = f"Called about invoice 4471 ({source}, audit test)"
     chat = Conversation(executor, "conv-a", contact_email="dana@example.com", note_text=note)
     try:
-        with serving("conv-a"):
-            await chat.start()  # looks Dana up, asks about the note
-            asked = [e for e in audit.entries() if e["decision"] == CALLED]
-            await chat.yes()
+        await chat.start()  # looks Dana up, asks about the note
+        asked = [e for e in audit.entries() if e["decision"] == CALLED]
+        await chat.yes()
         # A call made outside any conversation is recorded as such, not given to the last one.
         lookup = executor.tools.resolve(skills["lookup_contact"], "find_contact_by_email")
-        await lookup.call({"email": "x@example.com"}, idempotency_key=None)
+        await lookup.call({"email": "x@example.com"}, NOBODY)
     finally:
         await executor.aclose()
 
@@ -78,10 +78,9 @@ async def test_a_call_that_never_reached_the_tool_says_so(crm_rest: str, tmp_pat
     executor = Executor(skills, ToolBox(TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
     chat = Conversation(executor, "conv-b", contact_email="dana@example.com", note_text="a note")
     try:
-        with serving("conv-b"):
-            await chat.start()  # the catalogue is known now; the question is pending
-            mcp.close()  # the server goes away before the "yes"
-            decision = await chat.yes()
+        await chat.start()  # the catalogue is known now; the question is pending
+        mcp.close()  # the server goes away before the "yes"
+        decision = await chat.yes()
     finally:
         mcp.close()
         await executor.aclose()

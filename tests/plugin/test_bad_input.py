@@ -20,7 +20,7 @@ from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.skills.files import domain_responses, load_skills
 from mcp_bridge.skills.toolbox import ToolBox
-from tests.support.conversation import Conversation, notes_for, responses, skills_with_source
+from tests.support.conversation import Conversation, asked_call, notes_for, responses, skills_with_source
 from tests.support.crm_api import crm_json
 from tests.support.crm_db import contact_id, count_notes, note_text
 from tests.support.procs import EXAMPLE_BOT
@@ -117,7 +117,7 @@ async def test_note_is_asked_about_and_stored_verbatim(
     assert question.say[0].variables["arg_text"] == note
     assert question.say[0].variables["note_text"] == note
     assert question.say[0].variables["contact_name"] == "Dana Whitfield"
-    assert chat.slots[PENDING_SLOT]["arguments"]["text"] == note
+    assert asked_call(chat.slots[PENDING_SLOT])["arguments"]["text"] == note
     assert notes_for(crm_db, DANA) == before, "a note that talks about yes is still only a question"
 
     saved = await chat.yes()
@@ -197,7 +197,7 @@ async def test_email_differing_in_case_or_spaces_finds_the_same_contact(
     question = await chat.start()
     assert responses(question) == ["utter_confirm_note"]
     assert question.say[0].variables["contact_name"] == "Dana Whitfield"
-    assert chat.slots[PENDING_SLOT]["arguments"]["contact_id"] == dana
+    assert asked_call(chat.slots[PENDING_SLOT])["arguments"]["contact_id"] == dana
     assert responses(await chat.yes()) == ["utter_note_saved"]
     assert notes_for(crm_db, DANA) == [*before, note]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.contract import RESPONSES
 from mcp_bridge.mcp_sdk import LEGACY
 from tests.support import procs
 from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
@@ -212,7 +212,7 @@ def test_init_gives_a_second_approver_its_pieces_and_check_wants_them(bot: Path)
     assert mcp_bridge("init", cwd=bot).returncode == 0
     domain = yaml.safe_load((bot / "domain.yml").read_text())
     assert "approval_decided" in domain["intents"] and "action_approval_decided" in domain["actions"]
-    assert approvals.RESPONSES.names() <= set(domain["responses"])
+    assert RESPONSES.for_approvals() <= set(domain["responses"])
     rules = yaml.safe_load((bot / "data" / "mcp_bridge_approvals.yml").read_text())["rules"]
     assert rules[0]["steps"] == [{"intent": "approval_decided"}, {"action": "action_approval_decided"}]
     code, output = check(bot)

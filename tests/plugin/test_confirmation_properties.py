@@ -33,7 +33,7 @@ from mcp_bridge.confirmation.executor import ConfirmationPolicy, Decision, Execu
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
-from tests.support.conversation import Conversation, responses
+from tests.support.conversation import Conversation, asked_call, responses
 
 TTL = 60.0
 MIN_CONFIDENCE = 0.6
@@ -182,8 +182,8 @@ class ConfirmationMachine(RuleBasedStateMachine):
         assert responses(decision) == [*prefix, "utter_confirm_note"]
         # The question shows the exact text the write will carry.
         assert decision.say[-1].variables["arg_text"] == text
-        raw = decision.slots.get(PENDING_SLOT)
-        assert isinstance(raw, dict)
+        assert isinstance(decision.slots.get(PENDING_SLOT), dict)
+        raw = asked_call(decision.slots[PENDING_SLOT])
         previous = self.asked
         same_call = previous is not None and (previous.contact_id, previous.text) == (contact_id, text)
         if same_call and not fresh:
@@ -271,7 +271,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
                 assert said == ["utter_note_saved"]
                 self.expected.append((asked.contact_id, asked.text))
                 assert isinstance(raw, dict)
-                assert self.writes[-1][2] == raw["key"] == asked.key, "the write carries the question's key"
+                assert self.writes[-1][2] == asked_call(raw)["key"] == asked.key, "the write carries its key"
                 self.asked = None
         self.tampered = None
         assert len(self.writes) - writes_before == len(self.expected) - expected_before
@@ -298,7 +298,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         decision = self.run(self.chat.say(f"actually change it to: {new_text}", "affirm", 0.99))
         contact_id = CONTACTS[slots_before["contact_email"]]
         self.expect_question(decision, [], {"contact_id": contact_id, "note_text": new_text})
-        assert self.slot["id"] != old["id"], "an edit is a new confirmation"
+        assert asked_call(self.slot)["id"] != asked_call(old)["id"], "an edit is a new confirmation"
         assert self.chat.slots["note_text"] == new_text
 
     @precondition(lambda self: self.asked is not None and self.tampered is None)
@@ -350,7 +350,8 @@ class ConfirmationMachine(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(FORGERIES + MALFORMATIONS))
     def tamper(self, kind: str) -> None:
         forged = copy.deepcopy(self.slot)
-        arguments = forged["arguments"]
+        call = forged["calls"][0]
+        arguments = call["arguments"]
         if kind in ("text", "text_and_slot"):
             arguments["text"] = f"{arguments['text']} and wire 10,000 EUR"
             if kind == "text_and_slot":
@@ -358,17 +359,17 @@ class ConfirmationMachine(RuleBasedStateMachine):
         elif kind == "contact":
             arguments["contact_id"] = 2 if arguments["contact_id"] != 2 else 1
         elif kind == "digest":
-            forged["digest"] = "0" * 64
+            call["digest"] = "0" * 64
         elif kind == "tool":
-            forged["tool"] = "find_contact"
+            call["tool"] = "find_contact"
         elif kind == "step":
-            forged["step"] = 0
+            call["step"] = 0
         elif kind == "source":
-            forged["source"] = "mcp:crm"
+            call["source"] = "mcp:crm"
         elif kind == "skill":
             forged["skill"] = "another_skill"
         elif kind == "drop_key":
-            del forged["digest"]
+            del call["digest"]
         elif kind == "not_a_dict":
             forged = "yes, I confirm"
         elif kind == "bad_type":
@@ -410,8 +411,9 @@ class ConfirmationMachine(RuleBasedStateMachine):
             assert self.slot is None
             return
         assert isinstance(self.slot, dict)
-        assert self.slot["arguments"] == {"contact_id": self.asked.contact_id, "text": self.asked.text}
-        assert self.slot["user_turn"] == self.asked.user_turn
+        call = asked_call(self.slot)
+        assert call["arguments"] == {"contact_id": self.asked.contact_id, "text": self.asked.text}
+        assert call["user_turn"] == self.asked.user_turn
 
 
 ConfirmationMachine.TestCase.settings = settings(

@@ -88,7 +88,7 @@ async def test_a_form_answered_over_turns_completes_the_call(
     ]
     assert result.ok, result
     assert writes(server)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True bring the contract"]
-    assert len(runtime.held) == 0  # a 2025-11-25 call was held while asking, and no longer
+    assert len(runtime.waiting) == 0  # a 2025-11-25 call was held while asking, and no longer
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ async def test_server_everythings_questions_are_answered_by_the_person_on_its_20
             handle=url.value.handle,
         )
         assert "User completed the URL elicitation flow" in accepted.data["text"]
-        assert len(runtime.held) == 0
+        assert len(runtime.waiting) == 0
     finally:
         await runtime.aclose()
 

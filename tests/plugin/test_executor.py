@@ -22,7 +22,7 @@ from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox, ToolFunction
 from tests.support import procs
-from tests.support.conversation import Conversation
+from tests.support.conversation import Conversation, asked_call, forged
 from tests.support.fixture_tools import (
     SERVER,
     Notebook,
@@ -85,7 +85,7 @@ async def test_constrained_write_asks_first_and_writes_nothing(make_executor: An
     assert [s.response for s in decision.say] == ["utter_confirm_note"]
     assert decision.say[0].variables["arg_text"] == note
     assert decision.say[0].variables["contact_name"] == "Dana Whitfield"
-    pending = chat.slots[PENDING_SLOT]
+    pending = asked_call(chat.slots[PENDING_SLOT])
     assert pending["tool"] == "add_timeline_note" and pending["arguments"]["text"] == note
     assert book.notes_for(DANA) == before
 
@@ -160,13 +160,13 @@ async def test_late_yes_is_told_it_expired_and_asked_again(
     before = book.notes_for(DANA)
     chat = Conversation(executor, contact_email=DANA, note_text="too late")
     first = (await chat.start()).say[0]
-    key = chat.slots[PENDING_SLOT]["key"]
+    key = asked_call(chat.slots[PENDING_SLOT])["key"]
     now[0] += 61
     late = await chat.yes()
     assert late.outcome == "pending"
     assert [s.response for s in late.say] == ["utter_confirmation_expired", "utter_confirm_note"]
     assert late.say[1].variables["arg_text"] == first.variables["arg_text"]
-    assert chat.slots[PENDING_SLOT]["key"] == key
+    assert asked_call(chat.slots[PENDING_SLOT])["key"] == key
     assert book.notes_for(DANA) == before
     assert [entry["decision"] for entry in audit.entries()][-2:] == ["expired", "asked"]
 
@@ -207,9 +207,10 @@ async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: An
 
     chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
     await chat.start()
-    forged = dict(chat.slots[PENDING_SLOT])
-    forged["arguments"] = {**forged["arguments"], "text": "forged text"}
-    chat.slots[PENDING_SLOT] = forged
+    arguments = asked_call(chat.slots[PENDING_SLOT])["arguments"]
+    chat.slots[PENDING_SLOT] = forged(
+        chat.slots[PENDING_SLOT], arguments={**arguments, "text": "forged text"}
+    )
     chat.slots["note_text"] = "forged text"
     assert (await chat.yes()).outcome == "rejected"
     chat.slots[PENDING_SLOT] = {"tool": "add_timeline_note"}  # malformed
@@ -261,7 +262,7 @@ async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_
     refusals = [entry for entry in audit.entries() if entry["decision"] == "refused"]
     assert len(refusals) == 9 and {entry["user"] for entry in refusals} == {"socketio:alice"}
     assert {entry["answered_by"] for entry in refusals} == {"rest:operator", "socketio:mallory", None}
-    assert all(entry["confirmation"] == asked["id"] for entry in refusals)
+    assert all(entry["confirmation"] == asked_call(asked)["id"] for entry in refusals)
 
     chat.user = "socketio:alice"
     again = await chat.yes()  # other messages came in between: asked again, of her again

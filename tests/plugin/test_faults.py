@@ -31,7 +31,14 @@ from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills.files import domain_responses, load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
-from tests.support.conversation import Conversation, all_notes, notes_for, responses, skills_with_source
+from tests.support.conversation import (
+    Conversation,
+    all_notes,
+    asked_call,
+    notes_for,
+    responses,
+    skills_with_source,
+)
 from tests.support.crm_db import contact_id, count_notes_with_key
 from tests.support.procs import EXAMPLE_BOT
 from tests.support.rasa_calls import FakeTracker, call_action, said, slot_events
@@ -92,7 +99,7 @@ async def asked(chat: Conversation) -> dict[str, Any]:
     assert responses(decision) == ["utter_confirm_note"], decision
     pending = chat.slots[PENDING_SLOT]
     assert isinstance(pending, dict)
-    return pending
+    return asked_call(pending)
 
 
 # -- the MCP server down, slow, cut off ---------------------------------------------------------
@@ -346,7 +353,7 @@ def test_action_server_restarted_between_question_and_yes(
     before = notes_for(crm_db, DANA)
     tracker = FakeTracker(f"restart-{uuid.uuid4().hex}", contact_email=DANA, note_text=note)
     tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
-    pending = question(first.url, tracker)
+    pending = asked_call(question(first.url, tracker))
     assert pending["arguments"]["text"] == note
     first.stop()
 
@@ -516,8 +523,8 @@ def test_confirm_called_directly_with_a_stale_pending_value(
         assert said(answer) == ["utter_confirmation_invalid"]
         return
     assert said(answer) == ["utter_confirm_again", "utter_confirm_note"]
-    fresh = slot_events(answer)[PENDING_SLOT]
-    assert fresh["id"] != pending["id"] and fresh["arguments"] == pending["arguments"]
+    fresh, first = asked_call(slot_events(answer)[PENDING_SLOT]), asked_call(pending)
+    assert fresh["id"] != first["id"] and fresh["arguments"] == first["arguments"]
 
 
 def test_action_server_keeps_serving_while_the_mcp_server_is_slow(stack: ActionStack, crm_db: Path) -> None:
@@ -598,7 +605,7 @@ async def test_a_yes_lost_after_commit_then_confirmed_again_writes_once(
 
     again = await chat.yes()  # the person says yes again: the question is asked again
     assert again.outcome == "pending"
-    asked_again = chat.slots[PENDING_SLOT]
+    asked_again = asked_call(chat.slots[PENDING_SLOT])
     assert asked_again["id"] != pending["id"] and asked_again["key"] == pending["key"] == pending["id"]
     assert responses(await chat.yes()) == ["utter_note_saved"]
     assert notes_for(crm_db, DANA) == [*before, note]  # one note
@@ -620,7 +627,7 @@ def test_action_server_killed_after_commit_then_yes_again_writes_once(
         before = notes_for(crm_db, DANA)
         tracker = FakeTracker(f"killed-{uuid.uuid4().hex}", contact_email=DANA, note_text=note)
         tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
-        pending = question(first.url, tracker)
+        pending = asked_call(question(first.url, tracker))
 
         tracker.user("yes", "affirm", 1.0)
         proxy.delay = 60.0  # the server's answer to the write is held back
@@ -648,7 +655,7 @@ def test_action_server_killed_after_commit_then_yes_again_writes_once(
         status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
         assert status == 200, answer
         if "utter_confirm_note" in said(answer):  # asked again: the same call, the same key
-            assert slot_events(answer)[PENDING_SLOT]["key"] == pending["key"]
+            assert asked_call(slot_events(answer)[PENDING_SLOT])["key"] == pending["key"]
             tracker.apply("action_confirm_tool", answer)
             tracker.user("yes", "affirm", 1.0)
             status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
@@ -663,7 +670,7 @@ async def test_an_edited_call_gets_a_new_key(crm_mcp: str, make_executor: Callab
     chat = Conversation(executor, contact_email=DANA, note_text=unique("first text"))
     pending = await asked(chat)
     await chat.say(f"change it to: {unique('second text')}")
-    edited = chat.slots[PENDING_SLOT]
+    edited = asked_call(chat.slots[PENDING_SLOT])
     assert edited["digest"] != pending["digest"] and edited["key"] == edited["id"] != pending["key"]
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import fragment_text
-from mcp_bridge.confirmation.executor import Responses
+from mcp_bridge.contract import RESPONSES
 from tests.support.bots import (
     DATA_BLOCK,
     SKILL_BLOCK,
@@ -37,7 +36,7 @@ FRAGMENT = {
     "responses": {
         name: value
         for name, value in ALL_OF_FRAGMENT["responses"].items()
-        if name not in approvals.RESPONSES.names() | Responses().permission_names()
+        if name not in RESPONSES.for_approvals() | RESPONSES.for_remembering()
     },
     # ... and without the remembered permissions' slot.
     "slots": {
@@ -416,7 +415,7 @@ def test_a_bot_whose_skill_allows_remembering_gets_its_pieces_at_the_first_init(
     domain = yaml.safe_load((bot / "domain.yml").read_text())
     assert "revoke_permissions" in domain["intents"] and "action_revoke_permissions" in domain["actions"]
     assert "remembered_permissions" in domain["slots"] and "approval_decided" not in domain["intents"]
-    assert Responses().permission_names() <= set(domain["responses"])
+    assert RESPONSES.for_remembering() <= set(domain["responses"])
     rules = yaml.safe_load((bot / "data" / "mcp_bridge.yml").read_text())["rules"]
     assert [step for rule in rules for step in rule["steps"] if "intent" in step] == [
         {"intent": "revoke_permissions"}
@@ -443,7 +442,7 @@ def test_a_bot_whose_skill_has_a_second_approver_gets_its_pieces_at_the_first_in
     assert result.returncode == 0, result.stderr
     domain = yaml.safe_load((bot / "domain.yml").read_text())
     assert "approval_decided" in domain["intents"] and "action_approval_decided" in domain["actions"]
-    assert approvals.RESPONSES.names() <= set(domain["responses"])
+    assert RESPONSES.for_approvals() <= set(domain["responses"])
     rules = yaml.safe_load((bot / "data" / "mcp_bridge.yml").read_text())["rules"]
     assert [step for rule in rules for step in rule["steps"] if "intent" in step] == [
         {"intent": "approval_decided"}

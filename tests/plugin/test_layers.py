@@ -14,8 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "mcp_bridge"
 
 # --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
-# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, and mcp_sdk, the MCP
-# SDK as every layer sees it) are below all.
+# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, and mcp_sdk,
+# the MCP SDK as every layer sees it) are below all.
 LAYERS = [
     "config",
     "observability",
@@ -31,7 +31,7 @@ LAYERS = [
     "rasa",
     "cli",
 ]
-TOP_MODULES = {"errors", "contract", "sealing", "mcp_sdk"}
+TOP_MODULES = {"errors", "contract", "sealing", "question", "mcp_sdk"}
 # --8<-- [end:layers]
 
 
@@ -112,3 +112,17 @@ def test_the_public_api_is_complete_and_resolves() -> None:
     documented = mcp_bridge.__doc__ or ""
     undocumented = [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented]
     assert not undocumented, f"exports the package docstring does not name: {undocumented}"
+
+
+def test_what_a_call_is_for_travels_in_its_context_not_in_context_variables() -> None:
+    """Who a call is for, its conversation, key, slots and the answers it resumes with go down as an
+    explicit CallContext (mcp_bridge/tools/context.py). Context variables remain only where the MCP SDK
+    calls back into the bridge from inside a call (its HTTP transport, its elicitation callback), which
+    no argument can reach."""
+    allowed = {"mcp_client/transport.py", "questions/waiting_calls.py", "mcp_sdk.py"}
+    found = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if "ContextVar(" in path.read_text()
+    }
+    assert found <= allowed, sorted(found - allowed)

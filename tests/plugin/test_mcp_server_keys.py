@@ -29,7 +29,7 @@ from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support import procs
 from tests.support.bots import SKILL_BLOCK, guide_block
-from tests.support.conversation import Conversation, responses
+from tests.support.conversation import Conversation, asked_call, responses
 
 SECRET = "s3cr3t-rasa-pro-value"
 
@@ -171,7 +171,7 @@ async def test_a_confirmed_write_carries_the_slots_next_to_its_idempotency_key(
     executor = reminder_executor(servers_from(tmp_path, reminders, META_MAP))
     chat = Conversation(executor, reminder_text="water the plants", user_id="u-7", tenant=None)
     assert (await chat.start("save_reminder")).outcome == "pending"
-    key = chat.slots[PENDING_SLOT]["id"]
+    key = asked_call(chat.slots[PENDING_SLOT])["id"]
     decision = await chat.yes()
     assert responses(decision) == ["utter_reminder_saved"], decision
     write = get(reminders, "/calls")[-1]
@@ -228,7 +228,7 @@ async def test_a_confirmed_write_cut_by_tool_timeout_is_reported_as_outcome_unkn
     )
     chat = Conversation(executor, reminder_text="call the plumber")
     await chat.start("save_reminder")
-    key = chat.slots[PENDING_SLOT]["id"]
+    key = asked_call(chat.slots[PENDING_SLOT])["id"]
     before = get(slow_reminders, "/writes")["count"]
     decision = await chat.yes()
     assert decision.outcome == "unavailable"
@@ -252,7 +252,7 @@ async def test_a_server_not_declared_to_honour_the_key_is_never_repeated(
     executor = reminder_executor(servers_from(tmp_path, careless_reminders, "tool_timeout: 0.3"))
     chat = Conversation(executor, reminder_text="renew the passport")
     await chat.start("save_reminder")
-    key = chat.slots[PENDING_SLOT]["key"]
+    key = asked_call(chat.slots[PENDING_SLOT])["key"]
     before = get(careless_reminders, "/writes")["count"]
     decision = await chat.yes()
     assert responses(decision) == ["utter_tool_outcome_unknown"]

@@ -107,8 +107,8 @@ def test_metrics_count_real_conversations_and_need_the_token(
     confirmed, denied, tampered = (ask(webhook, note) for note in notes)
     assert answer(webhook, confirmed, "action_confirm_tool", "yes", "affirm") == ["utter_note_saved"]
     assert answer(webhook, denied, "action_deny_tool", "no", "deny") == ["utter_note_cancelled"]
-    pending = tampered.slots["pending_confirmation"]
-    pending["arguments"] = {**pending["arguments"], "text": "not what was asked about"}
+    call = tampered.slots["pending_confirmation"]["calls"][0]
+    call["arguments"] = {**call["arguments"], "text": "not what was asked about"}
     assert answer(webhook, tampered, "action_confirm_tool", "yes", "affirm") == ["utter_confirmation_invalid"]
 
     status, text = scrape(f"{metrics_url}?token={TOKEN}")

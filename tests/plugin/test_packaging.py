@@ -249,7 +249,8 @@ def test_the_wheels_metadata_is_complete(dist: Dist) -> None:
     assert {str(r) for r in required if r.marker is None or "extra" not in str(r.marker)} == {
         str(Requirement(d)) for d in dependencies
     }
-    assert set(metadata.get_all("Provides-Extra") or []) == {"postgres", "example", "dev", "docs"}
+    extras = {"postgres", "example", "dev", "docs", "approval-page"}
+    assert set(metadata.get_all("Provides-Extra") or []) == extras
 
 
 def test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else(dist: Dist) -> None:

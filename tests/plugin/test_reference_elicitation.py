@@ -132,7 +132,7 @@ async def test_its_form_is_asked_field_by_field_and_the_call_completes_with_the_
     assert "- Favorite Integer: 7" in text and "- Birthdate: 1990-02-23" in text
     assert '"untitledMultipleSelectEnum": [\n      "Piano",\n      "Drums"\n    ]' in text
     assert conversation.slots[ELICITATION_SLOT] is None
-    assert len(conversation.executor.tools.runtime.held) == 0
+    assert len(conversation.executor.tools.runtime.waiting) == 0
 
 
 @pytest.mark.parametrize(
@@ -184,4 +184,4 @@ async def test_nothing_reaches_it_without_the_confirmation(chat: Any) -> None:
     denied = await conversation.no()
     assert responses(denied) == ["utter_item_cancelled"]
     assert conversation.slots.get(ELICITATION_SLOT) is None
-    assert invoked == [] and len(runtime.held) == 0
+    assert invoked == [] and len(runtime.waiting) == 0

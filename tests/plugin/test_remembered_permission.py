@@ -14,12 +14,14 @@ import pytest
 
 from mcp_bridge.confirmation import permissions
 from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.gate import Ask, Reached, gate
 from mcp_bridge.contract import PENDING_SLOT, PERMISSIONS_SLOT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal
-from mcp_bridge.skills.files import load_skills
+from mcp_bridge.skills.files import RequiresConfirmation, load_skills
 from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.context import NOBODY
 from mcp_bridge.tools.sources import Annotations
 from tests.support.conversation import Conversation, responses
 
@@ -289,20 +291,32 @@ async def test_a_list_of_several_calls_is_always_asked(tmp_path: Path) -> None:
 class _Destructive:
     name, source = "record_note", "mcp:crm"
 
-    async def annotations(self) -> Annotations:
+    async def annotations(self, context: object) -> Annotations:
         return Annotations(read_only=False, vouched=True, destructive=True)
 
 
 async def test_a_destructive_tool_is_remembered_only_when_the_skill_says_so(tmp_path: Path) -> None:
     skill = World(tmp_path).skills["notes"]
     arguments = {"contact_id": 1, "text": "x"}
-    assert await permissions.may_remember(skill, "record_note", _Destructive(), arguments) is None  # type: ignore[arg-type]
+    generic = RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call")
+    timid = await gate(
+        skill, "record_note", _Destructive(), arguments, Reached(), generic=generic, context=NOBODY
+    )
+    assert isinstance(timid, Ask) and timid.remember is None
     bold = World(
         tmp_path / "bold",
         SKILL.replace("expires_after: 8h", "expires_after: 8h\n        even_if_destructive: true"),
     )
-    allowed = await permissions.may_remember(bold.skills["notes"], "record_note", _Destructive(), arguments)  # type: ignore[arg-type]
-    assert allowed is not None and allowed.seconds == 8 * 3600
+    allowed = await gate(
+        bold.skills["notes"],
+        "record_note",
+        _Destructive(),
+        arguments,
+        Reached(),
+        generic=generic,
+        context=NOBODY,
+    )
+    assert isinstance(allowed, Ask) and allowed.remember is not None and allowed.remember.seconds == 8 * 3600
 
 
 @pytest.mark.parametrize(

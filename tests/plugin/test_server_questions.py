@@ -1,7 +1,7 @@
 """A server's questions asked through the executor, against the real test server in both eras
 (tests/fixtures/era_server.py): the confirmation first, then the server's form or URL over the next
 turns, then the call completed with the answers, written once. A 2026-07-28 server's call is sent
-again with the answers (input-required); a 2025-11-25 server's call is held open in this process
+again with the answers (input-required); a 2025-11-25 server's call is kept open in this process
 while the person answers (mcp_bridge.questions.waiting_calls), and an answer that comes after the wait ran
 out,
 or to a process that does not hold the call, is told so (the server heard cancel)."""
@@ -96,7 +96,7 @@ async def chat_with(tmp_path: Path) -> AsyncIterator[Any]:
             seal=Seal(b"k" * 32),
         )
         if wait is not None:
-            executor.tools.runtime.held.wait_seconds = wait
+            executor.tools.runtime.waiting.wait_seconds = wait
         made.append(executor)
         return Conversation(executor, user=user, contact="dana")
 
@@ -204,8 +204,8 @@ async def test_on_a_2025_11_25_server_the_call_stays_open_while_the_person_answe
     before, sent = writes(legacy), calls(legacy)
     await chat.start("book_visit")
     assert asked(await chat.yes())["field"] == "Day"
-    # One tools/call, open at the server and held here, and nothing written yet.
-    assert calls(legacy) == sent + 1 and len(runtime.held) == 1
+    # One tools/call, open at the server and kept open here, and nothing written yet.
+    assert calls(legacy) == sent + 1 and len(runtime.waiting) == 1
     handle = chat.slots[ELICITATION_SLOT]["handle"]
     assert handle and chat.slots[ELICITATION_SLOT]["request_state"] is None
     for answer in ("2026-12-03", "3", "yes"):
@@ -215,7 +215,7 @@ async def test_on_a_2025_11_25_server_the_call_stays_open_while_the_person_answe
     assert responses(done) == ["utter_item_saved"], done
     assert calls(legacy) == sent + 1  # the same call, never sent twice
     assert writes(legacy)[len(before) :] == ["visit dana 2026-12-03 x3 parking=True "]
-    assert len(runtime.held) == 0
+    assert len(runtime.waiting) == 0
 
 
 async def test_an_answer_after_the_wait_ran_out_is_told_the_server_heard_cancel(
@@ -227,7 +227,7 @@ async def test_an_answer_after_the_wait_ran_out_is_told_the_server_heard_cancel(
     await chat.start("book_visit")
     asked(await chat.yes())
     await asyncio.sleep(1.5)  # the callback gave up: the server heard cancel, the tool decided
-    assert len(runtime.held) == 0
+    assert len(runtime.waiting) == 0
     for answer in ("2026-12-03", "3", "yes"):
         await chat.say(answer)
     late = await chat.say("skip")
@@ -246,7 +246,7 @@ async def test_an_answer_that_reaches_another_process_is_told_the_server_stopped
     asking = chat_with(legacy, "book_visit")
     await asking.start("book_visit")
     asked(await asking.yes())
-    # Another action-server process (same seal key, no held call) gets the answer turn.
+    # Another action-server process (same seal key, no waiting call) gets the answer turn.
     other = chat_with(legacy, "book_visit")
     other.slots = dict(asking.slots)
     other.user_turn = asking.user_turn
@@ -254,14 +254,14 @@ async def test_an_answer_that_reaches_another_process_is_told_the_server_stopped
         await other.say(answer)
     late = await other.say("skip")
     assert responses(late) == ["utter_elicitation_lapsed"]
-    assert len(asking.executor.tools.runtime.held) == 1  # still held where it was asked ...
+    assert len(asking.executor.tools.runtime.waiting) == 1  # still waiting where it was asked ...
     await asking.executor.aclose()  # ... until that process closes: the call ends, nothing leaks
-    assert len(asking.executor.tools.runtime.held) == 0
+    assert len(asking.executor.tools.runtime.waiting) == 0
 
 
 async def test_no_more_calls_are_held_than_the_limit(legacy: procs.ServiceProcess, chat_with: Any) -> None:
     first = chat_with(legacy, "book_visit")
-    first.executor.tools.runtime.held.limit = 1
+    first.executor.tools.runtime.waiting.limit = 1
     await first.start("book_visit")
     asked(await first.yes())
     # A second conversation on the same process: its question is answered cancel at once.
@@ -270,7 +270,7 @@ async def test_no_more_calls_are_held_than_the_limit(legacy: procs.ServiceProces
     refused = await second.yes()
     assert responses(refused) == ["utter_tool_failed"]
     assert refused.say[0].variables["error"] == "no visit booked: the person chose cancel"
-    assert len(first.executor.tools.runtime.held) == 1
+    assert len(first.executor.tools.runtime.waiting) == 1
 
 
 async def test_a_message_that_is_plainly_not_an_answer_is_handed_back_and_the_question_asked_again(
@@ -365,9 +365,11 @@ async def test_a_call_of_a_list_that_the_server_stops_to_ask_about_keeps_its_que
     ("settings", "expected"),
     [
         ({}, (120.0, 16)),
-        ({"ELICITATION_WAIT_SECONDS": "30", "ELICITATION_MAX_HELD": "4"}, (30.0, 4)),
+        ({"ELICITATION_WAIT_SECONDS": "30", "ELICITATION_MAX_WAITING": "4"}, (30.0, 4)),
+        ({"ELICITATION_MAX_HELD": "5"}, (120.0, 5)),  # the setting's name in release 0.2.0
+        ({"ELICITATION_MAX_HELD": "5", "ELICITATION_MAX_WAITING": "6"}, (120.0, 6)),
         ({"ELICITATION_WAIT_SECONDS": "soon"}, "ELICITATION_WAIT_SECONDS: 'soon' is not a number"),
-        ({"ELICITATION_MAX_HELD": "0"}, "ELICITATION_MAX_HELD: must be a positive whole number"),
+        ({"ELICITATION_MAX_WAITING": "0"}, "ELICITATION_MAX_WAITING: must be a positive whole number"),
     ],
 )
 def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
@@ -390,5 +392,5 @@ def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
         with pytest.raises(ConfigError, match=expected):
             build_executor(env)
         return
-    held = build_executor(env).tools.runtime.held
-    assert (held.wait_seconds, held.limit) == expected
+    waiting = build_executor(env).tools.runtime.waiting
+    assert (waiting.wait_seconds, waiting.limit) == expected

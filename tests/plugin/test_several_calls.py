@@ -20,7 +20,7 @@ from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
-from tests.support.conversation import Conversation, responses
+from tests.support.conversation import Conversation, asked_call, responses
 
 CONTACTS = {"dana@example.com": (1, "Dana Whitfield"), "priya@example.com": (2, "Priya Raman")}
 NOTE = "Called about the renewal."
@@ -147,7 +147,7 @@ def world(tmp_path: Path) -> World:
 
 def calls_of(chat: Conversation) -> list[dict[str, Any]]:
     slot = chat.slots[PENDING_SLOT]
-    assert isinstance(slot, dict) and list(slot) == ["calls"], slot
+    assert isinstance(slot, dict) and slot["kind"] == "question" and slot["listed"] is True, slot
     calls: list[dict[str, Any]] = slot["calls"]
     return calls
 
@@ -167,12 +167,13 @@ async def two_notes(world: World, **extra: Any) -> Conversation:
 async def test_two_contacts_are_one_question_with_a_numbered_line_per_call(world: World) -> None:
     chat = await two_notes(world)
     calls = calls_of(chat)
-    assert [(c["place"], c["count"], c["arguments"]) for c in calls] == [
-        (1, 2, {"contact_id": 1, "text": NOTE}),
-        (2, 2, {"contact_id": 2, "text": NOTE}),
+    assert [c["arguments"] for c in calls] == [
+        {"contact_id": 1, "text": NOTE},
+        {"contact_id": 2, "text": NOTE},
     ]
-    assert len({c["key"] for c in calls}) == 2 and len({c["mac"] for c in calls}) == 2
-    assert calls[0]["batch"] == calls[1]["batch"]
+    # Each call its own key; the question one seal over all of them, in their order.
+    assert len({c["key"] for c in calls}) == 2 and len({c["id"] for c in calls}) == 2
+    assert "mac" not in calls[0] and isinstance(chat.slots[PENDING_SLOT]["mac"], str)
     assert calls[1]["context"]["contact_name"] == "Priya Raman"
     assert world.notes == [] and world.tasks == []
 
@@ -295,10 +296,10 @@ async def test_one_call_is_asked_exactly_as_before(world: World) -> None:
     decision = await chat.start("notes")
     assert responses(decision) == ["utter_confirm_note"] and decision.say[0].buttons == ()
     slot = chat.slots[PENDING_SLOT]
-    assert "calls" not in slot and not {"batch", "place", "count", "context"} & set(slot)
+    assert slot["listed"] is False and [call["context"] for call in slot["calls"]] == [{}]
     assert (await chat.say("only the first", "affirm", 0.99)).outcome == "pending"  # not a yes to one call
-    key = chat.slots[PENDING_SLOT]["key"]
-    assert slot["key"] == key, "asked again, the same call keeps its key"
+    key = asked_call(chat.slots[PENDING_SLOT])["key"]
+    assert asked_call(slot)["key"] == key, "asked again, the same call keeps its key"
     await chat.yes()
     assert world.notes == [(1, NOTE, key)]
 
@@ -331,7 +332,7 @@ async def test_someone_else_cannot_answer(world: World) -> None:
     assert decision.outcome == "refused" and world.notes == []
 
 
-@pytest.mark.parametrize("tamper", ["drop", "swap", "argument", "context", "other_batch", "count"])
+@pytest.mark.parametrize("tamper", ["drop", "swap", "argument", "context", "other_question", "unlisted"])
 async def test_a_tampered_question_writes_nothing(world: World, tamper: str) -> None:
     chat = await two_notes(world)
     calls = copy.deepcopy(calls_of(chat))
@@ -343,12 +344,11 @@ async def test_a_tampered_question_writes_nothing(world: World, tamper: str) -> 
         calls[1]["arguments"]["text"] = "wire 10,000 EUR"
     elif tamper == "context":
         calls[1]["context"]["contact_name"] = "Dana Whitfield"
-    elif tamper == "count":
-        calls[0]["count"] = 1
-    elif tamper == "other_batch":
+    elif tamper == "other_question":
         other = await two_notes(world)
         calls[1] = calls_of(other)[1]
-    chat.slots[PENDING_SLOT] = {"calls": calls}
+    listed = tamper != "unlisted"
+    chat.slots[PENDING_SLOT] = {**chat.slots[PENDING_SLOT], "calls": calls, "listed": listed}
     decision = await chat.say("all", None)
     assert world.notes == []
     assert decision.outcome == "rejected" and responses(decision) == ["utter_confirmation_invalid"]
@@ -419,7 +419,7 @@ async def test_one_call_of_several_lines_is_a_list_of_one(tmp_path: Path) -> Non
     assert decision.say[0].variables["calls"] == "1. Task for Priya Raman, due 2026-12-04"
     assert decision.say[0].buttons == ()
     (call,) = calls_of(chat)
-    assert (call["tool"], call["arguments"]["contact_id"], call["count"]) == ("create_task", 2, 1)
+    assert (call["tool"], call["arguments"]["contact_id"]) == ("create_task", 2)
     decision = await chat.say("yes", "affirm", 0.99)
     assert responses(decision) == ["utter_task_created"]
     assert tasks == [(2, "2026-12-04", call["key"])]

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import fragment_text
 from mcp_bridge.config.yamlfile import load_yaml
-from mcp_bridge.confirmation.executor import Responses
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
@@ -21,6 +19,7 @@ from mcp_bridge.contract import (
     PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
+    RESPONSES,
     REVOKE_ACTION,
     REVOKE_INTENT,
 )
@@ -80,9 +79,9 @@ def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     assert tuple(domain["intents"]) == (*PLUGIN_INTENTS, APPROVAL_INTENT, REVOKE_INTENT)
     assert tuple(domain["actions"]) == (*PLUGIN_ACTIONS, APPROVAL_ACTION, REVOKE_ACTION)
     # A second approver's responses, which the executor says (added only for a skill that uses one).
-    assert approvals.RESPONSES.names() <= set(domain["responses"])
+    assert RESPONSES.for_approvals() <= set(domain["responses"])
     # The executor's remembered-permission responses (added only for a skill that allows one).
-    assert Responses().permission_names() <= set(domain["responses"])
+    assert RESPONSES.for_remembering() <= set(domain["responses"])
     assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT, PERMISSIONS_SLOT]
     question = domain["responses"]["utter_confirm_tool_call"][0]
     assert {button["payload"] for button in question["buttons"]} == BUTTON_PAYLOADS

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.cli.init import _entry_blocks, fragment_text
 from mcp_bridge.cli.yaml_splice import Splice, compose, entry_name, top_level
-from mcp_bridge.confirmation.executor import Responses
+from mcp_bridge.contract import RESPONSES
 from tests.support.procs import REPO_ROOT, child_env
 
 RASA_SITE = next((REPO_ROOT / ".venv-rasa" / "lib").glob("python3*/site-packages"), None)
@@ -117,8 +116,8 @@ def expected_unused_responses() -> set[str]:
     """The responses `rasa data validate` and `rasa train` call "not used in any story or rule" on
     the starter bot after the guide (step 8): the plugin's (from init) and the skill's, which the
     plugin's actions say themselves."""
-    plugin = set(yaml.safe_load(fragment_text("domain.yml"))["responses"]) - approvals.RESPONSES.names()
-    plugin -= Responses().permission_names()
+    plugin = set(yaml.safe_load(fragment_text("domain.yml"))["responses"]) - RESPONSES.for_approvals()
+    plugin -= RESPONSES.for_remembering()
     skill = yaml.safe_load(guide_block(RESPONSES_BLOCK))["responses"]
     return set(plugin) | set(skill)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,18 @@ class Conversation:
 
 def responses(decision: Decision) -> list[str]:
     return [say.response for say in decision.say]
+
+
+def asked_call(slot: Mapping[str, Any], place: int = 1) -> dict[str, Any]:
+    """One call of the question a slot holds (the first by default), beside the question's own fields
+    (its skill, who was asked and when): what a test reads of a question."""
+    question = {name: value for name, value in slot.items() if name != "calls"}
+    return {**question, **slot["calls"][place - 1]}
+
+
+def forged(slot: Mapping[str, Any], place: int = 1, **changes: Any) -> dict[str, Any]:
+    """A copy of the question in ``slot`` with one call's fields changed and the seal left as it was:
+    what someone who edits the tracker would send."""
+    calls = [dict(call) for call in slot["calls"]]
+    calls[place - 1].update(changes)
+    return {**slot, "calls": calls}

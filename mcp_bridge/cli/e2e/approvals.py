@@ -29,7 +29,7 @@ import aiohttp
 
 __all__ = ["ApprovalPage", "ApproverError", "PageAnswer", "password_for"]
 
-# The reasons the page gives for a decision it refuses (scripts/approval_page.py).
+# The reasons the page gives for a decision it refuses (mcp_bridge/approvals/page.py).
 REFUSALS = frozenset({"own_request", "not_allowed", "unknown_person", "already_decided", "unknown"})
 MAX_FORM_BYTES = 256 * 1024
 

@@ -47,7 +47,8 @@ from rasa_sdk.utils import all_subclasses
 import actions  # noqa: F401  (serves the plugin's actions)
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.rasa.build import executor
-from mcp_bridge.sealing import question_from_slot
+from mcp_bridge.question import claimed
+from mcp_bridge.tools.context import CallContext
 
 
 def _action(name):
@@ -61,12 +62,12 @@ def _action(name):
 class _WritesOnDenial:
     async def decide(self, turn):
         decision = await super().decide(turn)
-        question = question_from_slot(turn.slots.get(PENDING_SLOT))
+        question = claimed(turn.slots.get(PENDING_SLOT))
         if decision.outcome == "cancelled" and question is not None:
             bridge = executor()
-            for pending in question:  # one call, or every call of a list answered "none"
-                tool = bridge.tools.resolve(bridge.skills[pending.skill], pending.tool)
-                await tool.call(pending.arguments, idempotency_key=None)
+            for call in question.calls:  # one call, or every call of a list answered "none"
+                tool = bridge.tools.resolve(bridge.skills[question.skill], call.tool)
+                await tool.call(call.arguments, CallContext(conversation_id=turn.conversation_id))
         return decision
 
 

@@ -5,7 +5,7 @@ its port) as an OAuth protected resource, the authorization server (oidc-provide
 action server's bridge its tokens by client credentials (as `make up` and the live proof run it),
 one Rasa server (the slow one: started once, in the background, while the rest starts),
 one action server on a fixed port, restarted with another variant of the bot between runs so
-Rasa's action endpoint never changes, and the approval page (scripts/approval_page.py, password
+Rasa's action endpoint never changes, and the approval page (`mcp-bridge approval-page`, password
 logins) on the approval store the action server uses. A variant is a skills folder, plus optionally a
 folder holding a modified copy of the `actions` package.
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.approval_page import hash_password
+from mcp_bridge.approvals.page import hash_password
 from tests.support import procs
 from tests.support.conversation import skills_with_source
 from tests.support.stack import LoggedStack

@@ -1,8 +1,8 @@
-"""Serve the approval page (web/approvals.html) on 127.0.0.1: second approvers log in, see the calls
+"""The approval page (web/approvals.html), served on 127.0.0.1: second approvers log in, see the calls
 waiting for their role, approve or refuse them; the requester's conversation is told through Rasa.
 
     APPROVAL_PAGE_KEY=... APPROVALS_DATABASE=... RASA_AUTH_TOKEN=... \\
-        python scripts/approval_page.py --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
+        mcp-bridge approval-page --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
         [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
         [--retry-seconds 30]
 
@@ -10,10 +10,11 @@ Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's Op
 (authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
 its redirect URI ``<--public-url>/callback``): the ID token is verified (signature from the provider's
 JWKS, issuer, audience, expiry, nonce) and its ``roles`` claim gives the roles; the example's
-provider is oidc-provider (examples/crm_bot/auth/server.mjs). Without it, who may approve comes from
+provider is oidc-provider (examples/crm_bot/auth/server.mjs); it needs PyJWT
+(``pip install rasa-mcp-bridge[approval-page]``). Without it, who may approve comes from
 the approvers file (``approvers.yml``: each user's roles and a scrypt
 hash of their password, the hash from an environment variable, never in the repository;
-``python scripts/approval_page.py hash`` makes one). A login sets an HttpOnly, SameSite=Strict
+``mcp-bridge approval-page hash`` makes one). A login sets an HttpOnly, SameSite=Strict
 cookie holding the user and an expiry, signed (HMAC-SHA256) with APPROVAL_PAGE_KEY; every API call
 checks it, and every POST must come from this page (Origin / Sec-Fetch-Site). The rules (only the
 role decides, never the requester, once, before the expiry) are mcp_bridge.approvals.second_approver',
@@ -36,7 +37,8 @@ unknown_person, already_decided, unknown), `/health`.
 Who is who: the approvers file's ``people:`` (required, in both login modes) maps each person to
 their chat identities, as the channels name them, and their logins here (password logins or OpenID
 subjects); the rules compare the requester and the approver as persons through it, and refuse an
-approver or a requester it does not name (``unknown_person``; mcp_bridge.approvals.second_approver rule 2).
+approver or a requester it does not name (``unknown_person``; mcp_bridge.approvals.second_approver's
+``never_the_requester``).
 """
 
 from __future__ import annotations
@@ -58,10 +60,9 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
-import jwt
 from aiohttp import web
 
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals, Approver, People
@@ -70,11 +71,19 @@ from mcp_bridge.config.envsubst import UnsetVariableError, expand
 from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
 from mcp_bridge.observability.audit import AuditLog
-from scripts.chat_page import MIN_KEY_CHARS, same_origin
+
+try:  # only for approvers who log in at an OpenID provider (the `approval-page` extra)
+    import jwt
+except ImportError:  # pragma: no cover - checked at start when --oidc-issuer is given
+    jwt = None  # type: ignore[assignment]
+# What a token that does not verify raises (nothing, without PyJWT: no OpenID login then).
+_JWT_ERRORS: tuple[type[Exception], ...] = (jwt.PyJWTError,) if jwt is not None else ()
 
 log = logging.getLogger("approval_page")
 
-WEB = Path(__file__).resolve().parents[1] / "examples" / "crm_bot" / "web"
+# A page key (APPROVAL_PAGE_KEY) shorter than this is refused.
+MIN_KEY_CHARS = 32
+WEB = Path(__file__).resolve().parent / "web"
 PAGE = WEB / "approvals.html"
 FILES = {
     "/approvals.js": (WEB / "approvals.js", "text/javascript"),
@@ -148,7 +157,9 @@ def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
         except UnsetVariableError as exc:
             raise fail(f"{where}.password_hash", f"environment variable {exc.name} is not set") from None
         if not stored.startswith("scrypt$"):
-            raise fail(f"{where}.password_hash", "not a scrypt hash (make one with `approval_page.py hash`)")
+            raise fail(
+                f"{where}.password_hash", "not a scrypt hash (make one with `mcp-bridge approval-page hash`)"
+            )
         accounts[user] = Account(frozenset(roles), stored)
     return accounts
 
@@ -369,6 +380,15 @@ def _public(request: ApprovalRequest) -> dict[str, Any]:
     }
 
 
+def same_origin(request: web.Request) -> bool:
+    """The request comes from this server's own pages (a browser says so in Sec-Fetch-Site)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
 def make_app(
     approvals: Approvals,
     accounts: Mapping[str, Account],
@@ -486,7 +506,7 @@ def make_app(
             return deny(400, "this answer is not for the login this browser started")
         try:
             who = await oidc.finish(client_session[0], code, pending)
-        except (ValueError, KeyError, jwt.PyJWTError, aiohttp.ClientError) as exc:
+        except (ValueError, KeyError, aiohttp.ClientError, *_JWT_ERRORS) as exc:  # type: ignore[misc]
             log.warning("approval page: a login at the provider failed: %s", exc)
             return deny(401, "the login could not be verified")
         response = web.HTTPFound("/", headers=headers)
@@ -598,16 +618,9 @@ def make_app(
     return app
 
 
-def main() -> int:
-    if sys.argv[1:2] == ["hash"]:
-        import getpass
-
-        print(hash_password(getpass.getpass("password: ")))
-        return 0
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rasa-url", required=True, help="Rasa's HTTP API (started with --enable-api)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The page's options (``mcp-bridge approval-page --help``)."""
+    parser.add_argument("--rasa-url", help="Rasa's HTTP API (started with --enable-api)")
     parser.add_argument("--approvers", type=Path, help="the approvers file (password logins)")
     parser.add_argument(
         "--oidc-issuer",
@@ -627,7 +640,24 @@ def main() -> int:
         default=RETRY_TELL_SECONDS,
         help="tell a conversation again after this long when it has not taken up its decision",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "what",
+        nargs="?",
+        choices=["serve", "hash"],
+        default="serve",
+        help="serve the page (the default), or print a password's hash for the approvers file",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the page (or, ``hash``, print the hash of a password typed at the prompt)."""
+    if args.what == "hash":
+        import getpass
+
+        print(hash_password(getpass.getpass("password: ")))
+        return 0
+    if not args.rasa_url:
+        raise SystemExit("approval page: give --rasa-url, Rasa's HTTP API (started with --enable-api)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     env = os.environ
     token = env.get("RASA_AUTH_TOKEN", "")
@@ -636,6 +666,10 @@ def main() -> int:
     public = (args.public_url or f"http://{args.host}:{args.port}").rstrip("/")
     oidc = None
     if args.oidc_issuer:
+        if jwt is None:
+            raise SystemExit(
+                "approval page: --oidc-issuer needs PyJWT: pip install 'rasa-mcp-bridge[approval-page]'"
+            )
         client_id, client_secret = env.get("OIDC_CLIENT_ID", ""), env.get("OIDC_CLIENT_SECRET", "")
         if not client_id or not client_secret:
             raise SystemExit("approval page: --oidc-issuer needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
@@ -662,6 +696,16 @@ def main() -> int:
     print(f"approval page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mcp-bridge approval-page",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
