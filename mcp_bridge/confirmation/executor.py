@@ -388,10 +388,8 @@ class Executor:
                     and (constraint.allows_remembering is not None)
                 )
                 return await self._decided(skill, question, bound, [True], turn, once=once)
-            case Grant() if bound[0].ask.remember is not None:
-                return await self._decided(
-                    skill, question, bound, [True], turn, remember=bound[0].ask.remember
-                )
+            case Grant() if (remember := await self._may_remember(skill, bound, turn)) is not None:
+                return await self._decided(skill, question, bound, [True], turn, remember=remember)
             case Grant():
                 reason = "a permission this call cannot be given"
             case Choices(approved=approved):
@@ -418,6 +416,16 @@ class Executor:
             return await self._expired(skill, question, bound, turn)
         self._record_all(turn, question, "unclear", reason)
         return await self._ask_again(skill, question, bound, turn, [Say(again)])
+
+    async def _may_remember(
+        self, skill: Skill, bound: Sequence[_Bound], turn: Turn
+    ) -> AllowsRemembering | None:
+        """What a yes to the one call of ``bound`` may also keep as a permission (the gate's
+        ``remembered``), or None."""
+        if len(bound) != 1:
+            return None
+        verdict = await self._gate(skill, bound[0], Reached(), turn)
+        return verdict.remember if isinstance(verdict, Ask) else None
 
     def _read(self, question: Question, turn: Turn) -> Answer | Choices | EditCall:
         nlu = NluOpinion(turn.intent, turn.intent_confidence, turn.intent_ranking)
@@ -709,7 +717,9 @@ class Executor:
             if step.execute_tool != call.tool or source is None or str(source) != call.source:
                 return None
             resolved = self.runner.resolve(skill, call.tool)
-            verdict = await self._gate_step(skill, step, resolved, call.arguments, Reached(), turn)
+            # Whether it is still asked about; what a yes may remember is asked only for a grant.
+            consent = Reached(remembering=False)
+            verdict = await self._gate_step(skill, step, resolved, call.arguments, consent, turn)
             if not isinstance(verdict, Ask):
                 return None
             bound.append(_Bound(call, step, resolved, verdict))

@@ -79,7 +79,10 @@ _UNKNOWN = (ToolCallError, ToolArgumentsError, ToolNotFoundError)
 
 @dataclass(frozen=True)
 class Reached:
-    """The step loop reached the call: it has nothing yet."""
+    """The step loop reached the call: it has nothing yet. ``remembering``: say what a yes may also
+    keep as a permission (which asks the tool's annotations); False when only whether to ask matters."""
+
+    remembering: bool = True
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,8 @@ async def gate(
         return RunConfirmed()
     if not isinstance(asked, RequiresConfirmation):
         return RunUnasked(asked)
+    if isinstance(consent, Reached) and not consent.remembering:
+        return Ask(asked)
     remember = await _may_remember(skill, tool_name, tool, arguments, context)
     if isinstance(consent, MayBePermitted) and remember is not None:
         permission = covering(
