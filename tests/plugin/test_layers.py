@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "mcp_bridge"
+import mcp_bridge
+
+# The package under test: the checkout's, or in `make package` the installed wheel's (its tree has no
+# mcp_bridge/, so that the suite imports the wheel; the wheel ships every module's source).
+PACKAGE = Path(mcp_bridge.__file__).resolve().parent
 
 # --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
 # Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, and mcp_sdk,
