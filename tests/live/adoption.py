@@ -597,7 +597,11 @@ def _run(
     rasa = [str(REPO / ".venv-rasa" / "bin" / "rasa")]
     model = bot / "models" / "adopted.tar.gz"
     train = [*rasa, "train", "--fixed-model-name", "adopted", "--out", "models"]
-    trained = pool.submit(steps.run, "rasa train", lambda: sh(train, cwd=bot, timeout=600))
+    # Rasa's own training cache, kept in var/: both ends train the same starter bot with the same Rasa
+    # (.venv-rasa), so the second end's `rasa train` reuses what the first computed (Rasa fingerprints
+    # the config, the data and each component; anything changed is trained again).
+    cache = {"RASA_CACHE_DIRECTORY": str(REPO / "var" / "adoption-rasa-cache")}
+    trained = pool.submit(steps.run, "rasa train", lambda: sh(train, cwd=bot, env=cache, timeout=600))
 
     def validate() -> None:
         # Rasa's warnings, as a person sees them (no PYTHONWARNINGS=ignore)
