@@ -130,11 +130,7 @@ def bare_environment() -> Iterator[None]:
 
 def mcp_bridge_parser() -> argparse.ArgumentParser:
     """The parser ``mcp_bridge.cli.main`` builds, from the same list of commands."""
-    cli = importlib.import_module("mcp_bridge.cli")
-    parser = argparse.ArgumentParser(prog="mcp-bridge", description=cli.__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in cli._COMMANDS:
-        register(commands)
+    parser: argparse.ArgumentParser = importlib.import_module("mcp_bridge.cli").parser()
     return parser
 
 

@@ -8,11 +8,9 @@ from typing import Any
 
 from mcp_bridge.cli.command import add_command
 
-SUMMARY = "serve the approval page where second approvers decide held calls (or: hash a password)"
 
-
-def register(commands: Any) -> None:
-    parser = add_command(commands, "approval-page", _run, help=SUMMARY, description=_description())
+def register(commands: Any, summary: str) -> None:
+    parser = add_command(commands, "approval-page", _run, help=summary, description=_description())
     from mcp_bridge.approvals.page import add_arguments
 
     add_arguments(parser)

@@ -330,12 +330,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     parser = add_command(
         commands,
         "check",
         run,
-        help="the action server's start-up checks, offline (for CI); --live also asks the MCP servers",
+        help=summary,
         description=__doc__,
     )
     bot_folder(parser)

@@ -16,12 +16,12 @@ from mcp_bridge.cli.command import actions_package, add_command
 from mcp_bridge.errors import ConfigError
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     parser = add_command(
         commands,
         "grpc",
         run,
-        help="serve the bot's actions over gRPC (rasa-sdk 3.21), with the token check and start-up checks",
+        help=summary,
         description=(
             "Serve the bot's actions over gRPC, as `python -m rasa_sdk --grpc` would, with the plugin's "
             "start-up checks, 127.0.0.1 by default, ACTION_SERVER_TOKEN checked on every call "

@@ -638,12 +638,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     parser = add_command(
         commands,
         "init",
         run,
-        help="make a Rasa bot ready for mcp_bridge (domain, rule, endpoints, a sample skill)",
+        help=summary,
         description=__doc__,
     )
     bot_folder(parser)

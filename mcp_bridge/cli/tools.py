@@ -144,12 +144,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     parser = add_command(
         commands,
         "tools",
         run,
-        help="list an MCP server's tools with their annotations, as a table",
+        help=summary,
         description=__doc__,
     )
     parser.add_argument("server", help="a server name from endpoints.yml, or the server's URL")

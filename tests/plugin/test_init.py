@@ -506,3 +506,26 @@ def test_without_such_a_server_init_adds_nothing_of_the_sign_in(bot: Path) -> No
     domain = yaml.safe_load((bot / "domain.yml").read_text())
     assert "mcp_signed_in" not in domain["intents"] and "action_mcp_resume" not in domain["actions"]
     assert not (bot / "data" / "mcp_bridge_person.yml").exists()
+
+
+def test_mcp_bridge_imports_only_the_command_it_runs() -> None:
+    """`mcp-bridge init` (run by every adoption and many tests) loads no MCP SDK, no rasa_sdk, no HTTP
+    client; the full parser (what --help and the reference page read) has every command."""
+    import subprocess
+    import sys
+
+    from mcp_bridge.cli import SUBCOMMANDS, parser
+
+    code = (
+        "import sys\n"
+        "from mcp_bridge.cli import parser\n"
+        "parser(only='init').parse_args(['init'])\n"
+        "print(sorted(m for m in ('mcp', 'mcp_types', 'rasa_sdk', 'aiohttp') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    commands = next(action for action in parser()._actions if action.dest == "command")
+    assert set(commands.choices) == {subcommand.name for subcommand in SUBCOMMANDS}
+    for name in ("init", "check", "tools", "grpc", "approval-page"):
+        assert "handler" in commands.choices[name]._defaults, name

@@ -17,9 +17,9 @@ from mcp_bridge.cli.e2e.runner import RunnerError, Target, audit_warning, run_ca
 DEFAULT_STATE = Path("var/run/stack.json")
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     """Adds ``test e2e`` to the ``mcp-bridge`` command."""
-    test = commands.add_parser("test", help="run tests of a bot")
+    test = commands.add_parser("test", help=summary)
     kinds = test.add_subparsers(dest="kind", required=True, metavar="KIND")
     e2e = kinds.add_parser(
         "e2e",
