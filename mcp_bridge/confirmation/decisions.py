@@ -3,10 +3,11 @@
 The Rasa adapter (:mod:`mcp_bridge.rasa.adapter`) makes a :class:`Turn` of the tracker and applies a
 :class:`Decision`'s responses (:class:`Say`) and slots; :class:`ConfirmationPolicy` and
 :class:`Responses` configure the executor. :mod:`mcp_bridge.confirmation.executor` exports all of them, and a
-caller imports them from there; they live here, beneath the executor and the modules its rules are
-split into (:mod:`mcp_bridge.confirmation.calls`, :mod:`mcp_bridge.confirmation.several_calls`,
-:mod:`mcp_bridge.confirmation.server_questions`),
-so that each of those can use them without importing the executor.
+caller imports them from there; they live here, beneath the executor and the modules it is split
+into (:mod:`mcp_bridge.confirmation.asking`, :mod:`mcp_bridge.confirmation.running`,
+:mod:`mcp_bridge.confirmation.server_questions`), so that each of those can use them without
+importing the executor. The responses are the Rasa contract's one catalogue
+(:class:`mcp_bridge.contract.Responses`).
 
 :class:`Run` is what running a skill from one step came to; the executor's parts pass it between them,
 and only the executor turns it into the turn's one :class:`Decision` (:meth:`Run.decision`).

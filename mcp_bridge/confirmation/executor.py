@@ -128,8 +128,8 @@ from mcp_bridge.skills.files import (
     Skill,
     SlotArgument,
     Step,
-    resolve_arguments,
     runs_when,
+    step_arguments,
     too_many_items,
 )
 from mcp_bridge.skills.toolbox import ToolBox
@@ -277,7 +277,7 @@ class Executor:
         """
         match read_state(turn, self.seal):
             case ServerAsking():
-                return await self.server_questions.answer(turn)  # a server's question, not ours
+                return await self.server_questions.reply(turn)  # a server's question, not ours
             case Asking(question):
                 return await self._answered(question, turn)
             case Malformed(None):
@@ -862,7 +862,7 @@ class Executor:
                 if not runnable:
                     continue
                 # Whether the gate asks about the step's calls does not depend on their arguments.
-                arguments, _ = resolve_arguments(step, runnable[0].slots, runnable[0].results)
+                arguments, _ = step_arguments(step, runnable[0].slots, runnable[0].results)
                 verdict = await self._gate_step(skill, step, resolved, arguments, Reached(), turn)
                 asks, first_arguments = isinstance(verdict, Ask), arguments
                 if planned and (not asks or _waits_for(step, planned, lines)):
@@ -875,7 +875,7 @@ class Executor:
                     if not runs_when(step, line.slots, line.results):
                         updated.append(line)
                         continue
-                    arguments, missing = resolve_arguments(step, line.slots, line.results)
+                    arguments, missing = step_arguments(step, line.slots, line.results)
                     if missing:
                         response = step.on_missing_argument or self.responses.tool_failed
                         missed = Say(response, {"error": f"missing {', '.join(missing)}"})
@@ -1011,7 +1011,7 @@ def _replanned(bound: Sequence[_Bound]) -> list[Planned]:
 def _still_holds(step: Step, call: AskedCall, slots: Mapping[str, Any]) -> bool:
     """The call's arguments are still what its step makes of the slots (the conversation's, with
     the call's own context over them); results of earlier steps are not kept, so not compared."""
-    current, _ = resolve_arguments(step, {**slots, **call.context})
+    current, _ = step_arguments(step, {**slots, **call.context})
     return all(
         current.get(name) == call.arguments.get(name)
         for name, source in step.arguments.items()

@@ -1,21 +1,20 @@
 """The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
 
 A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
-:class:`~mcp_bridge.errors.InputRequiredError` from the call. The executor's call layer hands it here
-(:meth:`mcp_bridge.confirmation.calls.Calls.dispatch` calls :meth:`ServerQuestions.asked`); this module asks
-the
-server's questions in the chat with the state machine of :mod:`mcp_bridge.questions.elicitation`, one reply
-per
-turn, and keeps everything between turns in the ``pending_elicitation`` slot, signed like a pending
-confirmation: the skill, the step, the exact arguments, the confirmation that authorised the call (if
-one did), the answers so far, the server's opaque ``request_state`` and who was asked. Once every
-question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
-again with the answers and that state, and the skill goes on from its result, on whichever replica
-serves that turn: through the one hook the executor gives this module, ``run_from``
-(:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the stopped step). The
-executor
-hands the loop's turns here while a server's question is pending (:meth:`ServerQuestions.answer`, and
-:meth:`ServerQuestions.cancel` for its "no"). Nothing here imports the executor.
+:class:`~mcp_bridge.errors.InputRequiredError` from the call. Running the call hands it here
+(:meth:`mcp_bridge.confirmation.running.Runner.dispatch` calls :meth:`ServerQuestions.asked`); this
+module asks the server's questions in the chat with the state machine of
+:mod:`mcp_bridge.questions.elicitation`, one reply per turn, and keeps everything between turns in the
+``pending_elicitation`` slot, sealed (:mod:`mcp_bridge.sealing`, kind ``elicitation``): the skill, the
+step, the exact arguments, the question that authorised the call (if one did), the answers so far,
+the server's opaque ``request_state`` and who was asked. Once every question is answered (accepted,
+declined or cancelled: the server hears which), the same call is sent again with the answers and
+that state (its :class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on
+whichever replica serves that turn: through the one hook the executor gives this module,
+``run_from`` (:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the
+stopped step). The executor hands the loop's turns here while a server's question is pending
+(:meth:`ServerQuestions.reply`, and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports
+the executor.
 
 Safety:
 
@@ -182,7 +181,7 @@ class ServerQuestions:
 
     # -- the person's reply ------------------------------------------------------------------
 
-    async def answer(self, turn: Turn) -> Decision:
+    async def reply(self, turn: Turn) -> Decision:
         """The loop's turn while a server's question is pending."""
         state = self._open(turn)
         if state is None:

@@ -589,7 +589,7 @@ class MCPRuntime:
         """Give the person's answers to the 2025-11-25 call kept open here, and follow it again."""
         where = f"MCP tool {tool_name!r} on server {server!r}"
         waiting = self.waiting.claim(handle, server, tool_name, arguments)
-        if waiting is None or waiting.task is None or waiting.ended is None or not waiting.answer(responses):
+        if waiting is None or waiting.task is None or waiting.ended is None or not waiting.deliver(responses):
             raise QuestionLapsedError(
                 f"{where} stopped waiting for the person's answer (the wait ran out, or another "
                 "process holds the call): the server was told cancel and the tool decided without "

@@ -6,7 +6,8 @@ Rasa before the person can even see the question. So the call is kept open: the 
 callback hands the question to the caller (:meth:`WaitingCall.ask`), the caller raises
 :class:`~mcp_bridge.errors.InputRequiredError` with the call's ``handle``, the executor asks the
 person over turns exactly as for a 2026-07-28 server, and on the answer turn the runtime gives the
-answers to the waiting call (:meth:`WaitingCalls.claim`, :meth:`WaitingCall.answer`) and waits for its result.
+answers to the waiting call (:meth:`WaitingCalls.claim`, :meth:`WaitingCall.deliver`) and waits for
+its result.
 
 Limits, by design:
 
@@ -107,7 +108,7 @@ class WaitingCall:
         self._asking = question
         return question.params
 
-    def answer(self, responses: Mapping[str, Mapping[str, Any]]) -> bool:
+    def deliver(self, responses: Mapping[str, Mapping[str, Any]]) -> bool:
         """Give the person's answer to the question being asked; False if it is no longer awaited."""
         question, self._asking = self._asking, None
         if question is None or question.answer.done():

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["NotAnAnswer", "Symbol", "read_targets", "resolve", "symbols_to_decisions"]
+__all__ = ["NotAnAnswer", "Symbol", "per_call", "read_targets", "symbols_to_decisions"]
 
 # Number words and ordinals (English); digits are read as they are.
 ORDINALS: dict[str, int] = {
@@ -213,7 +213,7 @@ def symbols_to_decisions(symbols: Sequence[Symbol], count: int) -> list[_Decisio
     return decisions
 
 
-def resolve(decisions: Sequence[_Decision], count: int) -> tuple[bool, ...]:
+def per_call(decisions: Sequence[_Decision], count: int) -> tuple[bool, ...]:
     """Yes or no for each of ``count`` calls, in order; :class:`NotAnAnswer` unless each has exactly one."""
     if not decisions:
         raise NotAnAnswer("no decision")

@@ -474,7 +474,7 @@ def _compile(lists: Mapping[str, list[str]], sources: str = "") -> Words:
     def phrases(key: str) -> frozenset[tuple[str, ...]]:
         return frozenset(tuple(_tokens(value)) for value in lists.get(key, []) if not is_rule(value))
 
-    def resolve(choice: Phrase | str) -> Iterable[Phrase]:
+    def expand(choice: Phrase | str) -> Iterable[Phrase]:
         if isinstance(choice, tuple):
             return (choice,)
         if choice not in _WordFile.model_fields:
@@ -487,7 +487,7 @@ def _compile(lists: Mapping[str, list[str]], sources: str = "") -> Words:
         return tuple(
             Rule(
                 value,
-                [(optional, [p for c in cs for p in resolve(c)]) for optional, cs in _parse_rule(value)],
+                [(optional, [p for c in cs for p in expand(c)]) for optional, cs in _parse_rule(value)],
             )
             for key in keys
             for value in lists.get(key, [])
@@ -892,7 +892,7 @@ class ConfirmationReader:
                 last_said = label
         try:
             decisions = choices.symbols_to_decisions(symbols, count)
-            return Choices(choices.resolve(decisions, count))
+            return Choices(choices.per_call(decisions, count))
         except choices.NotAnAnswer as exc:
             return Unclear(str(exc))
 

@@ -554,7 +554,7 @@ def runs_when(step: Step, slots: Mapping[str, Any], results: Mapping[str, Any]) 
     return value is not None and value is not False and value != []
 
 
-def resolve_arguments(
+def step_arguments(
     step: Step, slots: Mapping[str, Any], results: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """The step's arguments from slots and earlier results, and the names of those that were empty."""

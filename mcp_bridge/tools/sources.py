@@ -33,7 +33,7 @@ ToolFunction = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Annotations:
-    """What a tool's source says about it, for :func:`mcp_bridge.confirmation.gate.needs_confirmation`."""
+    """What a tool's source says about it, for the gate (:func:`mcp_bridge.confirmation.gate.gate`)."""
 
     # The tool claims to only read (an MCP tool's ``readOnlyHint``).
     read_only: bool = False

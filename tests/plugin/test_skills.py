@@ -25,7 +25,7 @@ from mcp_bridge.skills.files import (
     domain_responses,
     load_skill,
     load_skills,
-    resolve_arguments,
+    step_arguments,
 )
 from tests.support.procs import EXAMPLE_BOT
 
@@ -525,16 +525,16 @@ def test_domain_without_responses(tmp_path: Path) -> None:
     assert domain_responses(write(tmp_path, "version: '3.1'\n", "domain.yml")) == set()
 
 
-# --- resolve_arguments --------------------------------------------------------------------------
+# --- step_arguments --------------------------------------------------------------------------
 
 
 def _step(**arguments: object) -> Step:
     return Step.model_validate({"execute_tool": "t", "arguments": arguments})
 
 
-def test_resolve_arguments_from_slots_and_literals() -> None:
+def test_step_arguments_from_slots_and_literals() -> None:
     step = _step(contact_id={"slot": "contact_id"}, limit=5, flag=True, label="x", nothing=None)
-    resolved, missing = resolve_arguments(step, {"contact_id": 7, "other": "ignored"})
+    resolved, missing = step_arguments(step, {"contact_id": 7, "other": "ignored"})
     assert resolved == {"contact_id": 7, "limit": 5, "flag": True, "label": "x", "nothing": None}
     assert missing == []
     assert type(resolved["flag"]) is bool
@@ -542,31 +542,31 @@ def test_resolve_arguments_from_slots_and_literals() -> None:
 
 
 @pytest.mark.parametrize("value", [None, "", "   ", "\n\t"])
-def test_resolve_arguments_missing_slot(value: object) -> None:
+def test_step_arguments_missing_slot(value: object) -> None:
     step = _step(email={"slot": "contact_email"}, text={"slot": "note_text"}, limit=5)
-    resolved, missing = resolve_arguments(step, {"contact_email": value, "note_text": "hello"})
+    resolved, missing = step_arguments(step, {"contact_email": value, "note_text": "hello"})
     assert missing == ["contact_email"]
     assert resolved["text"] == "hello"
     assert resolved["limit"] == 5
 
 
-def test_resolve_arguments_absent_slots_all_reported_in_order() -> None:
+def test_step_arguments_absent_slots_all_reported_in_order() -> None:
     step = _step(email={"slot": "contact_email"}, text={"slot": "note_text"})
-    _, missing = resolve_arguments(step, {})
+    _, missing = step_arguments(step, {})
     assert missing == ["contact_email", "note_text"]
 
 
 @pytest.mark.parametrize("value", [0, False, [], "x"])
-def test_resolve_arguments_falsy_values_are_not_missing(value: object) -> None:
-    resolved, missing = resolve_arguments(_step(v={"slot": "s"}), {"s": value})
+def test_step_arguments_falsy_values_are_not_missing(value: object) -> None:
+    resolved, missing = step_arguments(_step(v={"slot": "s"}), {"s": value})
     assert missing == []
     assert resolved == {"v": value}
 
 
-def test_resolve_arguments_real_step(responses: set[str]) -> None:
+def test_step_arguments_real_step(responses: set[str]) -> None:
     skills = load_skills(SKILLS, local_tools=TOOLS, mcp_servers=MCP_SERVERS, responses=responses)
     save = skills["log_interaction"].steps[1]
-    resolved, missing = resolve_arguments(save, {"contact_id": 3, "note_text": "  "})
+    resolved, missing = step_arguments(save, {"contact_id": 3, "note_text": "  "})
     assert resolved == {"contact_id": 3, "text": "  "}
     assert missing == ["note_text"]
 
