@@ -27,7 +27,7 @@ EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 comma     := ,
 
-.PHONY: help setup test lint typecheck pytest pytest-sdk36 pytest-pro browser-test validate train rasa-test chat up down actions \
+.PHONY: help setup test lint typecheck walk pytest pytest-sdk36 pytest-pro browser-test validate train rasa-test chat up down actions \
 	proof proof-sdk36 proof-pro e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
 	docs docs-serve docs-reference docs-screenshots
 
@@ -45,6 +45,7 @@ help:
 	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
 	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
 	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt, mcp-pieces.txt)"
+	@echo "make walk     one yes followed through the plugin's modules: modules entered, re-entries, calls up (red on a call up)"
 	@echo "make bench-memory  the action server's memory at rest, by process and setting (bench-results/memory.txt)"
 	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
 	@echo "                   (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)"
@@ -146,6 +147,12 @@ typecheck: $(VENV)/.installed
 	@echo "==> mypy (mcp_bridge, scripts, the example bot's crm and actions)"
 	@$(VENV)/bin/mypy
 
+# One confirmed yes followed through the plugin's modules (scripts/walk.py), over a local tool and over
+# MCP: the modules entered, the re-entries and the upward moves; red when a call goes up.
+walk: $(VENV)/.installed
+	@echo "==> walk: one yes through the plugin's modules (scripts/walk.py)"
+	@$(VENV)/bin/python scripts/walk.py
+
 # Two test processes (pytest-xdist), each taking whole files (module fixtures start their servers once):
 # much of a live test is waiting for a server to start or answer, so two keep both cores busy.
 PYTEST_PARALLEL := -n 2 --dist loadfile
@@ -200,7 +207,7 @@ rasa-test: train
 	@echo "==> rasa test (the example bot's test stories, $(BOT)/tests/)"
 	@scripts/rasa-test.sh
 
-test: lint typecheck docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test container-test adoption adoption-sdk36 package
+test: lint typecheck walk docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test container-test adoption adoption-sdk36 package
 
 chat: setup train
 	@scripts/chat.sh

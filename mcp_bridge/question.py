@@ -68,10 +68,13 @@ class Question:
     # When the channel received the message the question was asked in (its signature's time); None
     # when that message was unsigned. Only an answer the channel received later counts.
     asked_after: float | None
+    # The call a one-call question asks about (the first of a list).
+    first: AskedCall = field(init=False, repr=False, compare=False)
 
-    @property
-    def first(self) -> AskedCall:
-        return self.calls[0]
+    def __post_init__(self) -> None:
+        if not self.calls:
+            raise ValueError("a question asks about at least one call")
+        object.__setattr__(self, "first", self.calls[0])
 
     def sealed(self, seal: Seal, conversation_id: str) -> dict[str, Any]:
         """The slot's value."""

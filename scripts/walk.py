@@ -2,9 +2,10 @@
 
 Runs a two-step skill (a lookup, then a write that needs a yes) to its question, then traces
 ``Executor.answer`` for the "yes" with :mod:`sys.monitoring`: every start and every return of a
-function of an ``mcp_bridge`` module, on the logical call chain under that one ``answer`` call (the
-MCP session's own background tasks are not part of the walk). Twice: with local tools, and with
-an MCP tool of tests/fixtures/reminder_server.py (started on a free loopback port).
+function written in an ``mcp_bridge`` module's source, on the logical call chain under that one
+``answer`` call (the MCP session's own background tasks are not part of the walk; code generated at
+import, such as a dataclass's ``__init__``, is not a move into the module that declared it). Twice:
+with local tools, and with an MCP tool of tests/fixtures/reminder_server.py (on a free loopback port).
 
 The walk is the sequence of modules the chain is in, consecutive repeats collapsed; a call and a
 return both move it. It prints:
@@ -17,7 +18,8 @@ return both move it. It prints:
   goes straight down and back has as many as it is deep; one that goes back and forth has more.
   ``calls up`` counts only the calls among them (a lower module calling into a higher one).
 
-Run from the repository root: ``.venv/bin/python scripts/walk.py [--show]``.
+Exits 1 when a call goes up (a lower module calling into a higher one). ``make walk`` runs it, in
+``make test``. Run from the repository root: ``.venv/bin/python scripts/walk.py [--show]``.
 """
 
 from __future__ import annotations
@@ -126,6 +128,16 @@ def above(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
 # -- tracing ----------------------------------------------------------------------------------
 
 
+SOURCE = str(REPO / PACKAGE)
+
+
+def written(code: CodeType) -> bool:
+    """Whether the code is written in the package's source. Code generated at import (a dataclass's
+    ``__init__``, ``__eq__``) runs with its module's globals but holds none of its logic: building a
+    record of a type another module defines is not a move into that module."""
+    return code.co_filename.startswith(SOURCE)
+
+
 class Walk:
     """The module walk of the call chain under one root frame."""
 
@@ -145,9 +157,10 @@ class Walk:
 
     @staticmethod
     def _module(frame: FrameType | None) -> str | None:
+        """The package module whose source holds the frame's code, or the nearest caller's."""
         while frame is not None:
             name = frame.f_globals.get("__name__", "")
-            if name == PACKAGE or name.startswith(PACKAGE + "."):
+            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and written(frame.f_code):
                 return str(name)
             frame = frame.f_back
         return None
@@ -164,7 +177,7 @@ class Walk:
             self.root_frame = frame
             self.current = self._module(frame)
             return None
-        if self.root_frame is None or not self._in_walk(frame):
+        if self.root_frame is None or not written(code) or not self._in_walk(frame):
             return None
         self._move(self._module(frame), "call")
         return None
@@ -248,7 +261,8 @@ def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
     return Executor(skills, ToolBox(LOCAL_TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
 
 
-async def walk_both(port: int, show: bool) -> None:
+async def walk_both(port: int, show: bool) -> int:
+    """Prints both walks; returns how many calls went up in them."""
     closure = above(import_graph())
     servers = {"notes": MCPServerConfig(name="notes", url=f"http://127.0.0.1:{port}/mcp", trusted=True)}
     with tempfile.TemporaryDirectory() as directory:
@@ -257,11 +271,13 @@ async def walk_both(port: int, show: bool) -> None:
             text = SKILL.format(source_id=source_id, source=source, write="create_reminder")
             (skills_dir / f"{source_id}.yml").write_text(text)
         executor = build(skills_dir, servers)
+        calls_up = 0
         try:
             for source_id in ("local", "mcp"):
                 slots = {"email": "dana@example.com", "text": "walked"}
                 walk, _ = await traced_yes(executor, f"walk_{source_id}", slots)
                 found = figures(walk.moves, closure)
+                calls_up += found["calls_up"]
                 print(
                     f"{source_id:5}: modules entered {len(found['modules'])}, re-entries "
                     f"{found['reentries']} ({found['reentries_below']} below the executor), upward moves "
@@ -273,6 +289,7 @@ async def walk_both(port: int, show: bool) -> None:
                     print("       walk: " + " > ".join(short))
         finally:
             await executor.aclose()
+    return calls_up
 
 
 def main(show: bool) -> None:
@@ -283,10 +300,12 @@ def main(show: bool) -> None:
     )
     try:
         wait_for(port)
-        asyncio.run(walk_both(port, show))
+        calls_up = asyncio.run(walk_both(port, show))
     finally:
         server.terminate()
         server.wait(timeout=10)
+    if calls_up:
+        raise SystemExit(f"{calls_up} call(s) went up: a lower module called into a higher one")
 
 
 if __name__ == "__main__":

@@ -20,15 +20,14 @@ class ToolResult:
     # False when the result was rebuilt from text blocks because the tool publishes no output schema.
     structured: bool = True
     source: str = "local"
+    # Read from ``data`` once, when the result is made.
+    ok: bool = field(init=False, compare=False)
+    error: str | None = field(init=False, compare=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.data.get("ok") is True
-
-    @property
-    def error(self) -> str | None:
+    def __post_init__(self) -> None:
         error = self.data.get("error")
-        return None if error is None else str(error)
+        object.__setattr__(self, "ok", self.data.get("ok") is True)
+        object.__setattr__(self, "error", None if error is None else str(error))
 
 
 def from_local(tool: str, value: Any) -> ToolResult:
