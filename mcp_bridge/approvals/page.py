@@ -128,6 +128,16 @@ class Account:
     password_hash: str
 
 
+def _approvers_section(path: Path, name: str) -> Any:
+    """The ``name`` section of the approvers file (None when the file is not a mapping or lacks it);
+    SystemExit naming the file when it cannot be read."""
+    try:
+        document = load_yaml(path)
+    except YAMLFileError as exc:
+        raise SystemExit(f"{path}: cannot read the approvers file: {exc.reason}") from None
+    return document.get(name) if isinstance(document, dict) else None
+
+
 def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
     """The approvers file: ``approvers: {user: {roles: [...], password_hash: "${VAR}"}}``; SystemExit
     naming the file, the place and the reason on anything wrong."""
@@ -135,11 +145,7 @@ def load_approvers(path: Path, env: Mapping[str, str]) -> dict[str, Account]:
     def fail(where: str, reason: str) -> SystemExit:
         return SystemExit(f"{path}: {where}: {reason}")
 
-    try:
-        document = load_yaml(path)
-    except YAMLFileError as exc:
-        raise SystemExit(f"{path}: cannot read the approvers file: {exc.reason}") from None
-    entries = document.get("approvers") if isinstance(document, dict) else None
+    entries = _approvers_section(path, "approvers")
     if not isinstance(entries, dict) or not entries:
         raise fail("approvers", "a mapping of user names to their roles and password hash")
     accounts: dict[str, Account] = {}
@@ -177,11 +183,7 @@ def load_people(path: Path, logins: Collection[str] = ()) -> People:
     def fail(where: str, reason: str) -> SystemExit:
         return SystemExit(f"{path}: {where}: {reason}")
 
-    try:
-        document = load_yaml(path)
-    except YAMLFileError as exc:
-        raise SystemExit(f"{path}: cannot read the approvers file: {exc.reason}") from None
-    entries = document.get("people") if isinstance(document, dict) else None
+    entries = _approvers_section(path, "people")
     if not isinstance(entries, dict) or not entries:
         raise fail(
             "people",

@@ -102,17 +102,14 @@ class Splice:
             first = value.value[0]
             line_start = self.text.rfind("\n", 0, first.start_mark.index) + 1
             dash = self.text.index("-", line_start) - line_start
-            at = _line_end(self.text, _last_content_index(self.text, value))
-            self.inserts.append((at, "".join(reindent(item, dash) for item in items)))
+            self._insert_after(value, items, dash)
         elif isinstance(value, SequenceNode) and value.flow_style and _all_scalars(items):
             close = self._flow_close(value)
             empty = not value.value
             names = ", ".join(item.strip().removeprefix("- ").strip() for item in items)
             self.inserts.append((close, names if empty else f", {names}"))
         elif _is_empty(self.text, value):
-            at = _line_end(self.text, key_node.end_mark.index)
-            indent = key_node.start_mark.column + 2
-            self.inserts.append((at, "".join(reindent(item, indent) for item in items)))
+            self._insert_under(key_node, items)
         else:
             raise ConfigError(
                 f"{self.where}: {key}: cannot add {', '.join(i.strip() for i in items)} to it; "
@@ -132,13 +129,9 @@ class Splice:
         entries = [gap + entry for entry in entries]
         key_node, value = found
         if isinstance(value, MappingNode) and not value.flow_style and value.value:
-            indent = value.value[0][0].start_mark.column
-            at = _line_end(self.text, _last_content_index(self.text, value))
-            self.inserts.append((at, "".join(reindent(entry, indent) for entry in entries)))
+            self._insert_after(value, entries, value.value[0][0].start_mark.column)
         elif _is_empty(self.text, value):
-            at = _line_end(self.text, key_node.end_mark.index)
-            indent = key_node.start_mark.column + 2
-            self.inserts.append((at, "".join(reindent(entry, indent) for entry in entries)))
+            self._insert_under(key_node, entries)
         else:
             raise ConfigError(
                 f"{self.where}: {key}: cannot add entries to it; write it as a block mapping "
@@ -147,6 +140,19 @@ class Splice:
 
     def append(self, block: str) -> None:
         self.appended.append(block)
+
+    def _insert_after(self, value: Node, blocks: list[str], indent: int) -> None:
+        """Insert ``blocks`` (each written at indent 0) on the lines after ``value``'s last content,
+        indented by ``indent``."""
+        at = _line_end(self.text, _last_content_index(self.text, value))
+        self.inserts.append((at, "".join(reindent(block, indent) for block in blocks)))
+
+    def _insert_under(self, key_node: Node, blocks: list[str]) -> None:
+        """Insert ``blocks`` (each written at indent 0) on the lines after an empty ``key:``, indented
+        two columns past the key."""
+        at = _line_end(self.text, key_node.end_mark.index)
+        indent = key_node.start_mark.column + 2
+        self.inserts.append((at, "".join(reindent(block, indent) for block in blocks)))
 
     def _flow_close(self, node: Node) -> int:
         close: int = node.end_mark.index - 1

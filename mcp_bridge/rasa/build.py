@@ -78,23 +78,19 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     if acts_as_person and not allow_unset:
         person = PersonOAuth(servers, TokenStore.from_env(env))  # refuses a missing or weak key
     needed = responses.for_every_bot() | (responses.for_acting_as_the_person() if acts_as_person else set())
-    missing = sorted(needed - known_responses)
-    if missing:
-        raise ConfigError(
-            f"{domain}: the executor needs these responses, which are missing: {', '.join(missing)} "
-            "(`mcp-bridge init` adds them)"
-        )
+    _check_responses(
+        domain, needed - known_responses, "the executor needs these responses, which are missing"
+    )
     local = registered_local_tools()
     skills = check_skills(
         skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
     )
     if any(c.allows_remembering for skill in skills.values() for c in skill.constraints.values()):
-        missing = sorted(responses.for_remembering() - known_responses)
-        if missing:
-            raise ConfigError(
-                f"{domain}: a skill allows remembered permissions, and these responses are missing: "
-                f"{', '.join(missing)} (`mcp-bridge init` adds them)"
-            )
+        _check_responses(
+            domain,
+            responses.for_remembering() - known_responses,
+            "a skill allows remembered permissions, and these responses are missing",
+        )
     questions = {responses.confirm_tool_call, responses.confirm_calls, responses.confirm_one_call} | {
         rule.utter_for_confirmation
         for skill in skills.values()
@@ -116,12 +112,11 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
     second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
-        missing = sorted(responses.for_approvals() - known_responses)
-        if missing:
-            raise ConfigError(
-                f"{domain}: a skill requires a second approver, and these responses are missing: "
-                f"{', '.join(missing)} (`mcp-bridge init` adds them)"
-            )
+        _check_responses(
+            domain,
+            responses.for_approvals() - known_responses,
+            "a skill requires a second approver, and these responses are missing",
+        )
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
         second_approvers = approvals.Approvals(
             open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease
@@ -148,6 +143,12 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
         log.info("skill %s (%s) from %s: %s", skill.id, skill.action, skill.path, sources)
     return built
+
+
+def _check_responses(domain: str, missing: set[str], why: str) -> None:
+    """ConfigError when any response is ``missing`` from the domain: ``{domain}: {why}: {names}``."""
+    if missing:
+        raise ConfigError(f"{domain}: {why}: {', '.join(sorted(missing))} (`mcp-bridge init` adds them)")
 
 
 def skill_files(skills_dir: str | Path) -> SkillFiles:

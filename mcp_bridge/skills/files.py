@@ -431,6 +431,12 @@ def _check(
         if name is not None and responses is not None and name not in responses:
             raise fail(where, f"response {name!r} is not defined in the domain")
 
+    def check_confirmed(there: str, rule: RequiresConfirmation | None, why: str) -> None:
+        """ConfigError at ``there`` unless the tool's ``requires_confirmation`` is enabled (``why``: why
+        the constraint needs it)."""
+        if rule is None or not rule.enabled:
+            raise fail(there, f"needs requires_confirmation enabled on the same tool: {why}")
+
     constraints: dict[str, ToolConstraint] = {}
     for index, entry in enumerate(parsed.tool_constraints):
         ((tool, constraint),) = entry.items()
@@ -448,12 +454,9 @@ def _check(
         approval = constraint.requires_approval_from
         if approval is not None:
             there = f"{where}.requires_approval_from"
-            if rule is None or not rule.enabled:
-                raise fail(
-                    there,
-                    "needs requires_confirmation enabled on the same tool: the requester confirms the "
-                    "exact call before a second person approves it",
-                )
+            check_confirmed(
+                there, rule, "the requester confirms the exact call before a second person approves it"
+            )
             arguments = {
                 name for step in parsed.steps if step.execute_tool == tool for name in step.arguments
             }
@@ -466,12 +469,7 @@ def _check(
         remembering = constraint.allows_remembering
         if remembering is not None:
             there = f"{where}.allows_remembering"
-            if rule is None or not rule.enabled:
-                raise fail(
-                    there,
-                    "needs requires_confirmation enabled on the same tool: a permission is given in "
-                    "answer to its question",
-                )
+            check_confirmed(there, rule, "a permission is given in answer to its question")
             if remembering.any_arguments == bool(remembering.same_arguments):
                 raise fail(
                     there,
