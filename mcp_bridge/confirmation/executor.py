@@ -590,7 +590,7 @@ class Executor:
             verdict = await gate(
                 skill,
                 call.tool,
-                found(resolved),
+                resolved,
                 call.arguments,
                 Reached(),
                 generic=self.generic,
@@ -805,7 +805,7 @@ class Executor:
         return await gate(
             skill,
             step.execute_tool,
-            found(resolved),
+            resolved,
             arguments,
             consent,
             generic=self.generic,

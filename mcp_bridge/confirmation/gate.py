@@ -151,7 +151,7 @@ Verdict = Ask | RunUnasked | RunPermitted | RunConfirmed | Hold | Refuse
 async def gate(
     skill: Skill,
     tool_name: str,
-    tool: Tool | None,
+    resolved: Tool | ToolNotFoundError,
     arguments: Mapping[str, Any],
     consent: Consent,
     *,
@@ -159,9 +159,10 @@ async def gate(
     context: CallContext,
 ) -> Verdict:
     """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
-    ``consent``. ``tool`` is what the name resolved to (None: nothing), asked about itself in the
-    call's ``context``; ``generic`` is the question for an MCP tool the skill does not constrain
-    (``remote_asks``)."""
+    ``consent``. ``resolved`` is what the name resolved to (a tool, asked about itself in the call's
+    ``context``, or why nothing); ``generic`` is the question for an MCP tool the skill does not
+    constrain (``remote_asks``)."""
+    tool = None if isinstance(resolved, ToolNotFoundError) else resolved
     asked = await _asked(skill, tool_name, tool, generic, context)
     if isinstance(consent, Confirmed | Released):
         if not isinstance(asked, RequiresConfirmation):
