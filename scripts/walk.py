@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import secrets
 import socket
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from mcp_bridge.config.servers import MCPServerConfig  # noqa: E402
 from mcp_bridge.confirmation.executor import Decision, Executor, Turn  # noqa: E402
 from mcp_bridge.contract import PENDING_SLOT  # noqa: E402
 from mcp_bridge.observability.audit import AuditLog  # noqa: E402
+from mcp_bridge.sealing import Seal  # noqa: E402
 from mcp_bridge.skills.files import load_skills  # noqa: E402
 
 PACKAGE = "mcp_bridge"
@@ -258,7 +260,8 @@ def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
 
     skills = load_skills(skills_dir, local_tools=LOCAL_TOOLS, mcp_servers=servers, responses=None)
     audit = AuditLog(None)
-    return Executor(skills, ToolBox(LOCAL_TOOLS, MCPRuntime(servers), audit=audit), audit=audit)
+    tools = ToolBox(LOCAL_TOOLS, MCPRuntime(servers), audit=audit)
+    return Executor(skills, tools, audit=audit, seal=Seal(secrets.token_bytes(32)))
 
 
 async def walk_both(port: int, show: bool) -> int:
