@@ -172,16 +172,7 @@ async def test_at_mcp_1_30_a_2026_07_28_only_server_is_refused_saying_why_and_no
         await runtime.aclose()
     # Through the executor: the person is never asked (the tool cannot be resolved at that server),
     # is told the tool is unavailable, and nothing reaches the server.
-    skills_dir = tmp_path / "skills"
-    skills_dir.mkdir()
-    (skills_dir / "save_item.yml").write_text(SKILL.format(tool="add_item"), encoding="utf-8")
-    servers = {"items": MCPServerConfig(name="items", url=server.url)}
-    skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
-    executor = Executor(
-        skills,
-        ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)),
-        audit=AuditLog(tmp_path / "audit.jsonl"),
-    )
+    executor = executor_at(server.url, "add_item", tmp_path / "skills", tmp_path / "audit.jsonl")
     try:
         chat = Conversation(executor, item_text="buy milk")
         decision = await chat.start("save_item")
@@ -229,17 +220,21 @@ async def test_a_result_that_breaks_its_output_schema_is_an_error_naming_tool_an
         await runtime.invoke("items", "no_content", {})
 
 
+def executor_at(url: str, tool: str, skills_dir: Path, audit: Path) -> Executor:
+    """An executor whose one skill saves an item with ``tool`` of the MCP server at ``url``."""
+    skills_dir.mkdir()
+    (skills_dir / "save_item.yml").write_text(SKILL.format(tool=tool), encoding="utf-8")
+    servers = {"items": MCPServerConfig(name="items", url=url)}
+    skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
+    return Executor(skills, ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)), audit=AuditLog(audit))
+
+
 @pytest.fixture
 async def executor(era_server: tuple[str, procs.ServiceProcess], tmp_path: Path) -> AsyncIterator[Any]:
     made: list[Executor] = []
 
     def make(tool: str, audit: Path) -> Executor:
-        skills_dir = tmp_path / f"skills-{len(made)}"
-        skills_dir.mkdir()
-        (skills_dir / "save_item.yml").write_text(SKILL.format(tool=tool))
-        servers = {"items": MCPServerConfig(name="items", url=era_server[1].url)}
-        skills = load_skills(skills_dir, local_tools={}, mcp_servers=servers, responses=None)
-        built = Executor(skills, ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)), audit=AuditLog(audit))
+        built = executor_at(era_server[1].url, tool, tmp_path / f"skills-{len(made)}", audit)
         made.append(built)
         return built
 
