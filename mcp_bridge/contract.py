@@ -19,6 +19,9 @@ __all__ = [
     "APPROVAL_ENTITY",
     "APPROVAL_INTENT",
     "BUTTON_PAYLOADS",
+    "LIST_BUTTONS",
+    "TYPED_ANSWER_CHANNELS",
+    "YES_NO_BUTTONS",
     "CONFIRMATION_LOOP",
     "DENY_ACTION",
     "DENY_INTENT",
@@ -49,6 +52,22 @@ AFFIRM_INTENT = "affirm"
 DENY_INTENT = "deny"
 PLUGIN_INTENTS = (AFFIRM_INTENT, DENY_INTENT)
 BUTTON_PAYLOADS = frozenset({f"/{AFFIRM_INTENT}", f"/{DENY_INTENT}"})
+# The answers the plugin adds to every question it asks, as buttons where the channel shows them
+# ("No" first: a stray Enter on a menu is never a yes), and as words to type where it does not. A
+# question's response in the domain carries none of its own.
+YES_NO_BUTTONS = (
+    {"title": "No", "payload": f"/{DENY_INTENT}"},
+    {"title": "Yes", "payload": f"/{AFFIRM_INTENT}"},
+)
+# The same for a numbered list of calls: all of them or none (an "Only <n>" button per call follows).
+LIST_BUTTONS = (
+    {"title": "No to all", "payload": f"/{DENY_INTENT}"},
+    {"title": "Yes to all", "payload": f"/{AFFIRM_INTENT}"},
+)
+# Input channels where a question is asked in words, with the answers to type, and no buttons:
+# `rasa shell` (Rasa's ``cmdline`` channel shows buttons as a menu that typed letters never reach).
+# MCP_BRIDGE_TYPED_ANSWER_CHANNELS replaces the list (mcp_bridge.rasa.adapter).
+TYPED_ANSWER_CHANNELS = ("cmdline",)
 
 # The action that reads an answer; it is also the loop a pending question keeps active, so Rasa
 # sends the person's next message to it whatever intent the NLU gave that message.
@@ -108,8 +127,8 @@ class Responses:
     too_many_items: str = "utter_too_many_items"
     # Said when an answer comes after the question expired (the policy's ttl), before it is asked again.
     confirmation_expired: str = "utter_confirmation_expired"
-    # A question about several calls (calls, the numbered list; count), with Yes / No buttons for all
-    # of them; the executor adds one "Only <n>" button per call.
+    # A question about several calls (calls, the numbered list; count); the plugin adds the buttons
+    # (all, none, and one "Only <n>" per call).
     confirm_calls: str = "utter_confirm_calls"
     # The same for a list of one (one call of a request that made several; calls).
     confirm_one_call: str = "utter_confirm_one_call"
@@ -121,6 +140,9 @@ class Responses:
     calls_cancelled: str = "utter_calls_cancelled"
     # Said when a tool ran but its result breaks the output schema it publishes (tool_name).
     tool_result_invalid: str = "utter_tool_result_invalid"
+    # Said after a question where the channel shows no buttons (rasa shell): the answers to type
+    # (answers: e.g. '"no" or "yes"').
+    type_your_answer: str = "utter_type_your_answer"
     # Said to a request or an answer that no channel vouches for: it reached the action server
     # without the signature of the channel that authenticated the person; nothing ran.
     not_vouched: str = "utter_not_vouched"

@@ -142,7 +142,7 @@ def mcp_server_python() -> str:
 
 def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """This process's environment without any CRM_* setting, plus CRM_API_TOKEN (:func:`crm_api_token`)
-    and `extra` (None values dropped).
+    and `extra` (a None value: that variable is not set in the child).
 
     Starting from a clean CRM_* slate keeps a developer's shell settings (a real token, the
     default database) out of the tests.
@@ -151,7 +151,9 @@ def child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["CRM_API_TOKEN"] = crm_api_token()
     for key, value in (extra or {}).items():
-        if value is not None:
+        if value is None:
+            env.pop(key, None)
+        else:
             env[key] = value
     return env
 
@@ -646,7 +648,7 @@ def action_server(
     port: int | None = None,
     log_path: Path | None = None,
     detached: bool = False,
-    extra_env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str | None] | None = None,
     python: str | None = None,
 ) -> ServiceProcess:
     """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL.

@@ -191,12 +191,20 @@ def up(state: Path, with_rasa: bool) -> int:
                 log_path=logs / "action-server.log",
                 detached=True,
                 extra_env={
-                    "ACTION_SERVER_TOKEN": action_token,
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
-                    "MCP_BRIDGE_CHANNEL_KEY": access.channel_key,
                     "APPROVALS_DATABASE": approvals_db,
-                    # rasa shell (make chat) signs nothing: its messages are taken as from nobody.
-                    **({} if with_rasa else {"MCP_BRIDGE_DEVELOPMENT": "1"}),
+                    **(
+                        {"ACTION_SERVER_TOKEN": action_token, "MCP_BRIDGE_CHANNEL_KEY": access.channel_key}
+                        if with_rasa
+                        # rasa shell (make chat) signs nothing: its messages are taken as from nobody,
+                        # a development mode the action server allows only on loopback, with no channel
+                        # key and no token.
+                        else {
+                            "MCP_BRIDGE_DEVELOPMENT": "1",
+                            "ACTION_SERVER_TOKEN": None,
+                            "MCP_BRIDGE_CHANNEL_KEY": None,
+                        }
+                    ),
                     **bridge_env,
                 },
             ),

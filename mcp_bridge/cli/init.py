@@ -25,7 +25,7 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
 Existing files keep every byte they had: new entries are inserted as text after the last entry
 of their section (see :mod:`mcp_bridge.cli.yaml_splice`). A bot's own rewording of a response is kept.
 Where the bot defines something the plugin needs differently (a ``pending_confirmation`` slot of
-another type, ``affirm`` as an entity, a confirmation question without its Yes/No buttons), nothing
+another type, ``affirm`` as an entity, a confirmation question with buttons of its own), nothing
 is written and each clash is named with file, place and reason (exit status 1). A second run
 changes nothing.
 """
@@ -60,7 +60,6 @@ from mcp_bridge.config.servers import AUTHORIZATION_CODE
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
-    BUTTON_PAYLOADS,
     CONFIRMATION_LOOP,
     PENDING_SLOT,
     PERMISSIONS_SLOT,
@@ -72,7 +71,7 @@ from mcp_bridge.contract import (
     REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.skills.files import ACTION_NAME
+from mcp_bridge.skills.files import ACTION_NAME, answer_buttons_problem
 
 DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
@@ -418,14 +417,14 @@ def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:
         if intent in _names(file.values.get("entities")):
             problems.append(
                 f"{where}: entities: {intent!r} is an entity, but the plugin needs it as an intent "
-                f"(its Yes/No buttons send /{intent})"
+                f"(a question's Yes/No buttons send /{intent})"
             )
     for action in PLUGIN_ACTIONS:
         if action in _names(file.values.get("forms")):
             problems.append(f"{where}: forms.{action}: the plugin serves {action!r} as a custom action")
     responses = file.values.get("responses") if isinstance(file.values.get("responses"), dict) else {}
     assert isinstance(responses, dict)
-    questions = [name for name, v in fragment.values["responses"].items() if any("buttons" in x for x in v)]
+    questions = (RESPONSES.confirm_tool_call, RESPONSES.confirm_calls, RESPONSES.confirm_one_call)
     for name in questions:
         if name not in responses:
             continue
@@ -434,15 +433,9 @@ def _domain_clashes(file: _DomainFile, fragment: Fragment) -> list[str]:
             problems.append(f"{where}: responses.{name}: must be a list of variants")
             continue
         for index, variant in enumerate(variants):
-            buttons = variant.get("buttons") if isinstance(variant, dict) else None
-            payloads = {b.get("payload") for b in buttons or [] if isinstance(b, dict)}
-            if payloads != BUTTON_PAYLOADS:
-                found = ", ".join(sorted(map(str, payloads))) or "none"
-                problems.append(
-                    f"{where}: responses.{name}[{index}]: a confirmation question needs Yes/No buttons "
-                    f"with exactly the payloads /affirm, /deny (found: {found}); keep your wording, add the "
-                    "buttons"
-                )
+            problem = answer_buttons_problem(variant)
+            if problem is not None:
+                problems.append(f"{where}: responses.{name}[{index}]: {problem}")
     return problems
 
 

@@ -3,10 +3,12 @@ and said to the person.
 
 A run that gathered one call, on one line, is asked about with the skill's own question
 (``utter_for_confirmation``, the call's arguments and the conversation's slots as its variables),
-and a third button where the person may also give a permission. Anything else is a numbered list
-(``listed``): several calls (steps in a row, or one step over a list), or one call of a run that
-split into several lines; each call on its line (the constraint's ``describe``, or the tool's name
-and arguments), with an "Only <n>" button per call when there are two to five.
+with No and Yes, and a third answer where the person may also give a permission. Anything else is
+a numbered list (``listed``): several calls (steps in a row, or one step over a list), or one call
+of a run that split into several lines; each call on its line (the constraint's ``describe``, or
+the tool's name and arguments), with "No to all", "Yes to all" and an "Only <n>" per call when
+there are two to five. The answers travel with the question (:attr:`Say.buttons`): the Rasa adapter
+shows them as buttons, or as words to type where the channel shows no buttons.
 
 Each call keeps its idempotency key when the same call (the same digest) is asked about again, so
 confirming it again cannot write it twice.
@@ -24,6 +26,7 @@ from mcp_bridge.confirmation.decisions import Responses, Say, Turn
 from mcp_bridge.confirmation.gate import Ask, declared
 from mcp_bridge.confirmation.permissions import GRANT_BUTTON
 from mcp_bridge.confirmation.running import Resolved
+from mcp_bridge.contract import LIST_BUTTONS, YES_NO_BUTTONS
 from mcp_bridge.question import AskedCall, Question
 from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills.files import Skill, Step
@@ -103,15 +106,15 @@ def said(
         assert one.ask.rule.utter_for_confirmation is not None
         variables = templating.variables(one.slots, one.arguments, tool=one.step.execute_tool)
         grant = (GRANT_BUTTON,) if one.ask.remember is not None else ()
-        return Say(one.ask.rule.utter_for_confirmation, variables, grant)
+        return Say(one.ask.rule.utter_for_confirmation, variables, (*YES_NO_BUTTONS, *grant))
     lines = "\n".join(f"{place}. {describe(skill, call, slots)}" for place, call in numbered(question))
     if len(question.calls) == 1:
-        return Say(responses.confirm_one_call, {"calls": lines, "count": 1})
-    buttons = tuple({"title": f"Only {place}", "payload": f"only {place}"} for place, _ in numbered(question))
+        return Say(responses.confirm_one_call, {"calls": lines, "count": 1}, YES_NO_BUTTONS)
+    only = tuple({"title": f"Only {place}", "payload": f"only {place}"} for place, _ in numbered(question))
     return Say(
         responses.confirm_calls,
         {"calls": lines, "count": len(question.calls)},
-        buttons if 2 <= len(question.calls) <= _MAX_CALL_BUTTONS else (),
+        (*LIST_BUTTONS, *(only if 2 <= len(question.calls) <= _MAX_CALL_BUTTONS else ())),
     )
 
 

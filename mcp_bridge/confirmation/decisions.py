@@ -58,13 +58,16 @@ class Turn:
     # not hold: mcp_bridge.channels.proof); None when one does, or none is required. Such a message
     # starts nothing and answers nothing.
     unvouched: str | None = None
+    # The input channel of the latest message, as Rasa names it ("cmdline" for rasa shell).
+    input_channel: str | None = None
 
 
 @dataclass(frozen=True)
 class Say:
     response: str
     variables: Mapping[str, Any] = field(default_factory=dict)
-    # Buttons added to the response's own (a question about several calls: one per call).
+    # A question's answers (mcp_bridge.contract.YES_NO_BUTTONS and the like): buttons where the channel
+    # shows them, words to type where it does not (mcp_bridge.rasa.adapter). Nothing else has any.
     buttons: tuple[Mapping[str, str], ...] = ()
 
 

@@ -31,7 +31,7 @@ from mcp_bridge.contract import (
     REVOKE_ACTION,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
+from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 from mcp_bridge.rasa.person_actions import sign_in_decision
 
@@ -76,7 +76,13 @@ class ExecutorAction(Action, ABC):
             )
             decision = Decision("failed", slots={PENDING_SLOT: None})
             dispatcher.utter_message(response="utter_tool_unavailable")
-        return apply_decision(decision, dispatcher, action=self.name(), loop_active=turn.loop_active)
+        return apply_decision(
+            decision,
+            dispatcher,
+            action=self.name(),
+            loop_active=turn.loop_active,
+            typed=answers_typed(turn.input_channel),
+        )
 
 
 class ConfirmTool(ExecutorAction):

@@ -16,13 +16,18 @@ The rejection is an ``action_execution_rejected`` event in a normal answer, not 
 ``ActionExecutionRejection`` (HTTP 400): Rasa treats both alike (the loop is marked rejected, the
 action is not recorded as run, the policies predict the next action), but logs the HTTP 400 at ERROR
 level, and a hand-back is normal behaviour, not an error in a deployment's alerting.
+
+A question's answers (:attr:`Say.buttons`) become buttons, or, on a channel that shows none
+(:func:`answers_typed`: ``rasa shell`` by default), the question in words followed by the answers to
+type (``utter_type_your_answer``): Rasa's command line shows buttons as a menu whose first entry Enter
+picks, and a typed "yes" would never reach a text prompt.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +37,7 @@ from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.channels.proof import KEY_ENV, PROOF_KEY, ChannelKeys, Unvouched
 from mcp_bridge.confirmation.executor import Decision, Turn
-from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT
+from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT, RESPONSES, TYPED_ANSWER_CHANNELS
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
 from mcp_bridge.rasa.rewinds import unrewound
@@ -142,6 +147,7 @@ def turn_from_tracker(tracker: Tracker, check: ChannelCheck | None = None) -> Tu
         user=sender.user,
         said_at=sender.said_at,
         unvouched=sender.unvouched,
+        input_channel=tracker.get_latest_input_channel(),
     )
 
 
@@ -161,18 +167,51 @@ def whole_numbers(value: Any) -> Any:
     return value
 
 
+# Read once per process: the input channels where answers are typed.
+TYPED_CHANNELS_ENV = "MCP_BRIDGE_TYPED_ANSWER_CHANNELS"
+
+
+def answers_typed(input_channel: str | None, env: Mapping[str, str] | None = None) -> bool:
+    """Whether a question asked on ``input_channel`` (the latest message's, as Rasa names it) is asked in
+    words with the answers to type instead of buttons: the channels of MCP_BRIDGE_TYPED_ANSWER_CHANNELS
+    (separated by commas or spaces; default ``cmdline``, what ``rasa shell`` sends)."""
+    env = os.environ if env is None else env
+    raw = env.get(TYPED_CHANNELS_ENV)
+    channels = raw.replace(",", " ").split() if raw is not None else TYPED_ANSWER_CHANNELS
+    return input_channel is not None and input_channel in channels
+
+
+def typed_answers(buttons: Sequence[Mapping[str, str]]) -> str:
+    """The answers of a question's buttons as words to type: '"no", "yes" or "only 1"'. A button that
+    sends an intent (/deny) is typed as its title, any other as what it sends."""
+    words = [
+        (b.get("title") or "").lower() if str(b.get("payload", "")).startswith("/") else str(b.get("payload"))
+        for b in buttons
+    ]
+    quoted = [f'"{word}"' for word in words if word]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 def apply_decision(
-    decision: Decision, dispatcher: CollectingDispatcher, *, action: str, loop_active: bool
+    decision: Decision,
+    dispatcher: CollectingDispatcher,
+    *,
+    action: str,
+    loop_active: bool,
+    typed: bool = False,
 ) -> list[dict[str, Any]]:
-    """Responses to the dispatcher, and the events to return."""
+    """Responses to the dispatcher, and the events to return; ``typed``: the channel shows no buttons,
+    so a question's answers are said as words to type."""
     if decision.outcome == "handed_back":
         # Rasa applies the rejection (the loop stays active, marked rejected), does not record the
         # action as run, and lets the bot's own rules answer; nothing is said here. Rasa's processor
         # reads an action_execution_rejected event among an action's events as a rejection by hand.
         return [ActionExecutionRejected(action)]
     for say in decision.say:
-        if say.buttons:
-            # Added to the response's own buttons by Rasa (a question about several calls).
+        if say.buttons and typed:
+            dispatcher.utter_message(response=say.response, **say.variables)
+            dispatcher.utter_message(response=RESPONSES.type_your_answer, answers=typed_answers(say.buttons))
+        elif say.buttons:
             dispatcher.utter_message(
                 response=say.response, buttons=[dict(b) for b in say.buttons], **say.variables
             )

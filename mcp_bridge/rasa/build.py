@@ -44,7 +44,7 @@ from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, loa
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import (
     SkillFiles,
-    check_question_buttons,
+    check_questions_carry_no_buttons,
     check_skills,
     domain_documents,
     domain_responses,
@@ -98,7 +98,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         if (rule := declared(skill, tool)) is not None and rule.utter_for_confirmation
     }
     policy = ConfirmationPolicy(ttl_seconds=_positive_float(env, "CONFIRMATION_TTL_SECONDS", 300.0))
-    check_question_buttons(domain, questions, {f"/{policy.affirm_intent}", f"/{policy.deny_intent}"})
+    check_questions_carry_no_buttons(domain, questions)
     extra_words = [env["CONFIRMATION_WORDS"]] if env.get("CONFIRMATION_WORDS") else []
     reader = ConfirmationReader(
         load_words(*extra_words),

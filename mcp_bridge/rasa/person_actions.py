@@ -22,7 +22,7 @@ from rasa_sdk.types import DomainDict
 from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
 from mcp_bridge.confirmation.executor import Decision, Say
 from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESPONSES, RESUME_ACTION, RESUME_ENTITY
-from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
+from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.rasa.sign_in import open_resume
 
@@ -83,7 +83,13 @@ class ResumeAfterSignIn(Action):
                 "%s failed in conversation %s; nothing was written", RESUME_ACTION, turn.conversation_id
             )
             decision = Decision("failed", [Say(RESPONSES.tool_unavailable)])
-        return apply_decision(decision, dispatcher, action=RESUME_ACTION, loop_active=turn.loop_active)
+        return apply_decision(
+            decision,
+            dispatcher,
+            action=RESUME_ACTION,
+            loop_active=turn.loop_active,
+            typed=answers_typed(turn.input_channel),
+        )
 
 
 class DisconnectPerson(Action):

@@ -597,30 +597,38 @@ def domain_responses(domain_path: str | Path) -> set[str]:
     return names
 
 
-def check_question_buttons(domain_path: str | Path, questions: Iterable[str], payloads: set[str]) -> None:
-    """Every variant of every confirmation question carries exactly the Yes/No buttons.
+def answer_buttons_problem(variant: Any) -> str | None:
+    """Why a variant of a confirmation question cannot be used (it carries buttons of its own), or None.
 
-    A button press is an unambiguous answer, so each question must offer one, with ``payloads``
-    (``/affirm`` and ``/deny``). Raises :class:`ConfigError` naming the file, response and reason.
+    The action server adds a question's answers itself: buttons where the channel shows them, words to
+    type where it does not (``rasa shell``, whose menu of buttons a typed "yes" never reaches). Buttons
+    in the domain would be shown beside those, and on the command line as that menu again.
     """
+    if isinstance(variant, dict) and variant.get("buttons"):
+        return (
+            "a confirmation question carries no buttons of its own: the action server adds its answers "
+            "(No, Yes, ...) where the channel shows buttons, and asks for a typed answer where it does "
+            "not (rasa shell); remove the buttons (keep your wording)"
+        )
+    return None
+
+
+def check_questions_carry_no_buttons(domain_path: str | Path, questions: Iterable[str]) -> None:
+    """No variant of any confirmation question carries buttons (:func:`answer_buttons_problem`).
+    Raises :class:`ConfigError` naming the file, response and reason."""
     responses: dict[str, Any] = {}
     where: dict[str, Path] = {}
     for file, document in domain_documents(domain_path):
         for name, variants in (document.get("responses") or {}).items():
             responses[name], where[name] = variants, file
-    wanted = ", ".join(sorted(payloads))
     for name in sorted(set(questions)):
         variants = responses.get(name)
         if not isinstance(variants, list) or not variants:
             continue  # a missing response is reported where the skill names it
         for index, variant in enumerate(variants):
-            buttons = variant.get("buttons") if isinstance(variant, dict) else None
-            found = {b.get("payload") for b in buttons or [] if isinstance(b, dict)}
-            if found != payloads:
-                raise ConfigError(
-                    f"{where[name]}: responses.{name}[{index}]: a confirmation question needs buttons with "
-                    f"exactly the payloads {wanted} (found: {', '.join(sorted(map(str, found))) or 'none'})"
-                )
+            problem = answer_buttons_problem(variant)
+            if problem is not None:
+                raise ConfigError(f"{where[name]}: responses.{name}[{index}]: {problem}")
 
 
 # pydantic's names for the members of a union: noise to a skill author.

@@ -116,12 +116,12 @@ def _missing_executor_response(bot: Path) -> None:
     )
 
 
-def _question_without_buttons(bot: Path) -> None:
+def _question_with_buttons(bot: Path) -> None:
     edit(
         bot / "domain.yml",
-        '      buttons:\n        - title: "No"\n          payload: /deny\n        - title: "Yes"\n'
-        "          payload: /affirm\n\n  utter_reminder_cancelled",
         "\n  utter_reminder_cancelled",
+        '      buttons:\n        - title: "No"\n          payload: /deny\n        - title: "Yes"\n'
+        "          payload: /affirm\n  utter_reminder_cancelled",
     )
 
 
@@ -177,9 +177,9 @@ MISTAKES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         _missing_executor_response,
         ["domain.yml: the executor needs these responses, which are missing: utter_nothing_pending"],
     ),
-    "question without buttons": (
-        _question_without_buttons,
-        ["domain.yml: responses.utter_confirm_reminder[0]: a confirmation question needs buttons"],
+    "question with buttons of its own": (
+        _question_with_buttons,
+        ["domain.yml: responses.utter_confirm_reminder[0]: a confirmation question carries no buttons"],
     ),
     "skill action missing from the domain": (
         _action_not_in_domain,

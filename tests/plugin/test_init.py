@@ -196,11 +196,12 @@ CLASHES = {
         "slots:\n  deny:\n    type: bool\n    mappings:\n      - type: custom\n",
         ["domain.yml: slots.deny: the plugin needs 'deny' as an intent, not a slot"],
     ),
-    "question without buttons, and a form named like the plugin's action": (
+    "question with buttons of its own, and a form named like the plugin's action": (
         "forms:\n  action_deny_tool:\n    required_slots: []\n",
         [
-            "domain.yml: responses.utter_confirm_tool_call[0]: a confirmation question needs Yes/No buttons",
-            "(found: none)",
+            "domain.yml: responses.utter_confirm_tool_call[0]: a confirmation question carries no buttons of "
+            "its own",
+            "asks for a typed answer where it does not (rasa shell)",
             "domain.yml: forms.action_deny_tool: the plugin serves 'action_deny_tool' as a custom action",
         ],
     ),
@@ -212,9 +213,12 @@ def test_a_clash_stops_init_before_anything_is_written(bot: Path, clash: str) ->
     addition, messages = CLASHES[clash]
     domain = bot / "domain.yml"
     text = domain.read_text() + "\n" + addition
-    if "question without buttons" in clash:
+    if "question with buttons" in clash:
         text = text.replace(
-            "responses:\n", 'responses:\n  utter_confirm_tool_call:\n  - text: "Run it?"\n\n', 1
+            "responses:\n",
+            'responses:\n  utter_confirm_tool_call:\n  - text: "Run it?"\n    buttons:\n'
+            '    - {title: "Yes", payload: /affirm}\n\n',
+            1,
         )
     domain.write_text(text)
     before = snapshot(bot)
@@ -396,7 +400,7 @@ def test_rasa_warns_only_about_the_responses_the_plugins_actions_say(bot: Path) 
     assert validate.returncode == 0, output
     unused, other = rasa_warnings(output)
     assert unused == expected_unused_responses()
-    assert len(unused) == 29  # what the guide's step 8 says
+    assert len(unused) == 30  # what the guide's step 8 says
     assert other == [], other
 
 

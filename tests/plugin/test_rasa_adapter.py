@@ -6,8 +6,8 @@ from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.confirmation.executor import Decision, Say
-from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, apply_decision
+from mcp_bridge.contract import LIST_BUTTONS, PENDING_SLOT, RESPONSES, YES_NO_BUTTONS
+from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, answers_typed, apply_decision, typed_answers
 
 LOOP = CONFIRMATION_LOOP
 
@@ -46,10 +46,11 @@ def test_a_message_that_is_not_an_answer_is_handed_back_by_a_rejection_event_onl
     assert dispatcher.messages == []
 
 
-def test_a_list_of_calls_carries_its_per_call_buttons_to_rasa() -> None:
-    """Rasa adds a custom action's buttons to the response's own (No to all / Yes to all)."""
+def test_a_question_carries_its_answers_as_buttons_where_the_channel_shows_them() -> None:
+    """The domain's question has no buttons: the plugin sends its answers (No to all, Yes to all, Only n)."""
     dispatcher = CollectingDispatcher()
-    buttons = ({"title": "Only 1", "payload": "only 1"}, {"title": "Only 2", "payload": "only 2"})
+    only = ({"title": "Only 1", "payload": "only 1"}, {"title": "Only 2", "payload": "only 2"})
+    buttons = (*LIST_BUTTONS, *only)
     asked = Decision("pending", [Say("utter_confirm_calls", {"calls": "1. a\n2. b", "count": 2}, buttons)])
     apply_decision(asked, dispatcher, action=LOOP, loop_active=True)
     (message,) = dispatcher.messages
@@ -57,6 +58,40 @@ def test_a_list_of_calls_carries_its_per_call_buttons_to_rasa() -> None:
     assert message["buttons"] == [dict(button) for button in buttons]
     dispatcher = CollectingDispatcher()
     apply_decision(
-        Decision("pending", [Say("utter_confirm_note")]), dispatcher, action=LOOP, loop_active=True
+        Decision("pending", [Say("utter_confirm_note", {}, YES_NO_BUTTONS)]),
+        dispatcher,
+        action=LOOP,
+        loop_active=True,
     )
-    assert dispatcher.messages[0]["buttons"] == []  # one call: only the response's own
+    assert dispatcher.messages[0]["buttons"] == [
+        {"title": "No", "payload": "/deny"},
+        {"title": "Yes", "payload": "/affirm"},
+    ]
+    dispatcher = CollectingDispatcher()
+    apply_decision(Decision("done", [Say("utter_note_saved")]), dispatcher, action=LOOP, loop_active=True)
+    assert dispatcher.messages[0]["buttons"] == []  # not a question: nothing to answer
+
+
+def test_where_the_channel_shows_no_buttons_a_question_is_followed_by_the_answers_to_type() -> None:
+    """rasa shell shows buttons as a menu whose first entry Enter picks, and a typed "yes" never reaches a
+    prompt: there, the question goes in words, then the answers to type, and no buttons at all."""
+    dispatcher = CollectingDispatcher()
+    grant = {"title": "Yes, and don't ask again today", "payload": "yes, and don't ask again today"}
+    asked = Decision("pending", [Say("utter_confirm_note", {"arg_text": "hi"}, (*YES_NO_BUTTONS, grant))])
+    apply_decision(asked, dispatcher, action=LOOP, loop_active=True, typed=True)
+    question, answers = dispatcher.messages
+    assert question["response"] == "utter_confirm_note" and question["buttons"] == []
+    assert question["arg_text"] == "hi"
+    assert answers["response"] == RESPONSES.type_your_answer and answers["buttons"] == []
+    assert answers["answers"] == '"no", "yes" or "yes, and don\'t ask again today"'
+    only = ({"title": "Only 1", "payload": "only 1"},)
+    assert typed_answers((*LIST_BUTTONS, *only)) == '"no to all", "yes to all" or "only 1"'
+    assert typed_answers(YES_NO_BUTTONS) == '"no" or "yes"'
+
+
+def test_rasa_shell_answers_by_typing_and_the_list_of_such_channels_is_a_setting() -> None:
+    assert answers_typed("cmdline", {}) is True
+    assert answers_typed("socketio", {}) is False and answers_typed(None, {}) is False
+    setting = {"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": "cmdline, twilio"}
+    assert answers_typed("twilio", setting) is True and answers_typed("socketio", setting) is False
+    assert answers_typed("cmdline", {"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": ""}) is False

@@ -15,7 +15,7 @@ import pytest
 from mcp_bridge.confirmation import permissions
 from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.confirmation.gate import Ask, Reached, gate
-from mcp_bridge.contract import PENDING_SLOT, PERMISSIONS_SLOT
+from mcp_bridge.contract import PENDING_SLOT, PERMISSIONS_SLOT, YES_NO_BUTTONS
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal
@@ -130,15 +130,15 @@ async def test_a_grant_lets_later_notes_to_the_same_contact_run_unasked_and_says
 async def test_the_question_offers_the_third_button_only_where_a_grant_is_allowed(tmp_path: Path) -> None:
     world = World(tmp_path)
     asked = await log(world.chat(), "dana@example.com", "First call")
-    assert asked.say[0].buttons == (permissions.GRANT_BUTTON,)
+    assert asked.say[0].buttons == (*YES_NO_BUTTONS, permissions.GRANT_BUTTON)
     # The button sends the words: read as a grant, like typing them.
     assert permissions.GRANT_BUTTON["payload"] == GRANT
     refund = await log(world.chat("c2"), "dana@example.com", "A refund of 40 EUR")
-    assert refund.say[0].buttons == ()  # needs a supervisor: never remembered
+    assert refund.say[0].buttons == YES_NO_BUTTONS  # needs a supervisor: never remembered
     without = SKILL[: SKILL.index("      allows_remembering:")] + SKILL[SKILL.index("steps:") :]
     plain = World(tmp_path / "plain", without)
     asked = await log(plain.chat(), "dana@example.com", "First call")
-    assert asked.say[0].buttons == ()
+    assert asked.say[0].buttons == YES_NO_BUTTONS
 
 
 async def test_outside_the_scope_the_question_is_asked(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from mcp_bridge.approvals.second_approver import Approvals, Approver
 from mcp_bridge.approvals.store import SQLiteApprovalStore
 from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
-from mcp_bridge.contract import PENDING_SLOT
+from mcp_bridge.contract import PENDING_SLOT, YES_NO_BUTTONS
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
@@ -187,7 +187,7 @@ async def test_the_list_quotes_each_call_and_offers_a_button_per_call(world: Wor
         f'1. Note on Dana Whitfield\'s record: "{NOTE}"\n2. Note on Priya Raman\'s record: "{NOTE}"'
     )
     assert question.variables["count"] == 2
-    assert [b["payload"] for b in question.buttons] == ["only 1", "only 2"]
+    assert [b["payload"] for b in question.buttons] == ["/deny", "/affirm", "only 1", "only 2"]
 
 
 async def test_yes_to_1_no_to_2_writes_exactly_the_first_under_its_own_key(world: World) -> None:
@@ -294,7 +294,7 @@ async def test_a_date_adds_the_optional_task_to_the_same_question(world: World) 
 async def test_one_call_is_asked_exactly_as_before(world: World) -> None:
     chat = world.chat(contact_email="dana@example.com", note_text=NOTE)
     decision = await chat.start("notes")
-    assert responses(decision) == ["utter_confirm_note"] and decision.say[0].buttons == ()
+    assert responses(decision) == ["utter_confirm_note"] and decision.say[0].buttons == YES_NO_BUTTONS
     slot = chat.slots[PENDING_SLOT]
     assert slot["listed"] is False and [call["context"] for call in slot["calls"]] == [{}]
     assert (await chat.say("only the first", "affirm", 0.99)).outcome == "pending"  # not a yes to one call
@@ -417,7 +417,7 @@ async def test_one_call_of_several_lines_is_a_list_of_one(tmp_path: Path) -> Non
     # Its own wording ("Shall I do this?"), not "Shall I do these 1?", and no "Only 1" button.
     assert responses(decision) == ["utter_confirm_one_call"]
     assert decision.say[0].variables["calls"] == "1. Task for Priya Raman, due 2026-12-04"
-    assert decision.say[0].buttons == ()
+    assert decision.say[0].buttons == YES_NO_BUTTONS
     (call,) = calls_of(chat)
     assert (call["tool"], call["arguments"]["contact_id"]) == ("create_task", 2)
     decision = await chat.say("yes", "affirm", 0.99)

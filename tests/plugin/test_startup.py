@@ -14,6 +14,7 @@ from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
     BUTTON_PAYLOADS,
+    YES_NO_BUTTONS,
     ELICITATION_SLOT,
     PENDING_SLOT,
     PERMISSIONS_SLOT,
@@ -83,8 +84,10 @@ def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     # The executor's remembered-permission responses (added only for a skill that allows one).
     assert RESPONSES.for_remembering() <= set(domain["responses"])
     assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT, PERMISSIONS_SLOT]
+    # A question carries no buttons of its own: the action server adds its answers (YES_NO_BUTTONS).
     question = domain["responses"]["utter_confirm_tool_call"][0]
-    assert {button["payload"] for button in question["buttons"]} == BUTTON_PAYLOADS
+    assert "buttons" not in question
+    assert {button["payload"] for button in YES_NO_BUTTONS} == BUTTON_PAYLOADS
 
 
 def test_check_runs_from_any_folder(tmp_path: Path) -> None:
