@@ -27,7 +27,6 @@ __all__ = [
     "DENY_INTENT",
     "ELICITATION_SLOT",
     "PENDING_SLOT",
-    "PERMISSIONS_SLOT",
     "REVOKE_ACTION",
     "REVOKE_INTENT",
     "PLUGIN_ACTIONS",
@@ -38,14 +37,11 @@ __all__ = [
     "RESUME_INTENT",
 ]
 
-# The slot that carries the sealed pending question between turns (the action server is stateless).
+# The slot that carries a sealed copy of the open question (the action server's record decides
+# whether it is still open: mcp_bridge/record/store.py); Rasa routes the conversation by the loop.
 PENDING_SLOT = "pending_confirmation"
-# The slot that carries a server's pending question (elicitation) and the call it stopped, sealed.
+# The slot that carries a sealed copy of a server's open question (elicitation) and the call it stopped.
 ELICITATION_SLOT = "pending_elicitation"
-
-# The slot that carries the conversation's remembered permissions, each sealed
-# (mcp_bridge/confirmation/permissions.py).
-PERMISSIONS_SLOT = "remembered_permissions"
 
 # The intents of a yes and a no; a question's buttons send exactly their payloads.
 AFFIRM_INTENT = "affirm"
@@ -140,6 +136,9 @@ class Responses:
     calls_cancelled: str = "utter_calls_cancelled"
     # Said when a tool ran but its result breaks the output schema it publishes (tool_name).
     tool_result_invalid: str = "utter_tool_result_invalid"
+    # Said instead of a question when the message it would start from was acted on already, or is not
+    # the person's newest (the action server's record: mcp_bridge.record.store); nothing ran.
+    message_used: str = "utter_message_used"
     # Said after a question where the channel shows no buttons (rasa shell): the answers to type
     # (answers: e.g. '"no" or "yes"').
     type_your_answer: str = "utter_type_your_answer"

@@ -50,12 +50,17 @@ class AskedCall:
     # Slot values this call was planned with that the conversation does not hold (the item a
     # ``for_each`` step bound, what its lookup filled, an edit of this call alone).
     context: dict[str, Any] = field(default_factory=dict)
+    # The slot values its MCP server's ``meta_map.from_slots`` sends in ``_meta``, as they were when the
+    # person was asked: a yes sends these, never what the slots hold by then.
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Question:
     """The calls the person is asked about, in the order they are numbered, and who was asked when."""
 
+    # Its id in the action server's record.
+    id: str
     skill: str
     calls: tuple[AskedCall, ...]
     # Put as a numbered list (answered per call), or as the skill's own question about one call.
@@ -79,6 +84,7 @@ class Question:
     def sealed(self, seal: Seal, conversation_id: str) -> dict[str, Any]:
         """The slot's value."""
         record = {
+            "id": self.id,
             "skill": self.skill,
             "calls": [
                 {
@@ -90,6 +96,7 @@ class Question:
                     "digest": call.digest,
                     "key": call.key,
                     "context": call.context,
+                    "meta": call.meta,
                 }
                 for call in self.calls
             ],
@@ -104,7 +111,14 @@ class Question:
     def only(self, call: AskedCall) -> Question:
         """This question narrowed to one of its calls (a call held for its approver)."""
         return Question(
-            self.skill, (call,), self.listed, self.asked_at, self.user_turn, self.user, self.asked_after
+            self.id,
+            self.skill,
+            (call,),
+            self.listed,
+            self.asked_at,
+            self.user_turn,
+            self.user,
+            self.asked_after,
         )
 
 
@@ -116,30 +130,24 @@ class Forged:
     question: Question | None
 
 
-def open_question(
-    value: Any, seal: Seal, conversation_id: str, *, narrowed: bool = False
-) -> Question | Forged | None:
-    """The question a slot (or a store row) holds: the question, :class:`Forged`, or None when it
-    holds nothing. ``narrowed``: a store row's question, narrowed to the one call it holds (in the
-    previous release's records, one call of a list then opens on its own)."""
+def open_question(value: Any, seal: Seal, conversation_id: str) -> Question | Forged | None:
+    """The question a sealed value holds: the question, :class:`Forged`, or None when it holds
+    nothing."""
     if value is None:
         return None
-    if isinstance(value, Mapping) and "v" in value:
-        record = seal.open(KIND, value, conversation_id)
-        question = _parse(record if record is not None else _unsealed(value))
-        if record is None or question is None or not _digests_hold(question):
-            return Forged(question)
-        return question
-    return _previous_release(value, seal, conversation_id, narrowed=narrowed)
+    record = seal.open(KIND, value, conversation_id)
+    question = _parse(record if record is not None else _unsealed(value))
+    if record is None or question is None or not _digests_hold(question):
+        return Forged(question)
+    return question
 
 
 def claimed(value: Any) -> Question | None:
     """What a sealed question says, *without* opening it: for an audit entry written where the seal's
-    key is not at hand (the approval page). Never for deciding anything."""
-    if isinstance(value, Mapping) and "v" in value:
-        return _parse(_unsealed(value))
-    opened = _previous_release(value, Seal(b"claimed, not verified"), "")
-    return opened.question if isinstance(opened, Forged) else opened
+    key is not at hand (the approval page, a question no record holds). Never for deciding anything."""
+    if not isinstance(value, Mapping):
+        return None
+    return _parse({"id": "", **_unsealed(value)})  # 0.3.0's questions had no id
 
 
 def _unsealed(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,6 +169,7 @@ def _parse(record: Any) -> Question | None:
         if not isinstance(calls, list) or not calls:
             return None
         return Question(
+            id=_text(record["id"]),
             skill=_text(record["skill"]),
             calls=tuple(_call(raw) for raw in calls),
             listed=_flag(record["listed"]),
@@ -176,8 +185,8 @@ def _parse(record: Any) -> Question | None:
 def _call(raw: Any) -> AskedCall:
     if not isinstance(raw, Mapping):
         raise TypeError("not a call")
-    arguments, context = raw["arguments"], raw.get("context") or {}
-    if not isinstance(arguments, dict) or not isinstance(context, dict):
+    arguments, context, meta = raw["arguments"], raw.get("context") or {}, raw.get("meta") or {}
+    if not isinstance(arguments, dict) or not isinstance(context, dict) or not isinstance(meta, dict):
         raise TypeError("not a mapping")
     return AskedCall(
         id=_text(raw["id"]),
@@ -188,6 +197,7 @@ def _call(raw: Any) -> AskedCall:
         digest=_text(raw["digest"]),
         key=_text(raw["key"]),
         context=dict(context),
+        meta=dict(meta),
     )
 
 
@@ -221,130 +231,3 @@ def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError("not a flag")
     return value
-
-
-# -- the previous release's slots: one sealed record per call ----------------------------------
-
-# The fields the previous release signed only when set (a record from before they existed still held).
-_SIGNED_ONLY_WHEN_SET: dict[str, Any] = {
-    "user": None,
-    "asked_after": None,
-    "batch": "",
-    "place": 0,
-    "count": 0,
-    "context": {},
-}
-_PREVIOUS_FIELDS = (
-    "id",
-    "skill",
-    "tool",
-    "step",
-    "source",
-    "arguments",
-    "digest",
-    "asked_at",
-    "user_turn",
-    "key",
-    "user",
-    "asked_after",
-    "batch",
-    "place",
-    "count",
-    "context",
-)
-
-
-def _previous_release(
-    value: Any, seal: Seal, conversation_id: str, *, narrowed: bool = False
-) -> Question | Forged:
-    """A question the previous release left in a slot or a store row: one call's record on its own,
-    or ``{"calls": [...]}``, each call signed field by field. It opens only when every call's
-    signature and digest hold and together they are one question (one batch, each in its place,
-    asked of one person in one turn)."""
-    if isinstance(value, Mapping) and "calls" in value:
-        raw_calls = value["calls"]
-        if not isinstance(raw_calls, list) or len(value) != 1 or not raw_calls:
-            return Forged(None)
-    else:
-        raw_calls = [value]
-    records = [_previous_record(raw) for raw in raw_calls]
-    if any(record is None for record in records):
-        return Forged(None)
-    checked = [record for record in records if record is not None]
-    first = checked[0]
-    listed = first["count"] > 0
-    question = Question(
-        skill=first["skill"],
-        calls=tuple(
-            AskedCall(
-                id=r["id"],
-                tool=r["tool"],
-                step=r["step"],
-                source=r["source"],
-                arguments=r["arguments"],
-                digest=r["digest"],
-                key=r["key"],
-                context=r["context"],
-            )
-            for r in checked
-        ),
-        listed=listed,
-        asked_at=first["asked_at"],
-        user_turn=first["user_turn"],
-        user=first["user"],
-        asked_after=first["asked_after"],
-    )
-    if not all(_previous_signature_holds(record, seal, conversation_id) for record in checked):
-        return Forged(question)
-    if not _digests_hold(question):
-        return Forged(question)
-    if len(checked) == 1 and (narrowed or not listed):
-        return question
-    one_question = all(
-        record["batch"] == first["batch"]
-        and record["batch"]
-        and record["count"] == len(checked)
-        and record["place"] == place
-        and (record["skill"], record["user"], record["user_turn"], record["asked_at"])
-        == (first["skill"], first["user"], first["user_turn"], first["asked_at"])
-        for place, record in enumerate(checked, start=1)
-    )
-    return question if one_question else Forged(question)
-
-
-def _previous_record(raw: Any) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
-        return None
-    try:
-        arguments, context = raw["arguments"], raw.get("context") or {}
-        if not isinstance(arguments, dict) or not isinstance(context, dict):
-            return None
-        return {
-            "id": str(raw["id"]),
-            "skill": str(raw["skill"]),
-            "tool": str(raw["tool"]),
-            "step": int(raw["step"]),
-            "source": str(raw["source"]),
-            "arguments": dict(arguments),
-            "digest": str(raw["digest"]),
-            "asked_at": float(raw["asked_at"]),
-            "user_turn": int(raw["user_turn"]),
-            "key": str(raw.get("key") or raw["id"]),
-            "user": _optional_text(raw.get("user")),
-            "asked_after": _optional_number(raw.get("asked_after")),
-            "batch": str(raw.get("batch") or ""),
-            "place": int(raw.get("place") or 0),
-            "count": int(raw.get("count") or 0),
-            "context": dict(context),
-            "mac": str(raw.get("mac", "")),
-        }
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _previous_signature_holds(record: Mapping[str, Any], seal: Seal, conversation_id: str) -> bool:
-    signed = {name: record[name] for name in _PREVIOUS_FIELDS}
-    for name, default in _SIGNED_ONLY_WHEN_SET.items():
-        if signed[name] == default:
-            del signed[name]
-    return seal.verify_previous_fields(signed, record["mac"], conversation_id)

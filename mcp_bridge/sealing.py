@@ -1,9 +1,9 @@
-"""The one codec for state the tracker (or the approvals store) carries back to us: sealed records.
+"""The one codec for records that leave the action server's hands: sealed records.
 
-The action server keeps no state between turns: a pending question, a server's question, a
-remembered permission and a call held for an approver travel in slots (or a store row) and come
-back in a later request, perhaps to another replica. Whatever comes back is untrusted, so every
-such record is *sealed*: one envelope, one signature scheme, for every kind::
+A question, a server's question and a remembered permission are kept in the action server's record
+(:mod:`mcp_bridge.record.store`), and sealed copies travel in the tracker's slots; a call held for an
+approver is a row of the approvals table. Whatever comes back from a tracker or a database row is
+untrusted, so every such record is *sealed*: one envelope, one signature scheme, for every kind::
 
     {"v": 2, "kind": "question", ...the record's fields..., "kid": "3f9a01c2", "mac": "<hex>"}
 
@@ -17,10 +17,9 @@ The key ring may hold several secrets: the first seals, every one opens
 To rotate, add the new secret to the ring on every replica, then make it the one that seals, then drop
 the old one once no record sealed with it can still be answered.
 
-The previous release sealed records two other ways (a question's fields one by one; a permission and
-a server's question as ``kind``-tagged data without ``v``). :meth:`Seal.open_previous` and
-:meth:`Seal.verify_previous_fields` still open them, so a question asked before an upgrade is
-answered after it (a rolling upgrade); nothing is sealed that way any more.
+Without ``CONFIRMATION_SECRET`` the key is one the record draws once and keeps (so a restart keeps
+it); with it, a database writer cannot forge what the seal protects. Release 0.2.0's formats (a
+question's fields signed one by one; ``kind``-tagged data without ``v``) are no longer opened.
 """
 
 from __future__ import annotations
@@ -83,20 +82,11 @@ class Seal:
             raise ValueError("a seal needs at least one key, and no key may be empty")
         self._keys = {_key_id(key): key for key in keys}
         self._sealing = _key_id(keys[0])
-        # The previous release's records carry no key id: they are tried with every key.
-        self._all = tuple(keys)
 
     @classmethod
-    def ephemeral(cls, key: bytes | None = None) -> Seal:
-        """A key for this process (and its workers, which pass ``key`` on) only: a question asked
-        before a restart, or by another replica, cannot be answered after it. For tests and trials."""
-        whose = "drawn at start, shared by this server's workers only" if key else "for this process only"
-        log.warning(
-            "no CONFIRMATION_SECRET configured: using a key %s, so a question asked before a restart "
-            "(or by another replica) cannot be confirmed after it",
-            whose,
-        )
-        return cls(key or secrets.token_bytes(32))
+    def ephemeral(cls) -> Seal:
+        """A key for this object only: for tests and an executor built without a record."""
+        return cls(secrets.token_bytes(32))
 
     # -- the envelope -------------------------------------------------------------------------
 
@@ -138,31 +128,3 @@ class Seal:
     def _mac(key: bytes, signed: Mapping[str, Any], conversation_id: str) -> str:
         message = canonical({**signed, "conversation": conversation_id}).encode("ascii")
         return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-    # -- the previous release's records (read, never written) ---------------------------------
-
-    def open_previous(self, kind: str, value: Any, conversation_id: str) -> dict[str, Any] | None:
-        """A record the previous release sealed as ``kind``-tagged data (a permission, a server's
-        question): its fields but ``mac``, if the signature holds for ``conversation_id``."""
-        if not isinstance(value, Mapping) or "v" in value or not isinstance(value.get("mac"), str):
-            return None
-        record = {name: item for name, item in value.items() if name != "mac"}
-        try:
-            message = canonical({"kind": kind, **record, "conversation": conversation_id}).encode("ascii")
-        except (TypeError, ValueError):
-            return None
-        for key in self._all:
-            if hmac.compare_digest(value["mac"], hmac.new(key, message, hashlib.sha256).hexdigest()):
-                return record
-        return None
-
-    def verify_previous_fields(self, fields: Mapping[str, Any], mac: str, conversation_id: str) -> bool:
-        """The previous release's signature of one pending call (its fields signed one by one,
-        those at their defaults left out, with the conversation id)."""
-        try:
-            message = canonical({**fields, "conversation": conversation_id}).encode("ascii")
-        except (TypeError, ValueError):
-            return False
-        return any(
-            hmac.compare_digest(mac, hmac.new(key, message, hashlib.sha256).hexdigest()) for key in self._all
-        )

@@ -8,13 +8,13 @@ What runs (every process on 127.0.0.1, every port free unless configured):
     person ─► nginx :rasa ─► Rasa server 1, 2 ── tracker store: PostgreSQL (database `rasa`)
                                   │               lock store:    Redis
                                   ▼
-              nginx :actions ─► action server 1, 2 (shared CONFIRMATION_SECRET, token)
-                                  │
+              nginx :actions ─► action server 1, 2 (shared CONFIRMATION_SECRET, token; their record:
+                                  │                 PostgreSQL, database `mcp_bridge`)
               nginx :mcp ─────► CRM MCP server 1, 2 (stateless streamable HTTP, OAuth protected
                                   │                resource of the authorization server: oidc-provider)
                                 CRM REST API ── CRM store: PostgreSQL (database `crm`)
 
-    approver ─► approval page ─► nginx :rasa (trigger_intent)   held calls: PostgreSQL (`approvals`),
+    approver ─► approval page ─► nginx :rasa (trigger_intent)   held calls: PostgreSQL (`mcp_bridge`),
                                                                  shared with the action servers
 
 The action servers get their access tokens from the authorization server by client credentials
@@ -22,8 +22,9 @@ The action servers get their access tokens from the authorization server by clie
 the bridge act as the person in the conversation (authorization code with PKCE): the authorization
 server gets a second client (crm-bridge-person, its secret CRM_PERSON_CLIENT_SECRET) whose redirect
 URI is the sign-in callback through nginx's action-server front, so the person's browser reaches
-whichever replica answers; every action server keeps the people's tokens in one PostgreSQL database
-(`mcp_tokens`, its own role), encrypted under one MCP_TOKEN_KEY, and resumes the conversation through
+whichever replica answers; every action server keeps the people's tokens in the plugin's one
+PostgreSQL database (`mcp_bridge`, its own role; beside the record and the approvals), encrypted under
+one MCP_TOKEN_KEY, and resumes the conversation through
 nginx's Rasa front (Rasa's HTTP API). A sign-in taken by one replica is used by the other, and
 "disconnect my CRM" on one signs out on both.
 
@@ -91,8 +92,7 @@ SECRETS = {
     "postgres_password": ("", "postgres_password"),
     "crm_db_password": ("", "crm_db_password"),
     "rasa_db_password": ("", "rasa_db_password"),
-    "approvals_db_password": ("", "approvals_db_password"),
-    "tokens_db_password": ("", "mcp_tokens_db_password"),
+    "bridge_db_password": ("", "bridge_db_password"),
     "approval_page_key": ("APPROVAL_PAGE_KEY", "approval_page_key"),
     "redis_password": ("", "redis_password"),
 }
@@ -159,10 +159,9 @@ class Cluster:
         # The action servers' interpreter (an action-server venv's); a (re)start uses the current one.
         self.action_python = sys.executable
         self.crm_database_url = ""
-        # Where calls held for a second approver wait: one database every action server shares.
-        self.approvals_database_url = ""
-        # Where the people's tokens are kept (MCP_AUTH=person): one database every action server shares.
-        self.tokens_database_url = ""
+        # The plugin's database every action server and the approval page share: the action servers'
+        # record, the calls held for a second approver, the people's tokens (MCP_AUTH=person).
+        self.bridge_database_url = ""
         self.running: dict[str, ServiceProcess] = {}
         self._action_endpoints = self._rasa_endpoints_path = Path()
         self._lock = threading.Lock()
@@ -382,7 +381,7 @@ lock_store:
                     "ACTION_SERVER_TOKEN": self.secrets["action_token"],
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
                     "MCP_BRIDGE_CHANNEL_KEY": self.secrets["channel_key"],
-                    "APPROVALS_DATABASE": self.approvals_database_url,
+                    "MCP_BRIDGE_DATABASE": self.bridge_database_url,
                     **(
                         {"APPROVAL_RUN_LEASE_SECONDS": str(self.approval_run_lease)}
                         if self.approval_run_lease
@@ -418,7 +417,7 @@ lock_store:
 
     def _person_env(self) -> dict[str, str]:
         """An action server's settings for acting as the person (services.PERSON_OAUTH_BLOCK's
-        variables, the shared token store and key, Rasa's HTTP API through nginx for the resume)."""
+        variables, the tokens' key, Rasa's HTTP API through nginx for the resume)."""
         person = self.person
         if person is None:
             return {}
@@ -427,7 +426,6 @@ lock_store:
             "CRM_PERSON_CLIENT_SECRET": person.client_secret,
             "ACTION_SERVER_PUBLIC_URL": self.actions_url,
             "MCP_TOKEN_KEY": self.secrets["token_key"],
-            "MCP_TOKEN_STORE": self.tokens_database_url,
             "RASA_URL": self.rasa_url,
             "RASA_AUTH_TOKEN": self.secrets["rasa_auth_token"],
         }
@@ -454,7 +452,7 @@ lock_store:
             rasa_token=self.secrets["rasa_auth_token"],
             page_key=self.secrets["approval_page_key"],
             approvers=approvers,
-            database=self.approvals_database_url,
+            database=self.bridge_database_url,
             audit_log=self.var / "audit-approval-page.jsonl",
             extra_env=hashes,
             port=self.approval_port,
@@ -482,13 +480,9 @@ lock_store:
                 "crm", "crm", self.secrets["crm_db_password"]
             )
             self.postgres.create_database("rasa", "rasa", self.secrets["rasa_db_password"])
-            self.approvals_database_url = self.postgres.create_database(
-                "approvals", "approvals", self.secrets["approvals_db_password"]
+            self.bridge_database_url = self.postgres.create_database(
+                "mcp_bridge", "mcp_bridge", self.secrets["bridge_db_password"]
             )
-            if self.person:
-                self.tokens_database_url = self.postgres.create_database(
-                    "mcp_tokens", "mcp_tokens", self.secrets["tokens_db_password"]
-                )
             self._start("redis")
             services.seed_db(database_url=self.crm_database_url)
             self._start("crm-rest")

@@ -698,7 +698,9 @@ def domain_page(descriptions: Mapping[str, Any], problems: Problems) -> str:
             "## Slots, intents, entities and actions\n\n",
             table(["name", "kind", "in the code", "what it is"], rows),
             "\n## Responses\n\n",
-            "Reword any of them in your bot's words; a question carries no buttons of its own (the action server adds its answers: buttons where the channel shows them, words to type in rasa shell).\n\n",
+            "Reword any of them in your bot's words; a question carries no buttons of its own (the "
+            "action server adds its answers: buttons where the channel shows them, words to type in "
+            "rasa shell).\n\n",
             table(["response", "needed", "variables", "what `mcp-bridge init` writes"], response_rows),
         ]
     )

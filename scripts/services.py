@@ -515,6 +515,9 @@ RASA_RUN = REPO_ROOT / "scripts" / "rasa_run.py"
 RASA_START_TIMEOUT = 240.0
 # Shared by every Rasa server and action server a test starts, as one deployment's share one key.
 TEST_CHANNEL_KEY = "test-only-channel-key-3f8a1c6e9b2d4705c1e8"
+# The CONFIRMATION_SECRET of every action server a test starts (a test may forge with it: whoever holds
+# it is one of the attackers the action server's record defends against).
+TEST_CONFIRMATION_SECRET = "test-only confirmation secret: 9f2c41d7e0b3a865"
 
 
 @dataclass(frozen=True)
@@ -637,6 +640,10 @@ def write_endpoints(
     return path
 
 
+# Before 0.4.0 the approvals and the tokens each had a database (mcp_bridge.record.database.FORMER_ENV).
+FORMER_DATABASE_NAMES = ("APPROVALS_DATABASE", "MCP_TOKEN_STORE")
+
+
 def action_server(
     *,
     endpoints: Path,
@@ -650,14 +657,24 @@ def action_server(
     detached: bool = False,
     extra_env: Mapping[str, str | None] | None = None,
     python: str | None = None,
+    database: Path | str | None = None,
 ) -> ServiceProcess:
     """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL.
 
-    `python`: the interpreter (an action-server venv's); this process's own by default."""
+    `python`: the interpreter (an action-server venv's); this process's own by default. `database`: the
+    plugin's database (its record, approvals and tokens), as MCP_BRIDGE_DATABASE: by default a file next
+    to the audit trail (so a server started again on the same folder has the same record, as after a
+    restart), else one of its own; none when `extra_env` names it itself (MCP_BRIDGE_DATABASE, or a
+    former name: APPROVALS_DATABASE, MCP_TOKEN_STORE)."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
+    named = any((extra_env or {}).get(name) for name in ("MCP_BRIDGE_DATABASE", *FORMER_DATABASE_NAMES))
+    if database is None and not named:
+        folder = Path(audit_log).parent if audit_log else Path(tempfile.mkdtemp(prefix="action-server-"))
+        database = folder / "mcp_bridge.sqlite3"
     env = child_env(
         {
+            "MCP_BRIDGE_DATABASE": str(database) if database is not None else None,
             "ACTION_SERVER_HOST": HOST,
             "ACTION_SERVER_PORT": str(port),
             "ENDPOINTS": str(endpoints),
@@ -667,7 +684,7 @@ def action_server(
             "CRM_MCP_TOKEN": mcp_token,
             "AUDIT_LOG": str(audit_log) if audit_log else None,
             # Shared by every action server a test starts, as replicas of one deployment share it.
-            "CONFIRMATION_SECRET": "test-only confirmation secret: 9f2c41d7e0b3a865",
+            "CONFIRMATION_SECRET": TEST_CONFIRMATION_SECRET,
             "MCP_BRIDGE_CHANNEL_KEY": TEST_CHANNEL_KEY,
             **(extra_env or {}),
         }

@@ -10,7 +10,8 @@ password is APPROVER_<NAME>_PASSWORD or one generated once into var/approver_<na
 in at the authorization server (OpenID Connect, which gets only the scrypt hashes and the roles; the
 page is its client, APPROVAL_PAGE_CLIENT_SECRET or var/approval_page_client_secret), or with
 MCP_AUTH=token on the page itself (it gets the hashes). The page's session key is APPROVAL_PAGE_KEY
-(var/approval_page_key); held calls wait in var/approvals.sqlite3 (APPROVALS_DATABASE). The chat page talks to
+(var/approval_page_key); held calls wait in the plugin's database, var/mcp_bridge.sqlite3
+(MCP_BRIDGE_DATABASE), beside the action server's record and the people's tokens. The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
 reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
@@ -19,9 +20,9 @@ once into var/crm_oauth_client_secret. MCP_AUTH=person makes the bridge act as t
 conversation instead (authorization code with PKCE): the first note asks them to sign in at the
 authorization server (dana-agent or lee-agent, any password), whose second client
 (crm-bridge-person) has CRM_PERSON_CLIENT_SECRET or one generated once into
-var/crm_person_client_secret; their tokens are kept encrypted in var/mcp_tokens.sqlite3
-(MCP_TOKEN_STORE) under MCP_TOKEN_KEY (var/mcp_token_key), and the callback on the action server
-resumes the conversation through Rasa's HTTP API. MCP_AUTH=token keeps the static bearer token instead:
+var/crm_person_client_secret; their tokens are kept encrypted in that database under MCP_TOKEN_KEY
+(var/mcp_token_key), and the callback on the action server resumes the conversation through Rasa's HTTP
+API. MCP_AUTH=token keeps the static bearer token instead:
 CRM_MCP_TOKEN, or one generated once into var/crm_mcp_token. Likewise ACTION_SERVER_TOKEN
 (var/action_server_token), which Rasa sends to the action server, CONFIRMATION_SECRET
 (var/confirmation_secret), REST_CHANNEL_TOKEN (var/rest_channel_token: the REST channel's bearer
@@ -178,7 +179,7 @@ def up(state: Path, with_rasa: bool) -> int:
             mcp_person=person is not None,
         )
         skills = Path(os.environ.get("SKILLS_DIR", REPO / "examples" / "crm_bot" / "skills"))
-        approvals_db = os.environ.get("APPROVALS_DATABASE", str(VAR / "approvals.sqlite3"))
+        database = os.environ.get("MCP_BRIDGE_DATABASE") or str(VAR / "mcp_bridge.sqlite3")
         actions = start(
             procs.action_server(
                 endpoints=endpoints,
@@ -190,9 +191,9 @@ def up(state: Path, with_rasa: bool) -> int:
                 port=action_port,
                 log_path=logs / "action-server.log",
                 detached=True,
+                database=database,
                 extra_env={
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
-                    "APPROVALS_DATABASE": approvals_db,
                     **(
                         {"ACTION_SERVER_TOKEN": action_token, "MCP_BRIDGE_CHANNEL_KEY": access.channel_key}
                         if with_rasa
@@ -240,7 +241,7 @@ def up(state: Path, with_rasa: bool) -> int:
                 rasa_token=access.api_token,
                 page_key=secret("APPROVAL_PAGE_KEY", "approval_page_key"),
                 approvers=APPROVERS,
-                database=approvals_db,
+                database=database,
                 audit_log=VAR / "audit.jsonl",
                 extra_env=approver_hashes(),
                 port=approval_port,
@@ -295,13 +296,12 @@ def person_env(
     person: procs.PersonClient, action_port: int, rasa_url: str, rasa_token: str
 ) -> dict[str, str]:
     """The action server's environment for acting as the person (PERSON_OAUTH_BLOCK's variables, the
-    token store and its key, and Rasa's HTTP API, which the sign-in callback resumes through)."""
+    tokens' key, and Rasa's HTTP API, which the sign-in callback resumes through)."""
     return {
         "CRM_PERSON_CLIENT_ID": person.client_id,
         "CRM_PERSON_CLIENT_SECRET": person.client_secret,
         "ACTION_SERVER_PUBLIC_URL": f"http://{procs.HOST}:{action_port}",
         "MCP_TOKEN_KEY": secret("MCP_TOKEN_KEY", "mcp_token_key"),
-        "MCP_TOKEN_STORE": os.environ.get("MCP_TOKEN_STORE") or str(VAR / "mcp_tokens.sqlite3"),
         "RASA_URL": rasa_url,
         "RASA_AUTH_TOKEN": rasa_token,
     }

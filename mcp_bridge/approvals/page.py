@@ -1,7 +1,7 @@
 """The approval page (web/approvals.html), served on 127.0.0.1: second approvers log in, see the calls
 waiting for their role, approve or refuse them; the requester's conversation is told through Rasa.
 
-    APPROVAL_PAGE_KEY=... APPROVALS_DATABASE=... RASA_AUTH_TOKEN=... \\
+    APPROVAL_PAGE_KEY=... MCP_BRIDGE_DATABASE=... RASA_AUTH_TOKEN=... \\
         mcp-bridge approval-page --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
         [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
         [--retry-seconds 30]
@@ -70,7 +70,9 @@ from mcp_bridge.approvals.store import open_store
 from mcp_bridge.config.envsubst import UnsetVariableError, expand
 from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
+from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.record.database import database_location
 
 try:  # only for approvers who log in at an OpenID provider (the `approval-page` extra)
     import jwt
@@ -684,7 +686,11 @@ def run(args: argparse.Namespace) -> int:
     accounts = load_approvers(args.approvers, env) if oidc is None else {}
     people = load_people(args.approvers, accounts)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
-    approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, people=people)
+    try:
+        location = database_location(env)
+    except ConfigError as exc:
+        raise SystemExit(f"approval page: {exc}") from None
+    approvals = Approvals(open_store(location), audit, people=people)
     app = make_app(
         approvals,
         accounts,

@@ -381,7 +381,7 @@ class Approvals:
         when it opens with ``seal`` for the request's conversation and is the store's call (skill,
         tool, key, requester and arguments equal); None, audited, otherwise, so a row changed in the
         store runs nothing."""
-        opened = open_question(request.question, seal, request.conversation_id, narrowed=True)
+        opened = open_question(request.question, seal, request.conversation_id)
         if not isinstance(opened, Question) or len(opened.calls) != 1:
             why = "its sealed question cannot be read"
         elif (opened.skill, opened.first.tool, opened.first.key, opened.user) != (

@@ -1,58 +1,25 @@
-"""Where approval requests live: SQLite by default, PostgreSQL when configured; shared by every replica.
+"""Where approval requests live: the plugin's database (:mod:`mcp_bridge.record.database`), shared by
+every replica.
 
-``APPROVALS_DATABASE`` is a file path (SQLite, default ``var/approvals.sqlite3``) or a
-``postgresql://`` URL (asyncpg, installed with the ``postgres`` extra). Both run the same SQL, and
-every change is one conditional ``UPDATE ... WHERE status = ... RETURNING``: the database, not a
-check-then-write in this process, decides which of two replicas deciding at the same moment wins.
-The store holds the exact call (the note text too): it is the record an approver reads, so guard
-the database like the system of record it writes to.
+The requests are a table of the one database the action server keeps its record in (SQLite by default,
+PostgreSQL for replicas: ``MCP_BRIDGE_DATABASE``; the table and its migrations are in
+:mod:`mcp_bridge.record.schema`). Every change is one conditional ``UPDATE ... WHERE status = ...
+RETURNING``: the database, not a check-then-write in this process, decides which of two replicas
+deciding at the same moment wins. The store holds the exact call (the note text too): it is the record
+an approver reads, so guard the database like the system of record it writes to.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-import sqlite3
 from collections.abc import Collection, Sequence
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
-from mcp_bridge.approvals.second_approver import ApprovalRequest, ApprovalStore, Status, person
+from mcp_bridge.approvals.second_approver import ApprovalRequest, Status, person
+from mcp_bridge.record.database import Database, open_database
 
-__all__ = ["PostgresApprovalStore", "SQLiteApprovalStore", "open_store"]
+__all__ = ["ApprovalTable", "open_store"]
 
-DEFAULT_PATH = "var/approvals.sqlite3"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS approval_requests (
-    id TEXT PRIMARY KEY,
-    conversation_id TEXT NOT NULL,
-    requester TEXT NOT NULL,
-    requester_name TEXT NOT NULL,
-    role TEXT NOT NULL,
-    skill TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    arguments TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL,
-    question TEXT NOT NULL,
-    slots TEXT NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    status TEXT NOT NULL,
-    decided_by TEXT,
-    decided_at DOUBLE PRECISION,
-    told INTEGER NOT NULL DEFAULT 0,
-    notified_at DOUBLE PRECISION,
-    result TEXT,
-    running_until DOUBLE PRECISION,
-    attempts INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, expires_at);
-"""
-# Columns added after the first release, for a table made before them (name, SQL type).
-_ADDED = (("running_until", "DOUBLE PRECISION"), ("attempts", "INTEGER NOT NULL DEFAULT 0"))
 _COLUMNS = (
     "id, conversation_id, requester, role, skill, tool, arguments, idempotency_key, question, slots, "
     "created_at, expires_at, status, decided_by, decided_at, told, result, attempts"
@@ -153,14 +120,20 @@ def _name(user: str) -> str:
     return person(user).casefold()
 
 
-class _SQLStore:
-    """The store's rules in SQL; a subclass runs statements (``?`` placeholders) on its engine."""
+class ApprovalTable:
+    """Where requests live (:class:`~mcp_bridge.approvals.second_approver.ApprovalStore`): the rules in
+    SQL, on the approvals table of the plugin's database."""
+
+    def __init__(self, database: Database, *, owns: bool = False) -> None:
+        """``owns``: the store opened ``database`` itself, and closes it."""
+        self.database = database
+        self._owns = owns
 
     async def _all(self, sql: str, *args: Any) -> list[ApprovalRequest]:
-        raise NotImplementedError
+        return [_row(row) for row in await self.database.fetch(sql, *args)]
 
     async def _run(self, sql: str, *args: Any) -> None:
-        raise NotImplementedError
+        await self.database.execute(sql, *args)
 
     async def _one(self, sql: str, *args: Any) -> ApprovalRequest | None:
         rows = await self._all(sql, *args)
@@ -207,98 +180,12 @@ class _SQLStore:
     async def finish(self, request_id: str, result: str) -> None:
         await self._run(_FINISH, result, request_id)
 
-
-class SQLiteApprovalStore(_SQLStore):
-    """Requests in a SQLite file; each statement on a connection of its own, in a worker thread."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as conn:
-            conn.executescript(_SCHEMA)
-            have = {row[1] for row in conn.execute("PRAGMA table_info(approval_requests)")}
-            for name, kind in _ADDED:
-                if name not in have:
-                    try:
-                        conn.execute(f"ALTER TABLE approval_requests ADD COLUMN {name} {kind}")
-                    except sqlite3.OperationalError as exc:  # another process added it just now
-                        if "duplicate column" not in str(exc):
-                            raise
-
-    def _connect(self) -> sqlite3.Connection:
-        # Autocommit: each statement is its own transaction; a writer waits up to 10 s for another.
-        return sqlite3.connect(self.path, timeout=10, isolation_level=None)
-
-    def _execute(self, sql: str, args: tuple[Any, ...]) -> list[ApprovalRequest]:
-        with closing(self._connect()) as conn:
-            return [_row(row) for row in conn.execute(sql, args).fetchall()]
-
-    async def _all(self, sql: str, *args: Any) -> list[ApprovalRequest]:
-        return await asyncio.to_thread(self._execute, sql, args)
-
-    async def _run(self, sql: str, *args: Any) -> None:
-        await asyncio.to_thread(self._execute, sql, args)
-
     async def aclose(self) -> None:
-        return None
+        if self._owns:
+            await self.database.aclose()
 
 
-_PLACEHOLDER = re.compile(r"\?")
-# Any fixed number: every process creating the schema takes this lock first.
-_SCHEMA_LOCK = 0x415050  # "APP"
-
-
-def _numbered(sql: str) -> str:
-    """``?`` placeholders as PostgreSQL's ``$1, $2, ...``."""
-    count = iter(range(1, 10_000))
-    return _PLACEHOLDER.sub(lambda _: f"${next(count)}", sql)
-
-
-class PostgresApprovalStore(_SQLStore):
-    """Requests in a PostgreSQL database (asyncpg); a small pool per process, opened on first use."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
-
-    async def _connection_pool(self) -> Any:
-        async with self._opening:
-            if self._pool is None:
-                import asyncpg  # the `postgres` extra
-
-                pool = await asyncpg.create_pool(self.url, min_size=1, max_size=5)
-                async with pool.acquire() as conn, conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                    await conn.execute(_SCHEMA)
-                    for name, kind in _ADDED:
-                        await conn.execute(
-                            f"ALTER TABLE approval_requests ADD COLUMN IF NOT EXISTS {name} {kind}"
-                        )
-                self._pool = pool
-            return self._pool
-
-    async def _all(self, sql: str, *args: Any) -> list[ApprovalRequest]:
-        pool = await self._connection_pool()
-        async with pool.acquire() as conn:
-            rows = await conn.fetch(_numbered(sql), *args)
-        return [_row(tuple(row)) for row in rows]
-
-    async def _run(self, sql: str, *args: Any) -> None:
-        pool = await self._connection_pool()
-        async with pool.acquire() as conn:
-            await conn.execute(_numbered(sql), *args)
-
-    async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-
-
-def open_store(where: str | None) -> ApprovalStore:
-    """The store ``where`` names: a ``postgresql://`` URL, else a SQLite file (default
-    :data:`DEFAULT_PATH`)."""
-    where = where or DEFAULT_PATH
-    if where.startswith(("postgresql://", "postgres://")):
-        return PostgresApprovalStore(where)
-    return SQLiteApprovalStore(where)
+def open_store(where: str) -> ApprovalTable:
+    """The store in the database ``where`` names (a SQLite file or a ``postgresql://`` URL), which it
+    opens and closes itself."""
+    return ApprovalTable(open_database(where), owns=True)

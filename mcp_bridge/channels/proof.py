@@ -65,10 +65,12 @@ def text_digest(text: str) -> str:
 
 @dataclass(frozen=True)
 class Vouched:
-    """A message a channel vouched for: who sent it, and when the channel received it (seconds)."""
+    """A message a channel vouched for: who sent it, when the channel received it (seconds), and its
+    id (a digest of the proof, unique to the message: the action server's record uses each once)."""
 
     user: str
     said_at: float
+    id: str
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ class ChannelKeys:
             return Unvouched("a channel signature of another text")
         if metadata.get(USER_KEY) not in (None, user):
             return Unvouched("a person named apart from the channel signature")
-        return Vouched(user, at / 1000)
+        return Vouched(user, at / 1000, hashlib.sha256(proof.encode("ascii")).hexdigest())
 
     @staticmethod
     def _mac(key: bytes, signed: str) -> bytes:

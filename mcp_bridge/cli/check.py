@@ -47,7 +47,6 @@ from mcp_bridge.contract import (
     APPROVAL_INTENT,
     ELICITATION_SLOT,
     PENDING_SLOT,
-    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
     REVOKE_ACTION,
@@ -144,7 +143,6 @@ def check_domain(domain: str, skills: Mapping[str, Skill]) -> None:
     if remembering:
         needed = [f"action {REVOKE_ACTION}"] if REVOKE_ACTION not in actions else []
         needed += [f"intent {REVOKE_INTENT}"] if REVOKE_INTENT not in intents else []
-        needed += [f"slot {PERMISSIONS_SLOT}"] if PERMISSIONS_SLOT not in slots else []
         missing += [f"{need} (for allows_remembering in {', '.join(remembering)})" for need in needed]
     if missing:
         raise ConfigError(f"{domain}: the plugin needs {', '.join(missing)} (`mcp-bridge init` adds them)")

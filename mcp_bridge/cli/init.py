@@ -9,8 +9,8 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
 * the confirmation loop's rule and the second approver's (``data/mcp_bridge.yml``), unless the bot
   has the loop's rule already; then only the second approver's, if missing
   (``data/mcp_bridge_approvals.yml``);
-* when a skill has ``allows_remembering``: the ``revoke_permissions`` intent, the
-  ``remembered_permissions`` slot, ``action_revoke_permissions``, their responses, and the rule from
+* when a skill has ``allows_remembering``: the ``revoke_permissions`` intent,
+  ``action_revoke_permissions``, their responses, and the rule from
   the intent to the action (in ``data/mcp_bridge.yml``, or ``data/mcp_bridge_permissions.yml`` for a
   bot that has the loop's rule already);
 * examples for ``affirm``/``deny`` (``data/mcp_bridge_nlu.yml``), only for an intent without any (and
@@ -62,7 +62,6 @@ from mcp_bridge.contract import (
     APPROVAL_INTENT,
     CONFIRMATION_LOOP,
     PENDING_SLOT,
-    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
     RESPONSES,
@@ -307,7 +306,6 @@ _APPROVAL_PIECES = {
 # The pieces for remembered permissions, added only for a bot whose skills allow them.
 _REMEMBERING_PIECES = {
     "intents": {REVOKE_INTENT},
-    "slots": {PERMISSIONS_SLOT},
     "actions": {REVOKE_ACTION},
     "responses": {
         "utter_permission_granted",

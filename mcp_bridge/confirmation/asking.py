@@ -17,7 +17,7 @@ confirming it again cannot write it twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +60,11 @@ def question_of(
     listed: bool,
     now: float,
     asked_before: Question | None,
+    meta: Iterable[str] = (),
 ) -> Question:
     """The question about ``planned``, asked of the turn's person now; a call ``asked_before`` asked
-    about (the same digest) keeps its key."""
+    about (the same digest) keeps its key. ``meta``: the slots an MCP server sends in ``_meta``, sealed
+    with each call as they are now."""
     keys = {call.digest: call.key for call in asked_before.calls} if asked_before is not None else {}
     calls = []
     for one in planned:
@@ -79,9 +81,11 @@ def question_of(
                 digest=digest,
                 key=keys.get(digest, call_id),
                 context=dict(one.context) if listed else {},
+                meta={name: one.slots.get(name) for name in sorted(meta) if one.slots.get(name) is not None},
             )
         )
     return Question(
+        id=uuid.uuid4().hex,
         skill=skill.id,
         calls=tuple(calls),
         listed=listed,

@@ -60,6 +60,10 @@ class Turn:
     unvouched: str | None = None
     # The input channel of the latest message, as Rasa names it ("cmdline" for rasa shell).
     input_channel: str | None = None
+    # The message's id in the action server's record (mcp_bridge.record.store.Message): the digest of
+    # its channel's signature; unsigned (development), Rasa's id for it; after a sign-in, the resume's.
+    # None: a message nothing vouches for, which the record never uses.
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """The confirmation-aware executor: runs a skill's steps and holds every constrained write for a "yes".
 
 Plain data in (a :class:`Turn`: slots and what the person just said), a :class:`Decision` out
-(responses to say, slots to set). A pending question travels in a slot, sealed
-(:mod:`mcp_bridge.question`), so the action server keeps no state and any replica can serve the
-"yes". Each entry point (:meth:`Executor.start`, :meth:`~Executor.answer`, :meth:`~Executor.deny`,
-:meth:`~Executor.revoke`, :meth:`~Executor.approval_decided`; one per Rasa action) reads where the
-conversation stands once (:mod:`mcp_bridge.confirmation.state`), ``match``\\ es on it, and builds its
-one :class:`Decision` at the end.
+(responses to say, slots to set). What authorises a write is the action server's own record
+(:mod:`mcp_bridge.record.store`): the questions it asked and how each ended, the messages it used, the
+permissions people gave; any replica reads the same record. A question's sealed copy travels in a slot
+for Rasa, and decides nothing. Each entry point (:meth:`Executor.start`, :meth:`~Executor.answer`,
+:meth:`~Executor.deny`, :meth:`~Executor.revoke`, :meth:`~Executor.approval_decided`; one per Rasa
+action) reads where the conversation stands once (:mod:`mcp_bridge.confirmation.state`), ``match``\\ es
+on it, and builds its one :class:`Decision` at the end.
 
 Who decides what:
 
@@ -19,17 +20,20 @@ Who decides what:
 
 ``ask_before_write``
     A call the gate says to ask about never runs in the turn that reaches it: the exact call is
-    sealed into the tracker and the person is asked. A run goes on past it while the next steps need
-    asking about too and need nothing it would give, then asks about all of them in one question.
+    sealed, kept in the record as the conversation's open question, and the person is asked. A run
+    goes on past it while the next steps need asking about too and need nothing it would give, then
+    asks about all of them in one question. A question with new words is started by the person's
+    message, which starts at most one question or run, and only while it is their newest.
 ``only_the_persons_yes``
-    Only a plain yes to the question just asked, from the person who was asked, runs its calls:
-    exactly as sealed, once, each with its idempotency key (the first question's, kept when the
-    same call is asked about again). A question that does not open, arguments that changed since,
-    or a yes that came late or after other messages never write. An answer of any kind from
-    someone else (another user the channel names), in a message no channel vouches for (its
-    signature missing or not holding: :mod:`mcp_bridge.channels.proof`), or received before the
-    question was asked (a replay) is refused and audited; the question waits for its person. A
-    request no channel vouches for starts nothing.
+    Only a plain yes to the question the record holds open, from the person who was asked, runs its
+    calls: exactly as sealed (whatever the tracker's slots say by then), once (the record ends the
+    question answered, and the message answers no other), each with its idempotency key (the first
+    question's, kept when the same call is asked about again). A question the record does not hold
+    open (answered, refused, replaced or never asked: a tracker's copy of it), or a yes that came late
+    or after other messages, never writes. An answer of any kind from someone else (another user the
+    channel names), in a message no channel vouches for (its signature missing or not holding:
+    :mod:`mcp_bridge.channels.proof`), or received before the question was asked (a replay) is refused
+    and audited; the question waits for its person. A request no channel vouches for starts nothing.
 ``every_other_answer``
     A no calls nothing. An edit or a redirect replaces the question with a new one. An answer after
     the question expired is told so and that nothing was written, and the question is asked again
@@ -49,10 +53,12 @@ Who decides what:
     approved in time (:mod:`mcp_bridge.approvals.second_approver`).
 ``remembered``
     A yes to one call may also give a permission ("yes, and don't ask again today", the question's
-    third button), where the gate allows one: the call runs, and a sealed permission is kept in the
-    tracker. A later new request whose one call it covers runs that call unasked, saying so. "yes,
-    but ask me next time" runs the call and keeps nothing, and says so where one could have been
-    kept (:mod:`mcp_bridge.confirmation.permissions`).
+    third button), where the gate allows one: the call runs, and the permission is kept in the
+    record. A later new request whose one call it covers runs that call unasked, saying so, when every
+    argument outside the permission's scope is in the signed message that started it (otherwise it is
+    asked about like any other call) and the record still holds the permission. "yes, but ask me next
+    time" runs the call and keeps nothing, and says so where one could have been kept
+    (:mod:`mcp_bridge.confirmation.permissions`).
 
 A server that acts as the person (:mod:`mcp_bridge.auth.person`) and has no usable sign-in of the
 person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
@@ -68,7 +74,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcp_bridge.approvals import second_approver as approvals
-from mcp_bridge.approvals.second_approver import Approvals
+from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation import asking, templating
 from mcp_bridge.confirmation.asking import Planned
@@ -100,9 +106,9 @@ from mcp_bridge.confirmation.permissions import Permissions
 from mcp_bridge.confirmation.running import Resolved, Runner, context_of, found
 from mcp_bridge.confirmation.server_questions import ServerQuestions
 from mcp_bridge.confirmation.state import Asking, Malformed, ServerAsking, read_state
-from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PERMISSIONS_SLOT
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.question import AskedCall, Question
+from mcp_bridge.question import AskedCall, Question, open_question
 from mcp_bridge.reading.reader import (
     Answer,
     Choices,
@@ -119,6 +125,8 @@ from mcp_bridge.reading.reader import (
     Yes,
     YesThisTime,
 )
+from mcp_bridge.record.database import open_database
+from mcp_bridge.record.store import Message, Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import (
     AllowsRemembering,
@@ -182,6 +190,7 @@ class Executor:
         seal: Seal | None = None,
         reader: ConfirmationReader | None = None,
         approvals: Approvals | None = None,
+        record: Record | None = None,
     ) -> None:
         self.skills = dict(skills)
         self.tools = tools
@@ -198,6 +207,12 @@ class Executor:
         self.clock = clock
         # None: a call that needs a second approver is refused, unrun.
         self.approvals = approvals
+        # What authorises a write: the questions asked, the messages used, the permissions given. Without
+        # one (tests), a record of this process only.
+        self.record = record or Record(open_database(":memory:"), clock=clock)
+        # The slots an MCP server's meta_map.from_slots sends in _meta: sealed with each question.
+        servers = tools.runtime.servers.values() if tools.runtime is not None else ()
+        self.meta_slots = frozenset(entry.slot for server in servers for entry in server.meta_from_slots)
         # The question for an MCP tool the skill gives no constraint (the gate's remote_asks).
         self.generic = RequiresConfirmation(
             enabled=True,
@@ -205,15 +220,16 @@ class Executor:
             utter_on_user_denial=self.responses.tool_call_cancelled,
         )
         self.server_questions = ServerQuestions(
-            self.seal, self.responses, self.reader, self.skills, self.run_from
+            self.seal, self.responses, self.reader, self.skills, self.run_from, self.record, self.policy
         )
         self.runner = Runner(tools, self.responses, self.audit, self.server_questions)
-        self.permissions = Permissions(self.seal, clock, self.audit)
+        self.permissions = Permissions(self.seal, clock, self.audit, self.record)
 
     async def aclose(self) -> None:
         await self.tools.aclose()
         if self.approvals is not None:
             await self.approvals.store.aclose()
+        await self.record.database.aclose()
 
     # -- entry points: one per Rasa action ----------------------------------------------------
 
@@ -254,18 +270,19 @@ class Executor:
             return Decision("too_many_items", [Say(self.responses.too_many_items, variables)])
         said: list[Say] = []
         cleared: dict[str, Any] = {}
-        match read_state(turn, self.seal):
-            case ServerAsking(left_behind=True):
+        match await read_state(turn, self.seal, self.record):
+            case ServerAsking(stored, left_behind=True):
                 # A server's question left behind: dropped unanswered (and anything beside it).
-                cleared = {ELICITATION_SLOT: None}
-                if turn.slots.get(PENDING_SLOT) is not None:
-                    cleared[PENDING_SLOT] = None
-            case Asking(question, left_behind=True) | Malformed(question, left_behind=True):
-                cleared = {PENDING_SLOT: None}
-                if question is not None:
-                    for call in question.calls:
-                        self._record(turn, question, call, "dropped", "the person started something else")
-                    said = [Say(self.responses.question_dropped)]
+                await self.record.end(stored.id, "dropped", reason="the person started something else")
+                cleared = _cleared(True)
+            case Asking(question, left_behind=True):
+                await self.record.end(question.id, "dropped", reason="the person started something else")
+                cleared = _cleared(True)
+                for call in question.calls:
+                    self._record(turn, question, call, "dropped", "the person started something else")
+                said = [Say(self.responses.question_dropped)]
+            case Malformed(left_behind=True):
+                cleared = _cleared(True)  # a copy of no open question: nothing to drop
         run = await self._run(skill, 0, turn, may_be_permitted=True)
         return run.decision(skill, said=said, slots=cleared, owns_question=not turn.loop_active)
 
@@ -275,25 +292,31 @@ class Executor:
         With ``turn.new_message`` false the loop is resuming: right after the question was asked
         there is nothing to do; after an interruption the question is asked again.
         """
-        match read_state(turn, self.seal):
-            case ServerAsking():
-                return await self.server_questions.reply(turn)  # a server's question, not ours
+        match await read_state(turn, self.seal, self.record):
+            case ServerAsking(stored):
+                return await self.server_questions.reply(stored, turn)  # a server's question, not ours
             case Asking(question):
                 return await self._answered(question, turn)
-            case Malformed(None):
-                log.warning("conversation %s: malformed pending confirmation ignored", turn.conversation_id)
+            case Malformed(question, reason=reason, ended="answered"):
+                # The tracker's copy of a question answered already (Rasa lost that turn's events, or a
+                # replay): a yes to it writes nothing more, and the person is not told nothing was saved.
+                if question is not None and turn.new_message:
+                    self._record_all(turn, question, "rejected", reason)
                 return self._nothing_pending(turn, clear=True)
-            case Malformed(question) if question is not None:
-                return self._reject(turn, question, _NO_MATCH)
+            case Malformed(None, reason=reason):
+                log.warning("conversation %s: a pending question ignored: %s", turn.conversation_id, reason)
+                return self._nothing_pending(turn, clear=True, invalid=True)
+            case Malformed(question, reason=reason) if question is not None:
+                return self._reject(turn, question, reason)
             case _:
                 return self._nothing_pending(turn, clear=False)
 
     async def deny(self, turn: Turn) -> Decision:
         """No (the bot's own "stop"): nothing is called, and the person hears the skill's denial."""
-        match read_state(turn, self.seal):
-            case ServerAsking():
-                return await self.server_questions.cancel(turn)  # the server hears cancel
-            case Asking(question) | Malformed(question) if question is not None:
+        match await read_state(turn, self.seal, self.record):
+            case ServerAsking(stored):
+                return await self.server_questions.cancel(stored, turn)  # the server hears cancel
+            case Asking(question):
                 refusal = self._may_not_answer(turn, question)
                 if refusal is not None:
                     return self._refuse(turn, question, refusal)
@@ -305,9 +328,8 @@ class Executor:
     async def revoke(self, turn: Turn) -> Decision:
         """ "stop saving without asking": every permission of this person in the conversation is
         withdrawn (audited each); anyone else's stay."""
-        count, slot = self.permissions.revoke(turn)
-        said = Say(self.responses.permissions_revoked, {"count": count})
-        return Decision("done", [said], {PERMISSIONS_SLOT: slot})
+        count = await self.permissions.revoke(turn)
+        return Decision("done", [Say(self.responses.permissions_revoked, {"count": count})])
 
     async def approval_decided(self, turn: Turn, approval_id: str) -> Decision:
         """``second_approver``, in the requester's conversation, told a decision: an approved call runs
@@ -329,12 +351,16 @@ class Executor:
             return Decision("cancelled", [Say(said, variables)])
         assert self.approvals is not None
         held = self.approvals.sealed(request, self.seal)  # the store's call, exactly as sealed, or None
-        bound = await self._bind(held, turn) if held is not None else None
+        why = await self._not_held(held, request) if held is not None else "its sealed call does not open"
+        bound = await self._bind(held, turn) if held is not None and why is None else None
         skill = self.skills[held.skill] if held is not None and bound is not None else None
         verdict = await self._gate(skill, bound[0], Released(), turn) if skill and bound else None
         if held is None or skill is None or bound is None or not isinstance(verdict, RunConfirmed):
-            log.warning("approval %s: the held call does not match a known call; nothing was run", request.id)
-            await self.approvals.finish(request, "rejected: does not match a known call")
+            why = why or (verdict.reason if isinstance(verdict, Refuse) else "does not match a known call")
+            log.warning("approval %s: the held call was not run: %s", request.id, why)
+            await self.approvals.finish(request, f"rejected: {why}")
+            if held is not None:
+                self._record(turn, held, held.first, "rejected", why, approval=request.id)
             return Decision("rejected", [Say(self.responses.confirmation_invalid)])
         (one,) = bound
         if taken.kind == "resume" and not approvals.may_run_again(found(one.resolved), request.attempts):
@@ -358,6 +384,22 @@ class Executor:
             log.exception("approval %s: ran (%s), but could not be marked done", request.id, run.outcome)
         return Decision(run.outcome, list(run.say))
 
+    async def _not_held(self, held: Question, request: ApprovalRequest) -> str | None:
+        """Why the record does not hold ``held`` (a call a store row says waits for its approver) as a call
+        the person confirmed in time; None when it does."""
+        stored = await self.record.question(held.id)
+        if stored is None or stored.conversation_id != request.conversation_id:
+            return "the action server's record holds no such question in this conversation"
+        if stored.state != "answered":
+            return f"its question was {stored.state}, not confirmed"
+        asked = open_question(stored.sealed, self.seal, request.conversation_id)
+        calls = {call.id: call.digest for call in asked.calls} if isinstance(asked, Question) else {}
+        if calls.get(held.first.id) != held.first.digest:
+            return "the call is not one its question asked about"
+        if stored.ended_at is None or request.created_at - stored.ended_at > self.policy.ttl_seconds:
+            return "it was held long after its question was answered"
+        return None
+
     # -- an answer to an open question ----------------------------------------------------------
 
     async def _answered(self, question: Question, turn: Turn) -> Decision:
@@ -365,6 +407,7 @@ class Executor:
         calls, answered (or the loop resumed after an interruption)."""
         bound = await self._bind(question, turn)
         if bound is None:
+            await self.record.end(question.id, "rejected", reason=_NO_MATCH)
             return self._reject(turn, question, _NO_MATCH)
         skill = self.skills[question.skill]
         if not turn.new_message:
@@ -449,6 +492,7 @@ class Executor:
         ``remember``: the yes also gives a permission; ``once``: it refused one, and hears that it will
         be asked again."""
         if not any(approved):  # a no to every call cancels, late or not: nothing runs
+            await self.record.end(question.id, "refused", reason="no to every call")
             self._record_all(turn, question, "denied", None)
             return Decision("cancelled", [Say(self.responses.calls_cancelled)], ended(skill))
         if self._late(question):
@@ -456,21 +500,11 @@ class Executor:
         if turn.user_turn != question.user_turn + 1:
             self._record_all(turn, question, "asked_again", None)
             return await self._ask_again(skill, question, bound, turn, [Say(self.responses.confirm_again)])
-        for one in bound:
-            if not _still_holds(one.step, one.call, turn.slots):
-                for other in question.calls:
-                    if other is not one.call:
-                        self._record(
-                            turn, question, other, "rejected", "another call of the question changed"
-                        )
-                self._record(turn, question, one.call, "rejected", "arguments changed after the question")
-                log.warning(
-                    "conversation %s: confirmation %s rejected (arguments changed after the question); "
-                    "nothing was run",
-                    turn.conversation_id,
-                    one.call.id,
-                )
-                return Decision("rejected", [Say(self.responses.confirmation_invalid)], ended(skill))
+        # only_the_persons_yes: the record's open question ends answered, once, by this message (two
+        # replicas given the same yes run it once; a message that answered another question answers none).
+        refused = await self.record.end(question.id, "answered", message=_message(turn))
+        if refused is not None:
+            return self._reject(turn, question, refused.reason)
         if not question.listed:
             return await self._confirmed_one(skill, question, bound[0], turn, remember=remember, once=once)
         said: list[Say] = []
@@ -496,17 +530,9 @@ class Executor:
                 said.append(self._refused_by_gate(turn, question, call, verdict))
                 outcome = "rejected" if outcome == "done" else outcome
                 continue
+            # One server question waits at a time (mcp_bridge.confirmation.running): a later call that
+            # stops to ask is not completed, and the person hears so.
             run = await self._run_confirmed(skill, question.only(call), one, turn)
-            if ELICITATION_SLOT in kept and run.slots.get(ELICITATION_SLOT) is not None:
-                # One server question waits at a time: this call's is not asked, and the call not
-                # completed (its server hears nothing more; a held call is told cancel when its
-                # wait runs out). The person hears so, and can ask for it again afterwards.
-                self.runner.executed(
-                    turn, question.only(call), "not completed: another call's question is waiting"
-                )
-                error = "it has a question of its own while another is waiting; ask for it again after"
-                said.append(Say(self.responses.tool_failed, {"error": error, "tool_name": call.tool}))
-                continue
             if run.slots.get(ELICITATION_SLOT) is not None:
                 asking_now = list(run.say)  # said last: the question the person answers next
             else:
@@ -542,9 +568,9 @@ class Executor:
             if once:
                 return replace(decision, say=[*decision.say, Say(self.responses.permission_declined)])
             return decision
-        granted, slot = self.permissions.grant(skill, remember, question, one.call, turn)
+        granted = await self.permissions.grant(skill, remember, question, one.call, turn)
         said = Say(self.responses.permission_granted, self.permissions.variables(granted))
-        return replace(decision, say=[*decision.say, said], slots={**decision.slots, PERMISSIONS_SLOT: slot})
+        return replace(decision, say=[*decision.say, said])
 
     async def _run_confirmed(self, skill: Skill, question: Question, one: _Bound, turn: Turn) -> Run:
         """One confirmed call, exactly as sealed: a call of a list alone, with the slots it was planned
@@ -580,6 +606,7 @@ class Executor:
         """No to the whole question: nothing is called; the person hears the skill's denial (its own
         question's), or that the calls were cancelled (a list)."""
         skill = self.skills.get(question.skill)
+        await self.record.end(question.id, "refused", reason="the person said no")
         self._record_all(turn, question, "denied", None)
         if question.listed:
             return Decision("cancelled", [Say(self.responses.calls_cancelled)], ended(skill))
@@ -609,6 +636,7 @@ class Executor:
     ) -> Decision:
         """An answer after the question expired: the person hears that it expired and nothing was
         written, the audit says so, and the same calls are asked about again (they keep their keys)."""
+        await self.record.end(question.id, "expired", reason="answered after its lifetime")
         self._record_all(turn, question, "expired", None)
         return await self._ask_again(skill, question, bound, turn, [Say(self.responses.confirmation_expired)])
 
@@ -684,10 +712,15 @@ class Executor:
             run = await self._ask(skill, _replanned(bound), again, question, listed=True)
         else:
             run = await self._run(skill, question.first.step, again, asked_before=question)
+        if not run.waiting:
+            # Not asked again (its arguments went missing or are refused now): it ends unanswered here,
+            # as the tracker is told.
+            await self.record.end(question.id, "dropped", reason=f"not asked again: {run.outcome}")
         return run.decision(skill, said=said, slots={PENDING_SLOT: None})
 
-    def _nothing_pending(self, turn: Turn, *, clear: bool) -> Decision:
-        """The loop ran with no question open: a yes or a no is told there is nothing to answer; a
+    def _nothing_pending(self, turn: Turn, *, clear: bool, invalid: bool = False) -> Decision:
+        """The loop ran with no question open: a yes or a no is told there is nothing to answer (or, with
+        ``invalid``, that the question the tracker holds no longer matches, and nothing was saved); a
         message that is no answer is the bot's to handle."""
         if not turn.new_message:
             return Decision("nothing_pending", [], _cleared(clear))
@@ -697,7 +730,8 @@ class Executor:
         if isinstance(reading, TooLong):
             return Decision("too_long", [self._too_long(reading)], _cleared(clear))
         if isinstance(reading, Yes | No):
-            return Decision("nothing_pending", [Say(self.responses.nothing_pending)], _cleared(clear))
+            said = self.responses.confirmation_invalid if invalid else self.responses.nothing_pending
+            return Decision("rejected" if invalid else "nothing_pending", [Say(said)], _cleared(clear))
         return Decision("handed_back")  # not an answer to anything: the bot's to handle
 
     # -- the question's binding and who may answer it ------------------------------------------
@@ -751,7 +785,8 @@ class Executor:
         return Decision("refused", [Say(said)])
 
     def _reject(self, turn: Turn, question: Question, reason: str) -> Decision:
-        """A question that does not hold: nothing runs, and it is dropped."""
+        """A question that does not hold: nothing runs, and it is dropped (ended in the record by its
+        caller where it was still open)."""
         log.warning(
             "conversation %s: confirmation %s rejected (%s); nothing was run",
             turn.conversation_id,
@@ -928,32 +963,97 @@ class Executor:
             if refused is not None:
                 return refused
         question = asking.question_of(
-            skill, planned, turn, listed=listed, now=self.clock(), asked_before=asked_before
+            skill,
+            planned,
+            turn,
+            listed=listed,
+            now=self.clock(),
+            asked_before=asked_before,
+            meta=self.meta_slots,
         )
+        sealed = question.sealed(self.seal, turn.conversation_id)
+        # The same calls asked again are no new words: only a question with new words is started by the
+        # message (once, and only by the newest: mcp_bridge.record.store's starts_once).
+        again = asked_before is not None and [c.digest for c in asked_before.calls] == [
+            c.digest for c in question.calls
+        ]
+        not_asked = await self.record.asked(
+            conversation_id=turn.conversation_id,
+            kind="question",
+            question_id=question.id,
+            person=question.user,
+            sealed=sealed,
+            asked_after=question.asked_after,
+            message=_message(turn),
+            new_words=not again,
+        )
+        if not_asked is not None:
+            log.warning(
+                "conversation %s: question %s not asked (%s); nothing was run",
+                turn.conversation_id,
+                question.id,
+                not_asked.reason,
+            )
+            for call in question.calls:
+                self._record(turn, question, call, "not_asked", not_asked.reason)
+            return Run("rejected", (Say(self.responses.message_used),))
         for call in question.calls:
             self._record(turn, question, call, "asked", None)
         said = asking.said(skill, question, planned, self.responses, turn.slots)
-        return Run(
-            "pending", (said,), {PENDING_SLOT: question.sealed(self.seal, turn.conversation_id)}, question
-        )
+        return Run("pending", (said,), {PENDING_SLOT: sealed}, question)
+
+    async def _permission_ended(self, skill: Skill, one: Planned, turn: Turn) -> None:
+        """A permission that no longer stands but would have covered the call is audited
+        (``permission_not_used``, with why: withdrawn or expired): the call is asked about, and the trail
+        says why it did not run unasked."""
+        for permission, why in await self.permissions.ended(turn):
+            consent = MayBePermitted(
+                [replace(permission, expires_at=float("inf"))], turn.user, permission.granted_at
+            )
+            verdict = await self._gate_step(skill, one.step, one.resolved, one.arguments, consent, turn)
+            if isinstance(verdict, RunPermitted):
+                question = asking.question_of(
+                    skill, [one], turn, listed=False, now=self.clock(), asked_before=None
+                )
+                self._record(
+                    turn,
+                    question,
+                    question.first,
+                    "permission_not_used",
+                    f"the permission was {why}",
+                    permission=permission.id,
+                )
+                return
 
     async def _run_permitted(self, skill: Skill, one: Planned, turn: Turn) -> Run | None:
         """``remembered``: a new request's one call runs unasked, once, with a key of its own, from its
-        step, when the gate finds a permission of the person's that covers it; None when none does."""
-        held = self.permissions.held(turn)
-        if not held:
-            return None
+        step, when the gate finds a permission of the person's that covers it, every argument outside the
+        permission's scope is in the signed message that started the run, and the record lets that
+        message start it (the permission still stands, the message started nothing yet); None when not
+        (the call is asked about like any other)."""
+        held = await self.permissions.held(turn)
         consent = MayBePermitted(held, turn.user, self.clock())
-        verdict = await self._gate_step(skill, one.step, one.resolved, one.arguments, consent, turn)
-        if not isinstance(verdict, RunPermitted):
-            return None
-        question = asking.question_of(skill, [one], turn, listed=False, now=self.clock(), asked_before=None)
-        self._record(
-            turn, question, question.first, "permission_used", None, permission=verdict.permission.id
+        verdict = (
+            await self._gate_step(skill, one.step, one.resolved, one.arguments, consent, turn)
+            if held
+            else None
         )
+        if not isinstance(verdict, RunPermitted):
+            await self._permission_ended(skill, one, turn)
+            return None
+        permission = verdict.permission
+        question = asking.question_of(
+            skill, [one], turn, listed=False, now=self.clock(), asked_before=None, meta=self.meta_slots
+        )
+        question = replace(question, calls=(replace(question.first, meta=dict(permission.meta)),))
+        why = _not_sent(one, permission.scope, turn.text) or await self.permissions.use(permission, turn)
+        if why is not None:
+            self._record(turn, question, question.first, "permission_not_used", why, permission=permission.id)
+            return None
+        self._record(turn, question, question.first, "permission_used", None, permission=permission.id)
         then = replace(turn, slots=one.slots)
         run = await self._run(skill, one.index, then, authorised=question, resolved=one.resolved)
-        used = Say(self.responses.permission_used, self.permissions.variables(verdict.permission))
+        used = Say(self.responses.permission_used, self.permissions.variables(permission))
         return replace(run, say=(*run.say, used))
 
 
@@ -1008,17 +1108,6 @@ def _replanned(bound: Sequence[_Bound]) -> list[Planned]:
     ]
 
 
-def _still_holds(step: Step, call: AskedCall, slots: Mapping[str, Any]) -> bool:
-    """The call's arguments are still what its step makes of the slots (the conversation's, with
-    the call's own context over them); results of earlier steps are not kept, so not compared."""
-    current, _ = step_arguments(step, {**slots, **call.context})
-    return all(
-        current.get(name) == call.arguments.get(name)
-        for name, source in step.arguments.items()
-        if not isinstance(source, ResultArgument)
-    )
-
-
 def _filled(lines: Sequence[_Line]) -> dict[str, Any]:
     """The slots a run sets in the conversation: its one line's, or what all its lines agree on."""
     if len(lines) == 1:
@@ -1028,4 +1117,27 @@ def _filled(lines: Sequence[_Line]) -> dict[str, Any]:
 
 
 def _cleared(clear: bool) -> dict[str, Any]:
-    return {PENDING_SLOT: None} if clear else {}
+    """The question slots cleared (both: neither copy holds an open question any more)."""
+    return {PENDING_SLOT: None, ELICITATION_SLOT: None} if clear else {}
+
+
+def _message(turn: Turn) -> Message | None:
+    """The turn's message as the record knows it (None: nothing vouches for it)."""
+    return Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
+
+
+def _not_sent(one: Planned, scope: Mapping[str, Any] | None, text: str) -> str | None:
+    """Why a call under a permission would write something the person did not send, or None: every
+    argument outside the permission's scope (all of them when it covers any arguments) that comes from a
+    slot or a result must be in the text of the signed message that started the run."""
+    for name, value in one.arguments.items():
+        if scope is not None and name in scope:
+            continue
+        if value is None or not isinstance(one.step.arguments.get(name), SlotArgument | ResultArgument):
+            continue  # nothing written from it, or the skill's own value
+        written = value if isinstance(value, str) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            written = str(value)
+        if written is None or not written.strip() or written.strip() not in text:
+            return f"{name} is not in the message that started the run"
+    return None

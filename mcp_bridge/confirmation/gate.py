@@ -28,7 +28,8 @@ The rules it applies, by name (the docs' "the confirmation and its rules" page n
 ``second_approver``
     A yes to a call whose skill requires an approver for it (``requires_approval_from``, its
     ``when`` matched on the text's skeleton: :mod:`mcp_bridge.approvals.second_approver`) holds the
-    call for the approver; only the approver's release runs it.
+    call for the approver; only the approver's release runs it, and only while the skill still holds
+    such a call for an approver.
 ``remembered``
     A call the skill lets the person remember (``allows_remembering``) may be given a permission
     with its yes: never one that needs a second approver, never a destructive tool's (its server's
@@ -167,10 +168,11 @@ async def gate(
     if isinstance(consent, Confirmed | Released):
         if not isinstance(asked, RequiresConfirmation):
             return Refuse("the skill no longer asks about this call")  # still_asked
-        if isinstance(consent, Confirmed):
-            approver = second_approver.required(skill, tool_name, arguments)
-            if approver is not None:
-                return Hold(approver)  # second_approver
+        approver = second_approver.required(skill, tool_name, arguments)
+        if isinstance(consent, Confirmed) and approver is not None:
+            return Hold(approver)  # second_approver
+        if isinstance(consent, Released) and approver is None:
+            return Refuse("the skill no longer holds this call for an approver")  # second_approver
         return RunConfirmed()
     if not isinstance(asked, RequiresConfirmation):
         return RunUnasked(asked)

@@ -8,10 +8,14 @@ permissions:
 
 * a permission is given only with a plain yes to one call (the reader's
   :class:`~mcp_bridge.reading.reader.Grant`, or the question's third button, :data:`GRANT_BUTTON`);
-* it lives in the tracker (the ``remembered_permissions`` slot), sealed (:mod:`mcp_bridge.sealing`,
-  kind ``permission``): bound to the conversation and to the person the channel named. One that
-  does not open, names another person, has expired (its own expiry, or the skill's lifetime now, if
-  that got shorter), or no longer fits what the skill allows covers nothing (:func:`covering`);
+* it lives in the action server's record (:mod:`mcp_bridge.record.store`), sealed
+  (:mod:`mcp_bridge.sealing`, kind ``permission``): bound to the conversation and to the person the
+  channel named, granted, used, withdrawn there and nowhere else (no tracker carries it). One that
+  the record holds as withdrawn or expired, that does not open, names another person, has expired by
+  the skill's lifetime now (if that got shorter), or no longer fits what the skill allows covers
+  nothing (:func:`covering`);
+* a run under it writes only what the person sent (the executor's ``remembered`` rule) and is started
+  by the person's newest message, once (:meth:`Permissions.use`);
 * "stop saving without asking" (the plugin's ``action_revoke_permissions``) withdraws every
   permission of the conversation's person at once (:meth:`Permissions.revoke`).
 
@@ -25,22 +29,22 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mcp_bridge.confirmation import templating
 from mcp_bridge.confirmation.decisions import Turn
-from mcp_bridge.contract import PERMISSIONS_SLOT
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.question import AskedCall, Question
+from mcp_bridge.record.store import Message, Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import AllowsRemembering, Skill
 
-__all__ = ["GRANT_BUTTON", "KIND", "Permission", "Permissions", "covering", "from_slot", "to_slot", "until"]
+__all__ = ["GRANT_BUTTON", "KIND", "Permission", "Permissions", "covering", "until"]
 
 log = logging.getLogger(__name__)
 
-# At most this many permissions are kept in a conversation; a new one drops the oldest.
+# At most this many permissions of a person in a conversation are read (the newest).
 MAX_PERMISSIONS = 20
 KIND = "permission"
 # The question's third button, beside No / Yes, where a permission may be given: its payload is read
@@ -64,6 +68,8 @@ class Permission:
     expires_at: float
     # How it is named to the person ("notes to Dana Whitfield").
     label: str
+    # The slot values its MCP server sends in _meta, as sealed with the question it was given with.
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, record: Any) -> Permission | None:
@@ -72,7 +78,8 @@ class Permission:
         try:
             scope = record["scope"]
             user = record["user"]
-            if scope is not None and not isinstance(scope, dict):
+            meta = record.get("meta") or {}
+            if scope is not None and not isinstance(scope, dict) or not isinstance(meta, dict):
                 return None
             if user is not None and not isinstance(user, str):
                 return None
@@ -86,32 +93,10 @@ class Permission:
                 granted_at=float(record["granted_at"]),
                 expires_at=float(record["expires_at"]),
                 label=str(record["label"]),
+                meta=dict(meta),
             )
         except (KeyError, TypeError, ValueError):
             return None
-
-
-def from_slot(value: Any, seal: Seal, conversation_id: str) -> list[Permission]:
-    """The permissions in the slot that open for this conversation (sealed by this release or by the
-    previous one); anything else is dropped (and logged: a value edited or copied from elsewhere)."""
-    if not isinstance(value, list):
-        return []
-    held = []
-    for raw in value[:MAX_PERMISSIONS]:
-        record = seal.open(KIND, raw, conversation_id) or seal.open_previous(KIND, raw, conversation_id)
-        permission = Permission.parse(record)
-        if permission is None:
-            log.warning("conversation %s: a permission that does not verify ignored", conversation_id)
-            continue
-        held.append(permission)
-    return held
-
-
-def to_slot(
-    permissions: Sequence[Permission], seal: Seal, conversation_id: str
-) -> list[dict[str, Any]] | None:
-    kept = list(permissions)[-MAX_PERMISSIONS:]
-    return [seal.seal(KIND, asdict(p), conversation_id) for p in kept] or None
 
 
 def scope_of(allowed: AllowsRemembering, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -158,22 +143,39 @@ def until(expires_at: float, now: float) -> str:
 
 
 class Permissions:
-    """The permissions of a conversation as one executor keeps them: sealed with its seal, timed by its
-    clock, each grant and revocation audited."""
+    """The permissions of a conversation as one executor keeps them: in its record, sealed with its seal,
+    timed by its clock, each grant, use and revocation audited."""
 
-    def __init__(self, seal: Seal, clock: Callable[[], float], audit: AuditLog) -> None:
+    def __init__(self, seal: Seal, clock: Callable[[], float], audit: AuditLog, record: Record) -> None:
         self._seal = seal
         self._clock = clock
         self._audit = audit
+        self._record = record
 
-    def held(self, turn: Turn) -> list[Permission]:
-        """The permissions in the turn's slot that open."""
-        return from_slot(turn.slots.get(PERMISSIONS_SLOT), self._seal, turn.conversation_id)
+    async def held(self, turn: Turn) -> list[Permission]:
+        """The permissions the turn's person gave in the conversation that the record holds as standing."""
+        held = []
+        for sealed in (await self._record.permissions(turn.conversation_id, turn.user))[-MAX_PERMISSIONS:]:
+            permission = Permission.parse(self._seal.open(KIND, sealed, turn.conversation_id))
+            if permission is None:
+                log.warning("conversation %s: a permission in the record does not open", turn.conversation_id)
+                continue
+            held.append(permission)
+        return held
 
-    def grant(
+    async def ended(self, turn: Turn) -> list[tuple[Permission, str]]:
+        """The permissions the turn's person gave in the conversation that no longer stand, with why."""
+        ended = []
+        for sealed, why in await self._record.ended_permissions(turn.conversation_id, turn.user):
+            permission = Permission.parse(self._seal.open(KIND, sealed, turn.conversation_id))
+            if permission is not None:
+                ended.append((permission, why))
+        return ended
+
+    async def grant(
         self, skill: Skill, allowed: AllowsRemembering, question: Question, call: AskedCall, turn: Turn
-    ) -> tuple[Permission, list[dict[str, Any]] | None]:
-        """A new permission for calls like ``call``, sealed, and the slot with it (expired ones dropped)."""
+    ) -> Permission:
+        """A new permission for calls like ``call``, kept in the record."""
         now = self._clock()
         variables = templating.variables(turn.slots, call.arguments, tool=call.tool)
         label = call.tool
@@ -192,24 +194,43 @@ class Permissions:
             granted_at=now,
             expires_at=now + allowed.seconds,
             label=label,
+            meta=dict(call.meta),
         )
-        kept = [p for p in self.held(turn) if p.expires_at > now]
+        await self._record.grant(
+            permission_id=permission.id,
+            conversation_id=turn.conversation_id,
+            person=turn.user,
+            sealed=self._seal.seal(KIND, asdict(permission), turn.conversation_id),
+            granted_at=permission.granted_at,
+            expires_at=permission.expires_at,
+        )
         self._audit.record_question(
             turn.conversation_id, question, call, "permission_granted", None, permission=permission.id
         )
-        return permission, to_slot([*kept, permission], self._seal, turn.conversation_id)
+        return permission
+
+    async def use(self, permission: Permission, turn: Turn) -> str | None:
+        """Why a run under ``permission`` may not start from the turn's message (the record withdrew
+        it, or the message started something already or is not the newest), or None when it starts."""
+        message = Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
+        refused = await self._record.use(permission.id, turn.conversation_id, message)
+        return refused.reason if refused is not None else None
 
     def variables(self, permission: Permission) -> dict[str, Any]:
         """What a response about ``permission`` says: its label and when it ends."""
         return {"permission": permission.label, "until": until(permission.expires_at, self._clock())}
 
-    def revoke(self, turn: Turn) -> tuple[int, list[dict[str, Any]] | None]:
-        """Every permission of this person in the conversation withdrawn (audited each); anyone
-        else's stay. How many were in force, and the slot with the rest."""
-        held = self.held(turn)
+    async def revoke(self, turn: Turn) -> int:
+        """Every permission of this person in the conversation withdrawn (audited each); anyone else's
+        stay. How many were in force."""
         now = self._clock()
-        mine = [p for p in held if p.user == turn.user]
-        for permission in mine:
+        withdrawn = await self._record.withdraw(turn.conversation_id, turn.user)
+        count = 0
+        for sealed in withdrawn:
+            permission = Permission.parse(self._seal.open(KIND, sealed, turn.conversation_id))
+            if permission is None:
+                continue
+            count += permission.expires_at > now
             self._audit.record(
                 conversation=turn.conversation_id,
                 user=turn.user,
@@ -222,5 +243,4 @@ class Permissions:
                 result="expired" if permission.expires_at <= now else None,
                 permission=permission.id,
             )
-        rest = [p for p in held if p.user != turn.user and p.expires_at > now]
-        return sum(p.expires_at > now for p in mine), to_slot(rest, self._seal, turn.conversation_id)
+        return count

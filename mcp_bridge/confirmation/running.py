@@ -122,22 +122,34 @@ class Runner:
         a yes or a permission authorised it with: with its key, audited. ``resume``: the answers to
         the server's questions this call was stopped for. A failure comes back as the run's end.
 
-        ``slots`` are the conversation's slots as the run has them now (an MCP server's
-        ``meta_map.from_slots`` sends some of them in ``_meta``).
+        ``slots`` are the conversation's slots as the run has them now; an MCP server's
+        ``meta_map.from_slots`` sends some of them in ``_meta``, but a confirmed call sends what was
+        sealed with its question (or its permission) instead, never what the slots hold by now.
         """
         result: ToolResult | Run
         outcome = "not run"
         key = confirmed.first.key if confirmed else None
-        context = replace(context_of(turn, skill), idempotency_key=key, slots=slots, resume=resume)
+        sent = confirmed.first.meta if confirmed is not None else slots
+        context = replace(context_of(turn, skill), idempotency_key=key, slots=sent, resume=resume)
         try:
             if isinstance(resolved, ToolNotFoundError):
                 raise resolved
             result = await resolved.call(arguments, context)
             outcome = "ok" if result.ok else f"error: {result.error}"
         except InputRequiredError as exc:
-            rounds = resume.round if resume is not None else 1
-            result = self.server_questions.asked(skill, step, arguments, turn, confirmed, exc, rounds)
-            outcome = "stopped to ask the person"
+            if await self.server_questions.waiting(turn):
+                # One server question waits at a time: this call's is not asked, and the call not
+                # completed (its server hears nothing more; a held call is told cancel when its wait
+                # runs out). The person hears so, and can ask for it again afterwards.
+                error = "it has a question of its own while another is waiting; ask for it again after"
+                said = Say(self.responses.tool_failed, {"error": error, "tool_name": step.execute_tool})
+                result, outcome = Run("failed", (said,)), "not completed: another call's question is waiting"
+            else:
+                rounds = resume.round if resume is not None else 1
+                result = await self.server_questions.asked(
+                    skill, step, arguments, turn, confirmed, exc, rounds
+                )
+                outcome = "stopped to ask the person"
         except _FAILURES as exc:
             if isinstance(exc, SignInRequiredError) and confirmed is not None:
                 self.executed(turn, confirmed, "not run: the person must sign in first")

@@ -5,10 +5,12 @@ A 2026-07-28 server that stops a call to ask the person (an input-required resul
 (:meth:`mcp_bridge.confirmation.running.Runner.dispatch` calls :meth:`ServerQuestions.asked`); this
 module asks the server's questions in the chat with the state machine of
 :mod:`mcp_bridge.questions.elicitation`, one reply per turn, and keeps everything between turns in the
-``pending_elicitation`` slot, sealed (:mod:`mcp_bridge.sealing`, kind ``elicitation``): the skill, the
-step, the exact arguments, the question that authorised the call (if one did), the answers so far,
-the server's opaque ``request_state`` and who was asked. Once every question is answered (accepted,
-declined or cancelled: the server hears which), the same call is sent again with the answers and
+action server's record (:mod:`mcp_bridge.record.store`, a question of kind ``server``), sealed
+(:mod:`mcp_bridge.sealing`, kind ``elicitation``), with a copy in the ``pending_elicitation`` slot for
+Rasa: the skill, the step, the exact arguments, the question that authorised the call (if one did),
+the answers so far, the server's opaque ``request_state``, who was asked and when. Once every
+question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
+again with the answers and
 that state (its :class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on
 whichever replica serves that turn: through the one hook the executor gives this module,
 ``run_from`` (:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the
@@ -21,8 +23,10 @@ Safety:
 * A call under a confirmation was confirmed before it ran and asked: the confirmation's sealed call
   is what is resumed (its arguments and idempotency key), and nothing the person answers here is
   read as a yes (:mod:`mcp_bridge.reading.reader` never sees these replies).
-* A state whose seal does not verify, from another conversation, or answered by someone other than
-  the person asked is refused, and nothing is sent.
+* Only the record's open server question is answered, by the person asked, in a message their channel
+  vouches for, received after the question was asked, in the turn after it, within its lifetime
+  (``CONFIRMATION_TTL_SECONDS``), and once: a reply is one transition in the record. Anything else is
+  refused (or, past its lifetime, the question is cancelled), and nothing is sent.
 * "stop" (the bot's own rule, ``action_deny_tool``) cancels the server's question: the call is sent
   once more with ``cancel``, so the server ends it its own way.
 * A reply that is plainly not an answer (it does not fit the question, it asks or requests
@@ -33,17 +37,19 @@ Safety:
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mcp_bridge.confirmation.decisions import Decision, Responses, Run, Say, Turn
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Responses, Run, Say, Turn
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
 from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
+from mcp_bridge.record.store import Message, Record, StoredQuestion
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import Skill, Step
 from mcp_bridge.tools.context import Resume
@@ -62,6 +68,11 @@ KIND = "elicitation"
 class QuestionState:
     """What the ``pending_elicitation`` slot carries."""
 
+    # Its id in the action server's record; when it was asked (the record's clock) and after which
+    # message (the channel's signed time; None in an unsigned turn).
+    id: str
+    asked_at: float
+    asked_after: float | None
     skill: str
     step: int
     tool: str
@@ -104,16 +115,20 @@ class ServerQuestions:
         reader: ConfirmationReader,
         skills: Mapping[str, Skill],
         run_from: RunFrom,
+        record: Record,
+        policy: ConfirmationPolicy,
     ) -> None:
         self._seal = seal
         self._responses = responses
         self._reader = reader
         self._skills = skills
         self._run_from = run_from
+        self._record = record
+        self._policy = policy
 
     # -- a call stopped to ask ----------------------------------------------------------------
 
-    def asked(
+    async def asked(
         self,
         skill: Skill,
         step: Step,
@@ -134,6 +149,9 @@ class ServerQuestions:
             return Run("failed", (Say(step.on_error or self._responses.tool_failed, {"error": error}),))
         waiting = dict(stopped.requests)
         state = QuestionState(
+            id="",
+            asked_at=0.0,
+            asked_after=turn.said_at,
             skill=skill.id,
             step=index,
             tool=step.execute_tool,
@@ -152,9 +170,9 @@ class ServerQuestions:
             user_turn=turn.user_turn,
             rounds=rounds,
         )
-        return self._next(state, turn, ())
+        return await self._next(state, turn, ())
 
-    def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
+    async def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
         """Ask the next question; every question declined unasked (a URL nobody should open) is
         answered here and the next one tried."""
         waiting = dict(state.waiting)
@@ -167,7 +185,11 @@ class ServerQuestions:
                 new = replace(
                     state, waiting=waiting, key=key, asking=step.pending.to_slot(), responses=responses
                 )
-                return Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: self._sign(new, turn)})
+                sealed = await self._ask(new, turn)
+                if sealed is None:
+                    refused = Say(self._responses.message_used)
+                    return Run("rejected", (*said, refused), {ELICITATION_SLOT: None})
+                return Run("pending", (*said, *_say(step)), {ELICITATION_SLOT: sealed})
             responses[key] = _response(step)
         # Nothing the chat may ask (a link nobody should be sent to, a form it cannot ask): the call
         # stays stopped (under 2026-07-28 it has not run to completion) and the person hears why.
@@ -181,46 +203,75 @@ class ServerQuestions:
 
     # -- the person's reply ------------------------------------------------------------------
 
-    async def reply(self, turn: Turn) -> Decision:
-        """The loop's turn while a server's question is pending."""
-        state = self._open(turn)
+    async def reply(self, stored: StoredQuestion, turn: Turn) -> Decision:
+        """The loop's turn while a server's question (the record's open one, ``stored``) is pending."""
+        state = self._open(stored, turn)
         if state is None:
             log.warning(
-                "conversation %s: a server's question did not verify; nothing was sent", turn.conversation_id
+                "conversation %s: a server's question did not open; nothing was sent", turn.conversation_id
             )
+            await self._record.end(stored.id, "rejected", reason="its record does not open")
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        if state.user != turn.user or turn.unvouched is not None:
-            log.warning(
-                "conversation %s: a reply from someone other than the person asked, or that no channel "
-                "vouches for; refused",
-                turn.conversation_id,
-            )
+        refusal = _may_not_reply(state, turn)
+        if refusal is not None:
+            log.warning("conversation %s: a reply to a server's question: %s", turn.conversation_id, refusal)
             return Decision("refused", [self._invalid()])
         pending = PendingElicitation.from_slot(state.asking)
         if not turn.new_message:
             if state.user_turn == turn.user_turn or pending is None:
                 return Decision("pending")  # asked in this very turn
-            return Decision("pending", [_say_pending(pending)])  # back from an interruption
+            # Back from an interruption: asked again, in this turn (a new question in the record).
+            again = await self._ask(replace(state, user_turn=turn.user_turn), turn)
+            if again is None:
+                return Decision("rejected", [Say(self._responses.message_used)], {ELICITATION_SLOT: None})
+            return Decision("pending", [_say_pending(pending)], {ELICITATION_SLOT: again})
         if pending is None:
+            await self._record.end(stored.id, "rejected", reason="nothing is being asked")
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        if self._record.now() - state.asked_at > self._policy.ttl_seconds:
+            # Past its lifetime: the server hears cancel, as for "stop"; nothing of the reply is used.
+            return await self._cancelled(state, turn, "answered after its lifetime")
+        if turn.user_turn != state.user_turn + 1:
+            # Other messages came between: asked again, in this turn (a new question in the record).
+            again = await self._ask(replace(state, user_turn=turn.user_turn), turn)
+            if again is None:
+                return Decision("rejected", [Say(self._responses.message_used)], {ELICITATION_SLOT: None})
+            return Decision("pending", [_say_pending(pending)], {ELICITATION_SLOT: again})
         read = elicitation.reply(pending, turn.text)
         if isinstance(read, Asked) and _not_an_answer(self._reader, turn, read):
             # Handed back to the bot (the question waits, and is asked again afterwards).
             return Decision("handed_back")
+        ended = await self._record.end(stored.id, "answered", message=_message(turn))
+        if ended is not None:
+            log.warning(
+                "conversation %s: a reply to a server's question: %s", turn.conversation_id, ended.reason
+            )
+            return Decision("refused", [self._invalid()])
         if isinstance(read, Asked):
-            new = replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn)
-            return Decision("pending", list(_say(read)), {ELICITATION_SLOT: self._sign(new, turn)})
+            again = await self._ask(
+                replace(state, asking=read.pending.to_slot(), user_turn=turn.user_turn), turn
+            )
+            if again is None:
+                return Decision("rejected", [Say(self._responses.message_used)], {ELICITATION_SLOT: None})
+            return Decision("pending", list(_say(read)), {ELICITATION_SLOT: again})
         responses = {**state.responses, state.key: _response(read)}
         state = replace(state, responses=responses, key="", asking={}, user_turn=turn.user_turn)
         if state.waiting:
-            run = self._next(state, turn, ())
+            run = await self._next(state, turn, ())
             return Decision(run.outcome, list(run.say), dict(run.slots))
         return await self._resume(state, turn)
 
-    async def cancel(self, turn: Turn) -> Decision:
+    async def cancel(self, stored: StoredQuestion, turn: Turn) -> Decision:
         """The bot's "stop": the server's question is cancelled, and the server hears so."""
-        state = self._open(turn)
+        state = self._open(stored, turn)
         if state is None or state.user != turn.user or turn.unvouched:
+            return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
+        return await self._cancelled(state, turn, "the person said stop")
+
+    async def _cancelled(self, state: QuestionState, turn: Turn, reason: str) -> Decision:
+        """The server's question ends unanswered (``reason``): the server hears cancel for it and for the
+        ones not yet asked."""
+        if await self._record.end(state.id, "refused", reason=reason) is not None:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         responses = {**state.responses, **({state.key: {"action": "cancel"}} if state.key else {})}
         responses.update({key: {"action": "cancel"} for key in state.waiting})
@@ -233,8 +284,16 @@ class ServerQuestions:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         confirmed = None
         if state.confirmation is not None:
-            opened = open_question(state.confirmation, self._seal, turn.conversation_id, narrowed=True)
-            if not isinstance(opened, Question) or len(opened.calls) != 1:
+            # The call a yes authorised: its question must be one the record holds as answered.
+            opened = open_question(state.confirmation, self._seal, turn.conversation_id)
+            answered = await self._record.question(opened.id) if isinstance(opened, Question) else None
+            if (
+                not isinstance(opened, Question)
+                or len(opened.calls) != 1
+                or answered is None
+                or answered.conversation_id != turn.conversation_id
+                or answered.state != "answered"
+            ):
                 return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
             confirmed = opened
         answers = Resume(state.responses, state.request_state, state.handle, round=state.rounds + 1)
@@ -243,22 +302,58 @@ class ServerQuestions:
         run = await self._run_from(skill, state.step, turn, confirmed, answers)
         return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
 
-    # -- the seal -----------------------------------------------------------------------------
+    # -- the record ---------------------------------------------------------------------------
 
-    def _sign(self, state: QuestionState, turn: Turn) -> dict[str, Any]:
-        return self._seal.seal(KIND, asdict(state), turn.conversation_id)
+    async def waiting(self, turn: Turn) -> bool:
+        """A server's question of this conversation, asked in this turn, waits: another call stopped to
+        ask in the same turn (a list's calls) may not ask over it."""
+        stored = await self._record.open_question(turn.conversation_id)
+        if stored is None or stored.kind != "server":
+            return False
+        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        return state is not None and state.user_turn == turn.user_turn
 
-    def _open(self, turn: Turn) -> QuestionState | None:
-        """The server's question in the turn's slot, if it opens for this conversation (sealed by this
-        release, or by the previous one)."""
-        raw = turn.slots.get(ELICITATION_SLOT)
-        record = self._seal.open(KIND, raw, turn.conversation_id)
-        if record is None:
-            record = self._seal.open_previous(KIND, raw, turn.conversation_id)
-        return QuestionState.from_record(record)
+    async def _ask(self, state: QuestionState, turn: Turn) -> dict[str, Any] | None:
+        """Record ``state`` as the conversation's open question (a new id; the one before it ends); its
+        sealed copy for the slot, or None when the record refuses (nothing is asked)."""
+        asked = replace(state, id=uuid.uuid4().hex, asked_at=self._record.now())
+        sealed = self._seal.seal(KIND, asdict(asked), turn.conversation_id)
+        refused = await self._record.asked(
+            conversation_id=turn.conversation_id,
+            kind="server",
+            question_id=asked.id,
+            person=asked.user,
+            sealed=sealed,
+            asked_after=asked.asked_after,
+            message=None,
+            new_words=False,
+        )
+        return None if refused is not None else sealed
+
+    def _open(self, stored: StoredQuestion, turn: Turn) -> QuestionState | None:
+        """The server's question the record holds, if it opens for this conversation."""
+        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        return state if state is not None and state.id == stored.id else None
 
     def _invalid(self) -> Say:
         return Say(self._responses.confirmation_invalid)
+
+
+def _may_not_reply(state: QuestionState, turn: Turn) -> str | None:
+    """Why the turn's message cannot reply to the server's question: another person, no channel vouches
+    for it, or the channel received it before the question was asked (an earlier message replayed)."""
+    if turn.unvouched is not None:
+        return f"no channel vouches for it: {turn.unvouched}"
+    if state.user != turn.user:
+        return "from someone other than the person asked"
+    if turn.new_message and state.asked_after is not None:
+        if turn.said_at is None or turn.said_at <= state.asked_after:
+            return "a message the channel received before the question was asked"
+    return None
+
+
+def _message(turn: Turn) -> Message | None:
+    return Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
 
 
 def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:

@@ -40,7 +40,6 @@ from mcp_bridge.confirmation.executor import Decision, Turn
 from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT, RESPONSES, TYPED_ANSWER_CHANNELS
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
-from mcp_bridge.rasa.rewinds import unrewound
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +51,8 @@ class Sender:
     user: str | None = None
     said_at: float | None = None
     unvouched: str | None = None
+    # The message's id for the action server's record (None: nothing vouches for it).
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,18 @@ class ChannelCheck:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ChannelCheck:
-        """From MCP_BRIDGE_CHANNEL_KEY and MCP_BRIDGE_DEVELOPMENT (development only: messages without
-        a channel's signature are taken as from nobody instead of refused, for ``rasa shell`` and
-        Rasa's own channels); ConfigError when neither is set."""
+        """From MCP_BRIDGE_CHANNEL_KEY, or MCP_BRIDGE_DEVELOPMENT (development only: messages without a
+        channel's signature are taken as from nobody instead of refused, for ``rasa shell`` and Rasa's
+        own channels); ConfigError when neither or both are set (a deployment with a channel key is no
+        trial, and development mode must not leak into it)."""
         development = env.get(DEVELOPMENT_FLAG) == "1"
         raw = env.get(KEY_ENV)
+        if raw and development:
+            raise ConfigError(
+                f"environment variables {DEVELOPMENT_FLAG}=1 and {KEY_ENV} are both set: development mode "
+                "takes unsigned messages as from nobody, which a deployment whose channels sign must never "
+                f"do. Unset {DEVELOPMENT_FLAG} (or, for a trial with rasa shell, unset {KEY_ENV})"
+            )
         keys = None
         if raw:
             try:
@@ -84,16 +92,19 @@ class ChannelCheck:
             )
         return cls(keys, allow_unsigned=development)
 
-    def sender(self, metadata: Any, conversation: str, text: str) -> Sender:
+    def sender(self, metadata: Any, conversation: str, text: str, rasa_id: Any = None) -> Sender:
+        """Who sent the message, as its channel's signature says; ``rasa_id`` (Rasa's id of the message)
+        is its id in development, where nothing is signed."""
         has_proof = isinstance(metadata, Mapping) and metadata.get(PROOF_KEY) is not None
         if not has_proof and self.allow_unsigned:
-            return Sender()  # development: from nobody, so only a question asked of nobody is answered
+            # Development: from nobody, so only a question asked of nobody is answered.
+            return Sender(message_id=f"message:{rasa_id}" if isinstance(rasa_id, str) and rasa_id else None)
         if self.keys is None:
             return Sender(unvouched="a channel signature this action server has no key for")
         checked = self.keys.check(metadata, conversation=conversation, text=text)
         if isinstance(checked, Unvouched):
             return Sender(unvouched=checked.reason)
-        return Sender(checked.user, checked.said_at)
+        return Sender(checked.user, checked.said_at, message_id=checked.id)
 
 
 _PROCESS_CHECK: list[ChannelCheck] = []
@@ -128,15 +139,12 @@ def turn_from_tracker(tracker: Tracker, check: ChannelCheck | None = None) -> Tu
     }
     conversation = str(tracker.sender_id)
     text = str(latest.get("text") or "")
-    sender = (check or channel_check()).sender(latest.get("metadata"), conversation, text)
+    sender = (check or channel_check()).sender(
+        latest.get("metadata"), conversation, text, latest.get("message_id")
+    )
     return Turn(
         conversation_id=conversation,
-        # A rewind (/back) brings back no question already ended and no permission withdrawn.
-        slots=unrewound(
-            {name: whole_numbers(value) for name, value in tracker.slots.items()},
-            tracker.events,
-            whole_numbers,
-        ),
+        slots={name: whole_numbers(value) for name, value in tracker.slots.items()},
         user_turn=sum(1 for event in tracker.events if event.get("event") == "user"),
         intent=intent.get("name"),
         intent_confidence=float(intent.get("confidence") or 0.0),
@@ -148,6 +156,7 @@ def turn_from_tracker(tracker: Tracker, check: ChannelCheck | None = None) -> Tu
         said_at=sender.said_at,
         unvouched=sender.unvouched,
         input_channel=tracker.get_latest_input_channel(),
+        message_id=sender.message_id,
     )
 
 

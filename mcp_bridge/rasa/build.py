@@ -1,17 +1,16 @@
 """The one Executor of this action server, built from files and environment variables on first use.
 
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
-AUDIT_LOG (var/audit.jsonl), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
-confirmations; give every replica the same value, or a question asked before a restart cannot be
-confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
-MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
-second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
-when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
-approved call may go unrecorded before it counts as lost and is resumed;
-:mod:`mcp_bridge.approvals.second_approver`'s
-``lost_run``); with a server that acts as the person, MCP_TOKEN_KEY
-(encrypts the people's tokens; required, long and random, the same on every replica) and
-MCP_TOKEN_STORE (var/mcp_tokens.sqlite3, or a postgresql:// URL).
+AUDIT_LOG (var/audit.jsonl), MCP_BRIDGE_DATABASE (the action server's record, the calls held for a
+second approver and the people's tokens: a SQLite file, default var/mcp_bridge.sqlite3, or a
+postgresql:// URL every replica shares; :mod:`mcp_bridge.record.database`), CONFIRMATION_TTL_SECONDS
+(300), CONFIRMATION_SECRET (seals questions and permissions; unset, a key the record keeps, which a
+PostgreSQL database does not allow: replicas share the secret), CONFIRMATION_WORDS (a word file added
+to the reader's English defaults), MESSAGE_MAX_CHARS (5000: a longer message is refused unread),
+APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an approved call may go unrecorded before it counts
+as lost and is resumed; :mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); with a server that
+acts as the person, MCP_TOKEN_KEY (encrypts the people's tokens; required, long and random, the same on
+every replica).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
 Everything is checked here, so the action server refuses to start on a bad file, naming the file,
@@ -20,17 +19,19 @@ the place and the reason; ``mcp-bridge check`` runs the same checks offline.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcp_bridge.approvals import second_approver as approvals
-from mcp_bridge.approvals.store import open_store
+from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
-from mcp_bridge.auth.token_store import TokenStore
+from mcp_bridge.auth.token_store import TokenStore, token_keys
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
 from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
 from mcp_bridge.confirmation.gate import declared
@@ -41,6 +42,8 @@ from mcp_bridge.observability import metrics
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.questions import waiting_calls as waiting_calls
 from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
+from mcp_bridge.record.database import database_location, open_database
+from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import (
     SkillFiles,
@@ -54,16 +57,13 @@ from mcp_bridge.skills.toolbox import ToolBox, registered_local_tools
 
 log = logging.getLogger(__name__)
 
-# Without CONFIRMATION_SECRET, the action server's main process draws a key for itself and its worker
-# processes (mcp_bridge.rasa.server) and passes it on in this variable; it dies with them.
-PROCESS_SECRET = "MCP_BRIDGE_PROCESS_SECRET"
-
 
 def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = False) -> Executor:
     """An executor from the files ``env`` names; raises ConfigError (file, place, reason).
 
     ``allow_unset`` is for the offline check only: an unset ``${VAR}`` in a server's url, token or
-    api_key is then recorded on the server (which is never connected to) instead of refused.
+    api_key is then recorded on the server (which is never connected to) instead of refused, and the
+    record is one of this process only (no file is written).
     """
     env = os.environ if env is None else env
     endpoints = env.get("ENDPOINTS", "endpoints.yml")
@@ -74,9 +74,16 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     responses = RESPONSES
     known_responses = domain_responses(domain)
     acts_as_person = any(server.acts_as_person for server in servers.values())
+    location = ":memory:" if allow_unset else database_location(env)
+    try:
+        database = open_database(location)
+    except Exception as exc:  # an unreadable file, a folder that cannot be made
+        raise ConfigError(f"the plugin's database {location}: {type(exc).__name__}: {exc}") from None
+    record = Record(database)
+    seal = confirmation_seal(env, record)
     person = None
     if acts_as_person and not allow_unset:
-        person = PersonOAuth(servers, TokenStore.from_env(env))  # refuses a missing or weak key
+        person = PersonOAuth(servers, TokenStore(database, token_keys(env)))  # refuses a missing or weak key
     needed = responses.for_every_bot() | (responses.for_acting_as_the_person() if acts_as_person else set())
     _check_responses(
         domain, needed - known_responses, "the executor needs these responses, which are missing"
@@ -108,7 +115,6 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         deny_margin=policy.deny_margin,
         max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
     )
-    seal = confirmation_seal(env)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
     second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
@@ -118,9 +124,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
             "a skill requires a second approver, and these responses are missing",
         )
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
-        second_approvers = approvals.Approvals(
-            open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease
-        )
+        second_approvers = approvals.Approvals(ApprovalTable(database), audit, run_lease=lease)
     runtime = MCPRuntime(servers, person_oauth=person)
     runtime.waiting.wait_seconds = _positive_float(
         env, "ELICITATION_WAIT_SECONDS", waiting_calls.WAIT_SECONDS
@@ -138,6 +142,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         seal=seal,
         reader=reader,
         approvals=second_approvers,
+        record=record,
     )
     for skill in skills.values():
         sources = ", ".join(f"{tool}={source}" for tool, source in skill.tools.items())
@@ -204,14 +209,17 @@ MIN_SECRET_BYTES = 32
 _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
 
 
-def confirmation_seal(env: Mapping[str, str]) -> Seal:
+def confirmation_seal(env: Mapping[str, str], record: Record | None = None) -> Seal:
     """The seal for CONFIRMATION_SECRET (and CONFIRMATION_EXTRA_SECRETS); refuses a short or
     placeholder secret (ConfigError).
 
-    Anyone who knows a secret can forge a question's seal, and so a "yes" to a call nobody asked
-    about: each must be long and random. CONFIRMATION_SECRET seals and opens; the extra secrets
-    (separated by commas) only open, for a rotation: add the new secret there on every replica, then
-    swap the two, then drop the old one. Unset, the process draws a secret of its own (with a warning).
+    Anyone who knows a secret can forge a question's seal: each must be long and random.
+    CONFIRMATION_SECRET seals and opens; the extra secrets (separated by commas) only open, for a
+    rotation: add the new secret there on every replica, then swap the two, then drop the old one.
+    Unset, the key is one the record draws once and keeps in a SQLite database (so `make chat`, `rasa run
+    actions` and the image need nothing set, and a restart keeps it); a PostgreSQL database, shared by
+    replicas, needs the secret (a database writer could otherwise forge what the seal protects). Without
+    a record (a test), a key for the returned seal alone.
     """
     secret = env.get("CONFIRMATION_SECRET")
     extra = [part.strip() for part in env.get("CONFIRMATION_EXTRA_SECRETS", "").split(",") if part.strip()]
@@ -221,18 +229,26 @@ def confirmation_seal(env: Mapping[str, str]) -> Seal:
                 "environment variable CONFIRMATION_EXTRA_SECRETS is set but CONFIRMATION_SECRET is not: "
                 "the extra secrets only open what they sealed; set the one that seals"
             )
-        return Seal.ephemeral(_process_key(env))
+        if record is None:
+            return Seal.ephemeral()
+        if record.database.dialect != "sqlite":
+            raise ConfigError(
+                f"environment variable CONFIRMATION_SECRET is not set, and the plugin's database is "
+                f"{record.database.where}: replicas sharing a database must share the key questions are "
+                "sealed with. Set CONFIRMATION_SECRET to the same long random value on every replica"
+            )
+        return Seal(_now(record.seal_key()))
     named = [("CONFIRMATION_SECRET", secret)]
     named += [(f"secret {n} of CONFIRMATION_EXTRA_SECRETS", s) for n, s in enumerate(extra, start=1)]
     for which, value in named:
-        weakness = _weakness(value)
-        if weakness and env.get(DEVELOPMENT_FLAG) == "1":
+        problem = weakness(value)
+        if problem and env.get(DEVELOPMENT_FLAG) == "1":
             log.warning(
-                "%s %s; accepted only because %s=1 (never in production)", which, weakness, DEVELOPMENT_FLAG
+                "%s %s; accepted only because %s=1 (never in production)", which, problem, DEVELOPMENT_FLAG
             )
-        elif weakness:
+        elif problem:
             raise ConfigError(
-                f"environment variable {which} {weakness}: anyone who can guess it can forge a "
+                f"environment variable {which} {problem}: anyone who can guess it can forge a "
                 "confirmation. Use at least 32 random bytes, e.g. the output of "
                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica "
                 f"(for a local trial only, {DEVELOPMENT_FLAG}=1 accepts it)"
@@ -240,7 +256,8 @@ def confirmation_seal(env: Mapping[str, str]) -> Seal:
     return Seal(*(value.encode() for _, value in named))
 
 
-def _weakness(secret: str) -> str | None:
+def weakness(secret: str) -> str | None:
+    """Why ``secret`` is no random value (too short, or a placeholder's words), or None."""
     size = len(secret.encode())
     if size < MIN_SECRET_BYTES:
         return f"is {size} bytes long, shorter than {MIN_SECRET_BYTES}"
@@ -250,11 +267,15 @@ def _weakness(secret: str) -> str | None:
     return None
 
 
-def _process_key(env: Mapping[str, str]) -> bytes | None:
-    try:
-        return bytes.fromhex(env.get(PROCESS_SECRET, "")) or None
-    except ValueError:
-        return None
+def _now(work: Coroutine[Any, Any, _Result]) -> _Result:
+    """``work`` run to its end from synchronous code (the start-up checks), on a loop of its own in a
+    worker thread, whether or not this thread runs one. Only for SQLite, whose connection is bound to no
+    event loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work).result()
+
+
+_Result = TypeVar("_Result")
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:

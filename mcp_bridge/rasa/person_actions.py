@@ -61,19 +61,27 @@ class ResumeAfterSignIn(Action):
             (e.get("value") for e in entities if isinstance(e, dict) and e.get("entity") == RESUME_ENTITY),
             None,
         )
-        signed = (
+        resumed = (
             open_resume(person, sealed, turn.conversation_id)
             if person is not None and isinstance(sealed, str)
             else None
         )
-        skill = executor().skills.get(signed.skill or "") if signed is not None else None
-        if signed is None or skill is None:
+        skill = executor().skills.get(resumed.signed.skill or "") if resumed is not None else None
+        if resumed is None or skill is None:
             log.warning(
                 "conversation %s: a resume after sign-in that we did not seal; ignored", turn.conversation_id
             )
             return []
-        # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned).
-        turn = replace(turn, user=signed.person, new_message=False, unvouched=None, said_at=None)
+        # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned), and is the
+        # message the record lets start one question or run, once.
+        turn = replace(
+            turn,
+            user=resumed.signed.person,
+            new_message=False,
+            unvouched=None,
+            said_at=None,
+            message_id=f"resume:{resumed.nonce}",
+        )
         try:
             decision = await executor().start(skill.id, turn)
         except SignInRequiredError as exc:

@@ -18,14 +18,16 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
   (ACTION_SERVER_ALLOWED_HOSTS adds names; the host of ACTION_SERVER_PUBLIC_URL is allowed);
 * the channel key: MCP_BRIDGE_CHANNEL_KEY checks who sent each message
   (:mod:`mcp_bridge.channels.proof`); without it the server does not start, unless
-  MCP_BRIDGE_DEVELOPMENT=1 says it is a trial, which it warns about at every start;
+  MCP_BRIDGE_DEVELOPMENT=1 says it is a trial, which it warns about at every start, and which it refuses
+  beside a channel key, an address other than loopback or a token (development mode never leaks into a
+  deployment);
+* tokens: a short or placeholder ACTION_SERVER_TOKEN or RASA_AUTH_TOKEN stops the server;
 * Prometheus metrics at /metrics (:mod:`mcp_bridge.observability.metrics`), behind the token check;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
 * MCP sessions are closed when the server stops;
-* the worker processes share one confirmation key when no ``CONFIRMATION_SECRET`` is set (the main
-  process draws it), so a question asked by one worker can be confirmed by another, and they log
-  the way rasa_sdk's main process does.
+* the worker processes log the way rasa_sdk's main process does (they share the record, and its key
+  when no ``CONFIRMATION_SECRET`` is set, through the database).
 
 rasa-sdk 3.21's gRPC mode (``--grpc``) calls no plugin hook, binds every address and checks no
 credentials, so the plugin refuses to start there (:func:`refuse_grpc`); ``mcp-bridge grpc`` serves
@@ -38,7 +40,6 @@ import asyncio
 import hmac
 import logging
 import os
-import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,7 +55,7 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics
 from mcp_bridge.rasa import sign_in
 from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
-from mcp_bridge.rasa.build import PROCESS_SECRET, executor
+from mcp_bridge.rasa.build import DEVELOPMENT_FLAG, executor, weakness
 
 hookimpl = pluggy.HookimplMarker("rasa_sdk")
 log = logging.getLogger(__name__)
@@ -107,25 +108,16 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         utils.configure_colored_logging(None)
     for noisy in ("sanic.access", "httpx2", "httpcore2", "httpx", "httpcore", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if not os.environ.get("CONFIRMATION_SECRET") and not os.environ.get(PROCESS_SECRET):
-        # Drawn before the workers start (they inherit the environment), so all of them share it.
-        os.environ[PROCESS_SECRET] = secrets.token_hex(32)
+    host = os.environ.get("ACTION_SERVER_HOST") or os.environ.get("SANIC_HOST") or "127.0.0.1"
+    token = os.environ.get("ACTION_SERVER_TOKEN") or None
     try:
+        check_deployment(os.environ, host)
         executor()
         check = channel_check()
     except ConfigError as exc:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
-    host = os.environ.get("ACTION_SERVER_HOST") or os.environ.get("SANIC_HOST") or "127.0.0.1"
     os.environ["SANIC_HOST"] = host  # rasa_sdk reads it right after this hook
-    token = os.environ.get("ACTION_SERVER_TOKEN") or None
-    if not token and host not in LOOPBACK:
-        print(
-            f"action server not started: {PUBLIC_WITHOUT_TOKEN.format(host=host)}",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(2)
     warn_unsigned(check)
     if host in LOOPBACK:
         require_loopback_host(app, allowed_hosts(os.environ))
@@ -141,6 +133,41 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         await executor().aclose()
 
     app.register_listener(close_mcp_sessions, "after_server_stop")
+
+
+def check_deployment(env: Mapping[str, str], host: str) -> None:
+    """ConfigError when the action server's address, tokens and mode do not go together: an address
+    other than loopback without ACTION_SERVER_TOKEN; a short or placeholder token; development mode
+    (unsigned messages taken as from nobody) beside a token or an address other than loopback (beside a
+    channel key: :meth:`mcp_bridge.rasa.adapter.ChannelCheck.from_env`)."""
+    token = env.get("ACTION_SERVER_TOKEN") or None
+    if not token and host not in LOOPBACK:
+        raise ConfigError(PUBLIC_WITHOUT_TOKEN.format(host=host))
+    for name, value in (
+        ("ACTION_SERVER_TOKEN", token),
+        ("RASA_AUTH_TOKEN", env.get("RASA_AUTH_TOKEN")),
+    ):
+        problem = weakness(value) if value else None
+        if problem:
+            raise ConfigError(
+                f"environment variable {name} {problem}: anyone who guesses it gets in. Use at least 32 "
+                "random bytes, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
+    if env.get(DEVELOPMENT_FLAG) == "1":
+        beside = [
+            reason
+            for reason, present in (
+                (f"ACTION_SERVER_HOST={host}, not a loopback address", host not in LOOPBACK),
+                ("ACTION_SERVER_TOKEN", bool(token)),
+            )
+            if present
+        ]
+        if beside:
+            raise ConfigError(
+                f"environment variable {DEVELOPMENT_FLAG}=1 (development: unsigned messages taken as from "
+                f"nobody) is set beside {' and '.join(beside)}, which only a deployment has. Unset "
+                f"{DEVELOPMENT_FLAG} in a deployment (a trial runs on loopback with neither)"
+            )
 
 
 def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:

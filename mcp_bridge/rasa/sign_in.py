@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -150,19 +151,42 @@ def _browser(request: Request) -> str | None:
     return found.get(SECURE_COOKIE) or found.get(COOKIE)
 
 
+# What a resume entity is sealed as: a sign-in's ticket, state or confirmation, sealed with the same key,
+# carry other purposes ("start", "state", "confirm") and never open as one.
+RESUME = "resume"
+
+
 def resume_entity(person: PersonOAuth, signed: SignedIn) -> str:
-    sealed = {"c": signed.conversation, "p": signed.person, "s": signed.server, "k": signed.skill}
+    sealed = {
+        "t": RESUME,
+        "n": secrets.token_urlsafe(16),  # this resume's own: the action server's record uses it once
+        "c": signed.conversation,
+        "p": signed.person,
+        "s": signed.server,
+        "k": signed.skill,
+    }
     return person.store.keys.states.encrypt(json.dumps(sealed).encode()).decode()
 
 
-def open_resume(person: PersonOAuth, value: str, conversation: str) -> SignedIn | None:
-    """The sign-in a resume entity names, if it is sealed by us, recent, and for this conversation."""
+@dataclass(frozen=True)
+class Resume:
+    """A resume the sign-in callback sealed: who signed in where, and its own id (``nonce``)."""
+
+    signed: SignedIn
+    nonce: str
+
+
+def open_resume(person: PersonOAuth, value: str, conversation: str) -> Resume | None:
+    """The sign-in a resume entity names, if it is one we sealed as a resume (never a ticket or a state),
+    recent, and for this conversation."""
     try:
         opened = json.loads(person.store.keys.states.decrypt(value.encode(), ttl=RESUME_SECONDS))
+        if not isinstance(opened, dict) or opened.get("t") != RESUME or not isinstance(opened.get("n"), str):
+            return None
         signed = SignedIn(str(opened["c"]), str(opened["p"]), str(opened["s"]), opened.get("k"))
     except Exception:
         return None
-    return signed if signed.conversation == conversation else None
+    return Resume(signed, opened["n"]) if signed.conversation == conversation else None
 
 
 async def resume(person: PersonOAuth, signed: SignedIn) -> bool:

@@ -24,7 +24,7 @@ from mcp_bridge.approvals.page import (
     make_app,
 )
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
-from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.approvals.store import open_store
 from mcp_bridge.observability.audit import AuditLog
 
 KEY = "k" * 16 + "an approval page key for tests"
@@ -86,7 +86,7 @@ def test_the_approvers_file_is_refused_with_file_place_and_reason(
 async def page(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Any, Approvals]]:
-    store = SQLiteApprovalStore(tmp_path / "approvals.sqlite3")
+    store = open_store(str(tmp_path / "approvals.sqlite3"))
     approvals = Approvals(store)
     accounts = {
         "sam": Account(frozenset({"supervisor"}), hash_password(SAM)),
@@ -214,7 +214,7 @@ async def test_the_same_person_logged_in_under_another_name_is_refused(tmp_path:
     accounts = load_approvers(path, env)
     audit = AuditLog(tmp_path / "audit.jsonl")
     approvals = Approvals(
-        SQLiteApprovalStore(tmp_path / "approvals.sqlite3"), audit, people=load_people(path, accounts)
+        open_store(str(tmp_path / "approvals.sqlite3")), audit, people=load_people(path, accounts)
     )
     app = make_app(approvals, accounts, RasaNotifier("http://127.0.0.1:9", "t"), KEY, sweep_seconds=60)
     async with TestClient(TestServer(app)) as client:
@@ -235,7 +235,7 @@ async def test_the_same_person_logged_in_under_another_name_is_refused(tmp_path:
         assert unknown.status == 403 and (await unknown.json())["reason"] == "unknown_person"
         decided = await client.post("/api/decide", json={"id": hers.id, "approve": True}, headers=origin)
         assert decided.status == 200
+        stored = await approvals.store.get(nobodys.id)  # before the page closes its store
+        assert stored is not None and stored.status == "pending"
     refusals = [e for e in audit.entries() if e["decision"] == "approval_not_allowed"]
     assert [(e["decided_by"], e["approval"]) for e in refusals] == [("asmith", hers.id), ("sam", nobodys.id)]
-    stored = await approvals.store.get(nobodys.id)
-    assert stored is not None and stored.status == "pending"

@@ -22,7 +22,7 @@ from tests.support import procs
 from tests.support.http import request_json
 from tests.support.mcp_client import mcp_session, sessions_opened
 
-TOKEN = "test-token-7f3a"
+TOKEN = "test-token-7f3a-for-the-crm-mcp-server-2Jw"
 
 
 async def list_tools_by_name(url: str, token: str | None = None) -> dict[str, Tool]:
@@ -285,3 +285,15 @@ async def test_plain_dict_server_publishes_no_output_schema(services: procs.Serv
 
 def test_server_is_named_crm() -> None:
     assert build_server().name == "crm"
+
+
+@pytest.mark.parametrize("token", ["replace-me", "x7Kq2", "replace-me-with-a-long-random-value-please"])
+def test_the_crm_refuses_a_short_or_placeholder_token_at_start(token: str) -> None:
+    """deploy/example.env's `replace-me` must never guard a deployment: the CRM's REST API and MCP server
+    stop at start, naming the variable and never the value."""
+    from crm import config
+
+    with pytest.raises(SystemExit) as stopped:
+        config.strong("CRM_MCP_TOKEN", token)
+    assert "CRM_MCP_TOKEN" in str(stopped.value) and token not in str(stopped.value)
+    assert config.strong("CRM_MCP_TOKEN", TOKEN) == TOKEN

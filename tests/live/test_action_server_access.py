@@ -16,7 +16,10 @@ import yaml
 
 from tests.support import procs
 
-TOKEN = "mcp-test-token"
+# The action server's token (32+ random characters: a weak one stops the server).
+SHARED = "shared-secret-4Fh8Lq2Zr7Wm5Kp9Tc3V"
+
+TOKEN = "mcp-test-token-of-the-crm-server-8Hs3Dq"
 
 
 def post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
@@ -75,18 +78,18 @@ def test_token_is_required_when_configured(
             crm_url=crm_rest,
             mcp_url=crm_mcp,
             mcp_token=TOKEN,
-            extra_env={"ACTION_SERVER_TOKEN": "shared-secret"},
+            extra_env={"ACTION_SERVER_TOKEN": SHARED},
         )
     )
     status, body = post(server.url, nothing_pending_call())
     assert status == 401 and "token" in str(body["error"])
     assert post(server.url + "?token=wrong", nothing_pending_call())[0] == 401
-    status, body = post(server.url + "?token=shared-secret", nothing_pending_call())
+    status, body = post(server.url + "?token=" + SHARED, nothing_pending_call())
     assert status == 200
     responses = body["responses"]
     assert isinstance(responses, list)
     assert [r.get("response") for r in responses] == ["utter_nothing_pending"]
-    assert "shared-secret" not in server.output()
+    assert SHARED not in server.output()
 
 
 def test_rasa_sdk_serves_exactly_the_plugin_and_bot_actions(
@@ -256,7 +259,13 @@ def test_a_missing_or_weak_token_key_is_refused_when_a_server_acts_as_the_person
 
 
 def test_the_development_flag_accepts_a_weak_secret_loudly(endpoints: Path) -> None:
-    result = start_up(endpoints, 20.0, CONFIRMATION_SECRET="change-me", MCP_BRIDGE_DEVELOPMENT="1")
+    result = start_up(
+        endpoints,
+        20.0,
+        CONFIRMATION_SECRET="change-me",
+        MCP_BRIDGE_DEVELOPMENT="1",
+        MCP_BRIDGE_CHANNEL_KEY="",
+    )
     assert result.returncode == -1, result.stderr[-2000:]  # still running when stopped
     output = result.stdout + result.stderr
     assert "accepted only because MCP_BRIDGE_DEVELOPMENT=1" in output
@@ -281,6 +290,47 @@ def test_the_development_flag_takes_unsigned_messages_loudly(endpoints: Path) ->
     assert "DEVELOPMENT MODE (MCP_BRIDGE_DEVELOPMENT=1): messages that no channel signed" in (
         result.stdout + result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({}, "MCP_BRIDGE_DEVELOPMENT=1 and MCP_BRIDGE_CHANNEL_KEY are both set"),
+        (
+            {
+                "MCP_BRIDGE_CHANNEL_KEY": "",
+                "ACTION_SERVER_TOKEN": "a-long-random-action-server-token-7Qe2Lw9",
+            },
+            "is set beside ACTION_SERVER_TOKEN",
+        ),
+        (
+            {
+                "MCP_BRIDGE_CHANNEL_KEY": "",
+                "ACTION_SERVER_HOST": "0.0.0.0",
+                "ACTION_SERVER_TOKEN": "a-long-random-action-server-token-7Qe2Lw9",
+            },
+            "ACTION_SERVER_HOST=0.0.0.0, not a loopback address",
+        ),
+    ],
+    ids=["beside a channel key", "beside a token", "beside a public address"],
+)
+def test_the_development_flag_never_starts_in_a_deployment(
+    endpoints: Path, env: dict[str, str], reason: str
+) -> None:
+    """Development mode takes unsigned messages as from nobody: beside a channel key, a token or an
+    address other than loopback (what only a deployment has) the action server does not start."""
+    result = start_up(endpoints, MCP_BRIDGE_DEVELOPMENT="1", **env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert reason in result.stderr
+
+
+@pytest.mark.parametrize("name", ["ACTION_SERVER_TOKEN", "RASA_AUTH_TOKEN"])
+@pytest.mark.parametrize("value", ["replace-me", "replace-me-with-a-long-random-value-please"])
+def test_a_short_or_placeholder_token_is_refused(endpoints: Path, name: str, value: str) -> None:
+    """deploy/example.env says short tokens are refused: so are placeholders, whatever their length."""
+    result = start_up(endpoints, **{name: value})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"environment variable {name}" in result.stderr and value not in result.stderr
 
 
 def test_on_loopback_a_request_naming_another_host_is_refused(

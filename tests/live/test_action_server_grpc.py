@@ -25,8 +25,8 @@ from tests.support import procs  # noqa: E402
 from tests.support.conversation import notes_for  # noqa: E402
 from tests.support.rasa_calls import FakeTracker  # noqa: E402
 
-TOKEN = "mcp-test-token"
-SERVER_TOKEN = "grpc-shared-secret"
+TOKEN = "mcp-test-token-of-the-crm-server-8Hs3Dq"
+SERVER_TOKEN = "grpc-shared-secret-8Jw2Qm5Xr9Tk3Lp7"
 DANA = "dana@example.com"
 MCP_BRIDGE = [str(Path(__import__("sys").executable).parent / "mcp-bridge")]
 

@@ -29,7 +29,10 @@ from tests.support import procs
 from tests.support.conversation import asked_call, notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said, slot_events
 
-TOKEN = "mcp-test-token"
+# The action server's token (32+ random characters: a weak one stops the server).
+SHARED = "shared-secret-4Fh8Lq2Zr7Wm5Kp9Tc3V"
+
+TOKEN = "mcp-test-token-of-the-crm-server-8Hs3Dq"
 DANA = "dana@example.com"
 SDK = tuple(int(part) for part in version("rasa-sdk").split(".")[:2])
 WORKERS = SDK >= (3, 21)  # rasa-sdk 3.6 serves from its one process
@@ -55,7 +58,7 @@ def action_server(
         mcp_url=crm_mcp,
         mcp_token=TOKEN,
         audit_log=tmp_path / "audit.jsonl",
-        extra_env={"ACTION_SERVER_TOKEN": "shared-secret", **env},
+        extra_env={"ACTION_SERVER_TOKEN": SHARED, **env},
     )
     del service.env["ACTION_SERVER_HOST"]  # the plugin's default, not the test's
     if bot is not None:
@@ -75,7 +78,7 @@ def endpoints(tmp_path: Path) -> Path:
 
 
 def authorised(url: str) -> str:
-    return url + "?token=shared-secret"
+    return url + "?token=" + SHARED
 
 
 def hooks_ran(output: str) -> int:
@@ -134,7 +137,7 @@ def test_every_worker_checks_the_token_binds_loopback_and_shares_the_confirmatio
         "in 40 conversations no question was confirmed by another worker than the one that asked"
     )
     assert notes_for(crm_db, DANA) == [*before, *written]  # each confirmed note once, none lost
-    assert "shared-secret" not in server.output() and TOKEN not in server.output()
+    assert SHARED not in server.output() and TOKEN not in server.output()
 
 
 def test_a_bot_with_its_own_rasa_sdk_plugins_keeps_the_checks(

@@ -39,7 +39,13 @@ class Terminal:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
         self.process = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=procs.REPO_ROOT, start_new_session=True
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=procs.REPO_ROOT,
+            start_new_session=True,
         )
         os.close(slave)
         self.screen = ""
@@ -63,7 +69,9 @@ class Terminal:
                 if text in self.screen[self.read_up_to :]:
                     break
                 tail = self.screen[-3000:]
-                raise AssertionError(f"{text!r} not printed within {timeout:.0f} s; the terminal shows:\n{tail}")
+                raise AssertionError(
+                    f"{text!r} not printed within {timeout:.0f} s; the terminal shows:\n{tail}"
+                )
             self._read(0.5)
         end = self.screen.index(text, self.read_up_to) + len(text)
         seen, self.read_up_to = self.screen[self.read_up_to : end], end
@@ -103,7 +111,9 @@ def chat(tmp_path: Path) -> Iterator[tuple[Terminal, Path]]:
 
 
 @pytest.mark.timeout(600)
-def test_a_typed_yes_saves_once_and_a_typed_no_writes_nothing_in_make_chat(chat: tuple[Terminal, Path]) -> None:
+def test_a_typed_yes_saves_once_and_a_typed_no_writes_nothing_in_make_chat(
+    chat: tuple[Terminal, Path],
+) -> None:
     terminal, db = chat
     terminal.expect("Bot loaded", timeout=300)
     dana = crm_db.contact_id(db, DANA)
@@ -114,7 +124,7 @@ def test_a_typed_yes_saves_once_and_a_typed_no_writes_nothing_in_make_chat(chat:
     note = f"Dana asked about the VAT rate on invoice {os.getpid()}."
     terminal.type(note)
     asked = terminal.expect('Type "no", "yes"', timeout=60)
-    assert f"Save this to Dana Whitfield's record? \"{note}\"" in asked
+    assert f'Save this to Dana Whitfield\'s record? "{note}"' in asked
     assert "Type out your own message" not in asked  # no menu of buttons
     terminal.type("yes")
     terminal.expect("Saved to Dana Whitfield's record.", timeout=60)

@@ -52,11 +52,11 @@ def test_a_sign_in_at_one_replica_is_used_by_the_other_and_a_disconnect_signs_ou
     person = cluster.person
     assert person is not None
     # The secrets are made once, the owner's alone; the tokens have their own database and role.
-    for name in ("token_key", "person_client_secret", "tokens_db_password"):
+    for name in ("token_key", "person_client_secret", "bridge_db_password"):
         mode = stat.S_IMODE((cluster.var / cluster_script.SECRETS[name][1]).stat().st_mode)
         assert mode == 0o600, f"{name}: mode {mode:o}"
-    assert cluster.tokens_database_url.startswith("postgresql://mcp_tokens:")
-    assert cluster.tokens_database_url.endswith("/mcp_tokens")
+    assert cluster.bridge_database_url.startswith("postgresql://mcp_bridge:")
+    assert cluster.bridge_database_url.endswith("/mcp_bridge")
     # The sign-in comes back through nginx's action-server front, not to one replica.
     assert person.redirect_uri == f"{cluster.actions_url}/mcp-bridge/oauth/callback"
 

@@ -35,6 +35,9 @@ from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said
 from tests.support.tcp_proxy import TcpProxy
 
+# The action server's token (32+ random characters: a weak one stops the server).
+SHARED = "shared-secret-4Fh8Lq2Zr7Wm5Kp9Tc3V"
+
 CLIENT = procs.OAuthClient("crm-bridge", "client-secret-for-tests")
 DANA = "dana@example.com"
 _INIT = {
@@ -367,10 +370,10 @@ def test_the_action_server_confirms_and_writes_with_oauth_and_leaks_no_token(
             mcp_url=stack.mcp.url,
             mcp_token=None,
             audit_log=audit,
-            extra_env={"ACTION_SERVER_TOKEN": "shared-secret", **procs.oauth_env(CLIENT, stack.auth.url)},
+            extra_env={"ACTION_SERVER_TOKEN": SHARED, **procs.oauth_env(CLIENT, stack.auth.url)},
         )
     )
-    webhook = actions.url + "?token=shared-secret"
+    webhook = actions.url + "?token=" + SHARED
     note = f"OAuth end to end {time.time()}"
     tracker = FakeTracker(f"oauth-{time.time()}", contact_email=DANA, note_text=note)
     tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)

@@ -85,7 +85,7 @@ class Stack:
         servers = parse_mcp_servers(
             [entry], "endpoints.yml", env={"CRM_PERSON_SECRET": self.person.client_secret}
         )
-        store = TokenStore(str(self.tokens_file), Keys.from_secret(KEY.encode()))
+        store = TokenStore.open(str(self.tokens_file), Keys.from_secret(KEY.encode()))
         return MCPRuntime(servers, person_oauth=PersonOAuth(servers, store, clock=clock))
 
 
@@ -310,7 +310,9 @@ async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[
     forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
     with pytest.raises(SignInError, match="not valid"):
         await person.complete(forged, answer["code"], answer.get("iss"), browser=browser)
-    other_key = TokenStore(str(stack.tokens_file), Keys.from_secret(b"another key, 32 bytes or longer!!!!"))
+    other_key = TokenStore.open(
+        str(stack.tokens_file), Keys.from_secret(b"another key, 32 bytes or longer!!!!")
+    )
     sealed_elsewhere = other_key.keys.states.encrypt(
         b'{"t":"state","c":"x","p":"socketio:dana","s":"crm","k":null,"n":"x","b":"x"}'
     )
@@ -418,7 +420,7 @@ async def test_the_store_on_postgresql_is_shared_encrypted_and_takes_a_sign_in_o
     with server.service():
         url = server.create_database("mcp_tokens", "bridge", secrets.token_urlsafe(16))
         keys = Keys.from_secret(KEY.encode())
-        one, two = TokenStore(url, keys), TokenStore(url, keys)
+        one, two = TokenStore.open(url, keys), TokenStore.open(url, keys)
         try:
             token = {"token": {"access_token": "eyJ-access-for-the-test", "refresh_token": "rt-for-the-test"}}
             await one.put(DANA, "crm", {**token, "obtained_at": 1.0})
@@ -488,7 +490,7 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
     assert status == 200 and said(asked) == ["utter_confirm_note"], asked
     tracker.apply("action_log_interaction", asked)
 
-    store = TokenStore(str(stack.tokens_file), Keys.from_secret(KEY.encode()))
+    store = TokenStore.open(str(stack.tokens_file), Keys.from_secret(KEY.encode()))
     record = asyncio.run(store.get(person, "crm"))
     assert record is not None
     record["token"]["refresh_token"], record["obtained_at"] = "not-a-refresh-token", 0
@@ -522,9 +524,8 @@ def test_tools_and_check_live_say_where_people_sign_in_or_list_with_an_operators
         "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
         "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
         "MCP_TOKEN_KEY": KEY,
-        "MCP_TOKEN_STORE": str(tmp_path / "check-tokens.sqlite3"),
+        "MCP_BRIDGE_DATABASE": str(tmp_path / "check-tokens.sqlite3"),
         "MCP_OPERATOR_TOKEN": None,
-        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
     }
     said = mcp_bridge("tools", "crm", cwd=procs.EXAMPLE_BOT, env=env)
     assert said.returncode == 0, said.stderr
@@ -592,8 +593,7 @@ async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tok
                         "CRM_PERSON_CLIENT_SECRET": stack.person.client_secret,
                         "ACTION_SERVER_PUBLIC_URL": "http://127.0.0.1:1",
                         "MCP_TOKEN_KEY": KEY,
-                        "MCP_TOKEN_STORE": url,
-                        "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
+                        "MCP_BRIDGE_DATABASE": url,
                     },
                 )
             )

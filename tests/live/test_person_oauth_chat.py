@@ -84,8 +84,7 @@ def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[
                     "CRM_PERSON_CLIENT_ID": person.client_id,
                     "CRM_PERSON_CLIENT_SECRET": person.client_secret,
                     "MCP_TOKEN_KEY": KEY,
-                    "MCP_TOKEN_STORE": str(tokens),
-                    "APPROVALS_DATABASE": str(tmp_path / "approvals.sqlite3"),
+                    "MCP_BRIDGE_DATABASE": str(tokens),
                     "RASA_URL": stack.rasa.url,
                     "RASA_AUTH_TOKEN": stack.access.api_token,
                 },
@@ -108,7 +107,7 @@ def person_stack(tmp_path: Path, page_port: int | None = None) -> Iterator[dict[
             "actions": actions,
             "audit": audit,
             "tokens": tokens,
-            "approvals": tmp_path / "approvals.sqlite3",
+            "approvals": tokens,
             "person": person,
         }
     finally:

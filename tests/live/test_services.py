@@ -20,7 +20,12 @@ from tests.support import procs
 
 def _action_server(tmp_path: Path, crm_rest: str, crm_mcp: str) -> procs.ServiceProcess:
     endpoints = procs.write_endpoints(tmp_path / "endpoints.yml", "http://127.0.0.1:1/webhook")
-    return procs.action_server(endpoints=endpoints, crm_url=crm_rest, mcp_url=crm_mcp, mcp_token="test-token")
+    return procs.action_server(
+        endpoints=endpoints,
+        crm_url=crm_rest,
+        mcp_url=crm_mcp,
+        mcp_token="test-token-of-the-crm-mcp-server-5Fx2Nw",
+    )
 
 
 def _answers(url: str) -> bool:

@@ -1,5 +1,6 @@
-"""The approval store (mcp_bridge/approvals/store.py), the same tests on both engines: a SQLite file and a
-real PostgreSQL (Debian's server on a free port, data in a temporary folder, stopped afterwards).
+"""The approval store (mcp_bridge/approvals/store.py, a table of the plugin's one database), the same tests
+on both engines: a SQLite file and a real PostgreSQL (Debian's server on a free port, data in a temporary
+folder, stopped afterwards).
 
 What matters is that the database decides: two stores (two replicas' worth of connections) deciding,
 expiring or taking one request at the same moment change it once.
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from mcp_bridge.approvals.second_approver import ApprovalRequest, ApprovalStore
-from mcp_bridge.approvals.store import PostgresApprovalStore, SQLiteApprovalStore, open_store
+from mcp_bridge.approvals.store import open_store
+from mcp_bridge.record.database import PostgresDatabase, SQLiteDatabase
 from scripts.engines import Postgres
 
 NOW = 1_000_000.0
@@ -78,8 +80,8 @@ def request(**changes: object) -> ApprovalRequest:
 
 
 def test_open_store_picks_the_engine(tmp_path: Path) -> None:
-    assert isinstance(open_store(str(tmp_path / "a.sqlite3")), SQLiteApprovalStore)
-    assert isinstance(open_store("postgresql://u:p@127.0.0.1:1/db"), PostgresApprovalStore)
+    assert isinstance(open_store(str(tmp_path / "a.sqlite3")).database, SQLiteDatabase)
+    assert isinstance(open_store("postgresql://u:p@127.0.0.1:1/db").database, PostgresDatabase)
 
 
 async def test_a_request_round_trips(stores: tuple[ApprovalStore, ApprovalStore]) -> None:

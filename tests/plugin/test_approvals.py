@@ -6,6 +6,8 @@ the audit trail."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from mcp_bridge.approvals.second_approver import Approvals, Approver, People
-from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.approvals.store import open_store
 from mcp_bridge.confirmation.executor import Executor
+from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog
@@ -67,7 +70,7 @@ class Bench:
 
             tools["add_timeline_note"] = add_timeline_note
         skills = load_skills(directory, local_tools=tools, mcp_servers={}, responses=None)
-        self.store = SQLiteApprovalStore(tmp_path / "approvals.sqlite3")
+        self.store = open_store(str(tmp_path / "approvals.sqlite3"))
         self.approvals = Approvals(self.store, self.audit, clock=self.clock)
         self.executor = Executor(
             skills,
@@ -251,7 +254,7 @@ async def test_a_tampered_request_runs_nothing(bench: Bench) -> None:
     request_id = await bench.confirmed()
     await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
     # Someone with database access changes the note: the question's seal no longer holds.
-    with closing(sqlite3.connect(bench.store.path)) as conn, conn:
+    with closing(sqlite3.connect(bench.store.database.where)) as conn, conn:
         conn.execute(
             "UPDATE approval_requests SET question = json_set(question, '$.arguments.text', 'other')"
         )
@@ -419,7 +422,7 @@ async def test_an_approved_row_changed_in_the_store_runs_nothing(
     or the tool) runs nothing, the requester is told, and the audit says why."""
     request_id = await bench.confirmed()
     await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
-    with closing(sqlite3.connect(bench.store.path)) as db, db:
+    with closing(sqlite3.connect(bench.store.database.where)) as db, db:
         db.execute(f"UPDATE approval_requests SET {column} = ? WHERE id = ?", (value, request_id))
     told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
     assert told.outcome == "rejected" and responses(told) == ["utter_confirmation_invalid"]
@@ -483,3 +486,63 @@ async def test_a_requester_nobody_maps_cannot_be_approved_for(tmp_path: Path) ->
         assert bench.book.notes == []
     finally:
         await bench.executor.aclose()
+
+
+# -- the release reads the action server's record (the record's issue, case 6) ----------------------
+
+
+async def test_a_refused_question_put_into_an_approved_row_runs_nothing(bench: Bench) -> None:
+    """A database writer swaps an approved row's sealed question for another question of the same
+    conversation, one the person refused: still validly sealed, but the record holds it as refused."""
+    request_id = await bench.confirmed()
+    refused = bench.conversation()
+    refused.slots["note_text"] = "Dana asked for a refund of invoice 9999."
+    await refused.start()
+    sealed = refused.slots[PENDING_SLOT]
+    assert responses(await refused.no()) == ["utter_note_cancelled"]
+    narrowed = {**sealed, "calls": sealed["calls"][:1]}
+    await bench.store.database.execute(
+        "UPDATE approval_requests SET question = ?, arguments = ?, idempotency_key = ? WHERE id = ?",
+        json.dumps(narrowed),
+        json.dumps(sealed["calls"][0]["arguments"]),
+        sealed["calls"][0]["key"],
+        request_id,
+    )
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "rejected" and bench.book.notes == []
+    assert "its question was refused, not confirmed" in (await bench.store.get(request_id)).result  # type: ignore[union-attr,operator]
+
+
+async def test_a_release_of_a_call_the_skill_no_longer_holds_for_an_approver_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    """The skill's rule changed (the approver removed) after the call was held: the gate no longer holds
+    such a call, so its release runs nothing; the person asks again under the rules as they are."""
+    bench = Bench(tmp_path)
+    request_id = await bench.confirmed()
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    skill = bench.executor.skills["log_interaction"]
+    constraint = skill.constraints["add_timeline_note"]
+    bench.executor.skills["log_interaction"] = dataclasses.replace(
+        skill,
+        constraints={
+            **skill.constraints,
+            "add_timeline_note": constraint.model_copy(update={"requires_approval_from": None}),
+        },
+    )
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "rejected" and bench.book.notes == []
+    assert "no longer holds this call for an approver" in (await bench.store.get(request_id)).result  # type: ignore[union-attr,operator]
+    await bench.executor.aclose()
+
+
+async def test_a_row_held_long_after_its_question_was_answered_runs_nothing(bench: Bench) -> None:
+    """A row made (or back-dated) well after the yes it claims: not a hold the yes made."""
+    request_id = await bench.confirmed()
+    await bench.store.database.execute(
+        "UPDATE approval_requests SET created_at = created_at + 3600, expires_at = expires_at + 3600"
+    )
+    await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+    told = await bench.executor.approval_decided(bench.conversation().turn(None), request_id)
+    assert told.outcome == "rejected" and bench.book.notes == []

@@ -208,9 +208,9 @@ async def test_server_down_then_back_without_restarting_the_runtime(
 
 
 async def test_token_is_required_when_configured(crm_rest: str, services: procs.Services) -> None:
-    server = services.start(procs.crm_mcp(crm_rest, token="s3cret-token"))
+    server = services.start(procs.crm_mcp(crm_rest, token="s3cret-token-for-the-crm-mcp-server-4Kq8Zr"))
     without = runtime_for(server.url)
-    with_token = runtime_for(server.url, token="s3cret-token")
+    with_token = runtime_for(server.url, token="s3cret-token-for-the-crm-mcp-server-4Kq8Zr")
     try:
         with pytest.raises(ServerUnavailableError):
             await without.invoke(SERVER, "find_contact_by_email", {"email": "dana@example.com"})

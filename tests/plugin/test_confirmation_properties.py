@@ -3,14 +3,16 @@
 The state machine plays requests, yeses (sure and unsure), noes and cancels, button presses,
 answers that are neither (questions, hedges, unknown words, a yes with a "but"), edits of the note,
 redirects to another contact, other messages, clock jumps past the confirmation's lifetime, slot
-changes between the question and the answer, and tampering with the pending confirmation. A small
-model predicts, independently of the executor, what must be said and what must be written; the
-invariant is checked after every step:
+changes between the question and the answer, and tampering with the tracker's copy of the pending
+confirmation (which the action server's record makes irrelevant: only the question the record holds
+open is answered, whatever the copy says). A small model predicts, independently of the executor,
+what must be said and what must be written; the invariant is checked after every step:
 
     a write happens if and only if the latest pending confirmation for exactly that call was
     answered with a plain yes (text and NLU agreeing, or the Yes button) on the very next user
-    turn, in time, with unchanged arguments; and then exactly once, under the confirmation's id
-    as idempotency key. An edit or a redirect replaces the question; the old one is never written.
+    turn, in time; and then exactly once, with exactly the arguments asked about (whatever the
+    slots say by then), under the confirmation's id as idempotency key. An edit or a redirect
+    replaces the question; the old one is never written.
 
 The tools are real local async functions; nothing is mocked and nothing leaves the process.
 """
@@ -136,8 +138,10 @@ class ConfirmationMachine(RuleBasedStateMachine):
         self.writes: list[tuple[Any, Any, str | None]] = []
         self.expected: list[tuple[Any, Any]] = []
         self.asked: Asked | None = None
-        # "forged" or "malformed" after tampering with the slot; None when the slot is the executor's.
-        self.tampered: str | None = None
+        # The tracker's copy of the question was edited (until the executor sets the slot again).
+        self.tampered = False
+        # The tracker's slot claims a question while the record holds none open.
+        self.claim = False
 
         async def find_contact(email: str) -> dict[str, Any]:
             contact_id = CONTACTS.get(email)
@@ -197,11 +201,11 @@ class ConfirmationMachine(RuleBasedStateMachine):
 
     @rule(text=TEXTS, email=st.sampled_from(sorted(CONTACTS)))
     def request(self, text: str, email: str) -> None:
-        """A new log: it replaces the confirmation loop, and any question left behind is dropped aloud."""
-        left_behind = self.slot is not None and self.tampered != "malformed"
+        """A new log: it replaces the confirmation loop, and a question left behind is dropped aloud."""
+        left_behind = self.asked is not None
         self.chat.slots.update(contact_email=email, note_text=text)
         decision = self.run(self.chat.start("notes"))
-        self.tampered = None
+        self.tampered = self.claim = False
         prefix = ["utter_question_dropped"] if left_behind else []
         self.expect_question(decision, prefix, {"contact_id": CONTACTS[email], "note_text": text}, fresh=True)
 
@@ -236,60 +240,56 @@ class ConfirmationMachine(RuleBasedStateMachine):
             and confidence >= MIN_CONFIDENCE
             and confidence - deny >= DENY_MARGIN
         )
-        if self.tampered == "malformed" or (self.tampered is None and self.asked is None):
-            # Nothing to answer: a plain yes hears so, anything else is the bot's to handle.
-            assert said == (["utter_nothing_pending"] if sure else [])
-            assert decision.outcome == ("nothing_pending" if sure else "handed_back")
+        if self.asked is None:
+            # Nothing to answer: a plain yes hears so (that the tracker's claim no longer matches, when it
+            # makes one), anything else is the bot's to handle.
+            answered = "utter_confirmation_invalid" if self.claim else "utter_nothing_pending"
+            assert said == ([answered] if sure else [])
+            assert decision.outcome == (
+                ("rejected" if self.claim else "nothing_pending") if sure else "handed_back"
+            )
             if decision.outcome == "handed_back":
                 # As in Rasa: the bot's rules answer it, then the loop runs again and ends itself.
                 resumed = self.run(self.chat.resume())
                 assert resumed.outcome == "nothing_pending" and responses(resumed) == []
-            self.asked = None
-        elif self.tampered == "forged":
-            assert said == ["utter_confirmation_invalid"]
-            self.asked = None
+            self.claim = False
         else:
             asked = self.asked
             assert asked is not None
             direct = self.chat.user_turn == asked.user_turn + 1
             in_time = self.now - asked.asked_at <= TTL
-            unchanged = (slots_before.get("contact_id"), slots_before.get("note_text")) == (
-                asked.contact_id,
-                asked.text,
-            )
-            event(f"answer: sure={sure} direct={direct} in_time={in_time} unchanged={unchanged}")
+            event(f"answer: sure={sure} direct={direct} in_time={in_time}")
             if not in_time:
                 self.expect_question(decision, ["utter_confirmation_expired"], slots_before)
             elif not sure:
                 self.expect_question(decision, ["utter_answer_yes_or_no"], slots_before)
             elif not direct:
                 self.expect_question(decision, ["utter_confirm_again"], slots_before)
-            elif not unchanged:
-                assert said == ["utter_confirmation_invalid"]
-                self.asked = None
             else:
+                # The call exactly as asked, whatever the tracker's slots say by now.
                 assert said == ["utter_note_saved"]
                 self.expected.append((asked.contact_id, asked.text))
-                assert isinstance(raw, dict)
-                assert self.writes[-1][2] == asked_call(raw)["key"] == asked.key, "the write carries its key"
+                assert self.writes[-1][2] == asked.key, "the write carries its key"
+                if not self.tampered:
+                    assert isinstance(raw, dict) and asked_call(raw)["key"] == asked.key
                 self.asked = None
-        self.tampered = None
+        if PENDING_SLOT in decision.slots:
+            self.tampered = False
         assert len(self.writes) - writes_before == len(self.expected) - expected_before
 
     @rule(text=st.sampled_from(NOES))
     def no(self, text: str) -> None:
         decision = self.run(self.chat.say(text, "deny"))
-        if self.tampered == "malformed" or (self.tampered is None and self.asked is None):
-            assert responses(decision) == ["utter_nothing_pending"]
-        elif self.tampered == "forged":
-            assert responses(decision) == ["utter_confirmation_invalid"]
+        if self.asked is None:
+            answered = "utter_confirmation_invalid" if self.claim else "utter_nothing_pending"
+            assert responses(decision) == [answered]
         else:
             assert responses(decision) == ["utter_note_cancelled"]
         assert self.slot is None
         self.asked = None
-        self.tampered = None
+        self.tampered = self.claim = False
 
-    @precondition(lambda self: self.asked is not None and self.tampered is None)
+    @precondition(lambda self: self.asked is not None and not self.tampered)
     @rule(new_text=st.sampled_from(EDITS))
     def edit(self, new_text: str) -> None:
         """ "change it to: ..." while the question is pending: a new question about the new text."""
@@ -301,7 +301,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         assert asked_call(self.slot)["id"] != asked_call(old)["id"], "an edit is a new confirmation"
         assert self.chat.slots["note_text"] == new_text
 
-    @precondition(lambda self: self.asked is not None and self.tampered is None)
+    @precondition(lambda self: self.asked is not None and not self.tampered)
     @rule(email=st.sampled_from([*sorted(CONTACTS), "ghost@example.com"]))
     def redirect(self, email: str) -> None:
         """ "no, it's for <email>": looked up again and asked again, or the old question if unknown."""
@@ -319,7 +319,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         else:
             self.expect_question(decision, ["utter_contact_not_found"], slots_before)
 
-    @precondition(lambda self: self.asked is not None and self.tampered is None)
+    @precondition(lambda self: self.asked is not None and not self.tampered)
     @rule()
     def interruption(self) -> None:
         """A lookup in the middle: handed back to the bot, then the same question is asked again."""
@@ -346,9 +346,11 @@ class ConfirmationMachine(RuleBasedStateMachine):
         name, value = change
         self.chat.slots[name] = value
 
-    @precondition(lambda self: self.tampered is None and isinstance(self.slot, dict))
+    @precondition(lambda self: not self.tampered and isinstance(self.slot, dict))
     @rule(kind=st.sampled_from(FORGERIES + MALFORMATIONS))
     def tamper(self, kind: str) -> None:
+        """The tracker's copy edited (Rasa's API, its tracker store): the record's question is still the
+        one answered; only a slot changed with it (text_and_slot) is a change of the call's arguments."""
         forged = copy.deepcopy(self.slot)
         call = forged["calls"][0]
         arguments = call["arguments"]
@@ -375,7 +377,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         elif kind == "bad_type":
             forged["user_turn"] = "the next one"
         self.chat.slots[PENDING_SLOT] = forged
-        self.tampered = "forged" if kind in FORGERIES else "malformed"
+        self.tampered = True
 
     @precondition(lambda self: self.slot is None)
     @rule(text=TEXTS)
@@ -392,7 +394,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
             "user_turn": self.chat.user_turn,
         }
         self.chat.slots.update(contact_id=1, note_text=text)
-        self.tampered = "forged"
+        self.tampered = self.claim = True
 
     # -- the invariant -------------------------------------------------------------------------
 
@@ -405,7 +407,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
 
     @invariant()
     def pending_slot_matches_the_model(self) -> None:
-        if self.tampered is not None:
+        if self.tampered:
             return
         if self.asked is None:
             assert self.slot is None
@@ -512,7 +514,8 @@ class SeveralCallsMachine(RuleBasedStateMachine):
         self.asked: list[AskedCall] = []
         self.asked_turn = 0
         self.asked_at = 0.0
-        # The kind of tampering with the pending list, if any ("drop" leaves no question at all).
+        # The kind of tampering with the tracker's copy of the list, if any: the record's list is what is
+        # answered all the same.
         self.tampered: str | None = None
 
         async def find_contact(email: str) -> dict[str, Any]:
@@ -559,7 +562,7 @@ class SeveralCallsMachine(RuleBasedStateMachine):
     )
     def request(self, emails: list[str], text: str) -> None:
         self.chat.slots.update(contact_emails=emails, contact_email=emails[0], note_text=text)
-        had_question = self.chat.slots.get(PENDING_SLOT) is not None
+        had_question = bool(self.asked)
         decision = self.run(self.chat.start("several"))
         self.asked = [AskedCall(SEVERAL_CONTACTS[e], text, "") for e in emails]
         self.tampered = None
@@ -574,14 +577,7 @@ class SeveralCallsMachine(RuleBasedStateMachine):
         self.now += after
         text = answer_for(decisions, style)
         decision = self.run(self.chat.say(text, "affirm", 0.99))
-        if self.tampered:
-            # A list that lost a call is no question at all; one whose seal breaks is refused aloud.
-            assert responses(decision) in (["utter_confirmation_invalid"], ["utter_nothing_pending"], [])
-            if decision.outcome == "handed_back":
-                self.run(self.chat.resume())  # as in Rasa: the loop runs again and ends itself
-            assert self.chat.slots[PENDING_SLOT] is None
-            self.asked, self.tampered = [], None
-            return
+        self.tampered = None  # whatever the copy said: the record's list was answered, and the slot is set
         direct = self.chat.user_turn == self.asked_turn + 1
         in_time = self.now - self.asked_at <= TTL
         event(f"several: direct={direct} in_time={in_time} approved={sum(decisions)}/{len(decisions)}")

@@ -8,6 +8,7 @@ written. The same rules against the example CRM are tests/example/test_executor_
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -196,26 +197,30 @@ async def test_unsure_yes_asks_again(make_executor: Any, book: Notebook) -> None
     assert book.notes_for(DANA) == before
 
 
-async def test_changed_slot_or_tampered_pending_writes_nothing(make_executor: Any, book: Notebook) -> None:
+async def test_a_tracker_edited_after_the_question_changes_nothing_that_is_written(
+    make_executor: Any, book: Notebook
+) -> None:
+    """The action server's record holds the question: a slot changed after it, or its sealed copy forged
+    or broken in the tracker, never changes what a yes writes: exactly the call asked about, once."""
     before = book.notes_for(DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
     await chat.start()
     chat.slots["note_text"] = "something else"
     decision = await chat.yes()
-    assert decision.outcome == "rejected"
-    assert decision.say[0].response == "utter_confirmation_invalid"
+    assert decision.outcome == "done" and book.notes_for(DANA) == [*before, "the original"]
 
-    chat = Conversation(make_executor(), contact_email=DANA, note_text="the original")
+    chat = Conversation(make_executor(), contact_email=DANA, note_text="the second")
     await chat.start()
     arguments = asked_call(chat.slots[PENDING_SLOT])["arguments"]
     chat.slots[PENDING_SLOT] = forged(
         chat.slots[PENDING_SLOT], arguments={**arguments, "text": "forged text"}
     )
     chat.slots["note_text"] = "forged text"
+    assert (await chat.yes()).outcome == "done"
+    assert book.notes_for(DANA) == [*before, "the original", "the second"]
+    chat.slots[PENDING_SLOT] = {"tool": "add_timeline_note"}  # a copy of nothing the record holds open
     assert (await chat.yes()).outcome == "rejected"
-    chat.slots[PENDING_SLOT] = {"tool": "add_timeline_note"}  # malformed
-    assert (await chat.yes()).outcome == "nothing_pending"
-    assert book.notes_for(DANA) == before
+    assert book.notes_for(DANA) == [*before, "the original", "the second"]
 
 
 async def test_a_genuine_question_copied_into_another_conversation_writes_nothing(
@@ -272,14 +277,15 @@ async def test_an_answer_from_anyone_but_the_person_asked_writes_nothing_and_is_
 
 
 async def test_who_was_asked_is_sealed(make_executor: Any, book: Notebook) -> None:
-    """Rewriting the name in the tracker (to answer as someone else) breaks the seal; a question asked
-    of nobody named (Rasa's own channels) cannot be answered by a named user, nor the other way."""
+    """Rewriting the name in the tracker's copy (to answer as someone else) changes nothing: the record
+    holds who was asked; a question asked of nobody named (Rasa's own channels) cannot be answered by a
+    named user, nor the other way."""
     before = book.notes_for(DANA)
     chat = Conversation(make_executor(), user="socketio:alice", contact_email=DANA, note_text="hers")
     await chat.start()
     chat.slots[PENDING_SLOT] = {**chat.slots[PENDING_SLOT], "user": "rest:operator"}
     chat.user = "rest:operator"
-    assert (await chat.yes()).outcome == "rejected"
+    assert (await chat.yes()).outcome == "refused"
 
     unnamed = Conversation(make_executor(), contact_email=DANA, note_text="nobody's")
     await unnamed.start()
@@ -594,10 +600,11 @@ async def test_a_yes_no_channel_vouches_for_is_refused_and_audited(
     /webhook call): refused and audited, nothing written; the person's own signed yes then writes once."""
     audit = AuditLog(tmp_path / "audit.jsonl")
     before = book.notes_for(DANA)
+    T = time.time()  # the channel's clock (a message older than the record's start window starts nothing)
     chat = Conversation(
         make_executor(audit=audit), contact_email=DANA, note_text="only mine", user="rest:dana"
     )
-    chat.said_at = 100.0
+    chat.said_at = T + 0
     assert (await chat.start()).outcome == "pending"
     for reason in ("no channel signature", "a channel signature of another text"):
         chat.user, chat.said_at, chat.unvouched = None, None, reason
@@ -608,7 +615,7 @@ async def test_a_yes_no_channel_vouches_for_is_refused_and_audited(
         entry = audit.entries()[-1]
         assert entry["decision"] == "refused" and reason in entry["result"]
         chat.user_turn -= 1  # the forged message was never the person's
-    chat.user, chat.said_at, chat.unvouched = "rest:dana", 101.0, None
+    chat.user, chat.said_at, chat.unvouched = "rest:dana", T + 1, None
     assert (await chat.yes()).outcome == "done"
     assert book.notes_for(DANA) == [*before, "only mine"]
 
@@ -621,23 +628,24 @@ async def test_an_earlier_signed_yes_replayed_into_a_new_question_is_refused(
     audit = AuditLog(tmp_path / "audit.jsonl")
     executor = make_executor(audit=audit)
     before = book.notes_for(DANA)
+    T = time.time()  # the channel's clock
     first = Conversation(executor, contact_email=DANA, note_text="the first note", user="rest:dana")
-    first.said_at = 100.0
+    first.said_at = T + 0
     await first.start()
-    first.said_at = 101.0  # the yes that is replayed below
+    first.said_at = T + 1  # the yes that is replayed below
     assert (await first.yes()).outcome == "done"
     second = Conversation(executor, contact_email=DANA, note_text="the second note", user="rest:dana")
-    second.said_at = 200.0
+    second.said_at = T + 100
     assert (await second.start()).outcome == "pending"
-    second.said_at = 101.0  # the replay: the same signature, the same text "yes"
+    second.said_at = T + 1  # the replay: the same signature, the same text "yes"
     replayed = await second.yes()
     assert replayed.outcome == "refused"
     assert book.notes_for(DANA) == [*before, "the first note"]
     assert "before the question was asked" in audit.entries()[-1]["result"]
     second.user_turn -= 1
-    second.said_at = 200.0  # not newer than the message the question was asked in, either
+    second.said_at = T + 100  # not newer than the message the question was asked in, either
     assert (await second.yes()).outcome == "refused"
     second.user_turn -= 1
-    second.said_at = 201.0
+    second.said_at = T + 101
     assert (await second.yes()).outcome == "done"
     assert book.notes_for(DANA) == [*before, "the first note", "the second note"]

@@ -47,7 +47,9 @@ from tests.support.tcp_proxy import TcpProxy
 BOT = EXAMPLE_BOT
 DANA = "dana@example.com"
 TOM = "tom@example.org"
-TOKEN = "fault-tests-token"
+TOKEN = "fault-tests-token-3Vb9Xk2Qm7Lp5Rt8"
+# As deployed with no set-up: the key the record draws once and keeps.
+NO_SECRET: dict[str, str | None] = {"CONFIRMATION_SECRET": None}
 ADD_NOTE_CALL = (b'"tools/call"', b"add_timeline_note")
 
 
@@ -320,8 +322,14 @@ def write_action_endpoints(path: Path, *, timeout: float = 10.0) -> Path:
 
 
 def start_action_server(
-    services: procs.Services, tmp: Path, crm_url: str, mcp_url: str, endpoints: Path | None = None
+    services: procs.Services,
+    tmp: Path,
+    crm_url: str,
+    mcp_url: str,
+    endpoints: Path | None = None,
+    extra_env: dict[str, str | None] | None = None,
 ) -> procs.ServiceProcess:
+    """An action server whose record is ``tmp``'s (so one started again on the same folder has it)."""
     return services.start(
         procs.action_server(
             endpoints=endpoints or procs.write_endpoints(tmp / "endpoints.yml", "http://127.0.0.1:1/webhook"),
@@ -329,6 +337,7 @@ def start_action_server(
             mcp_url=mcp_url,
             mcp_token=TOKEN,
             audit_log=tmp / "audit.jsonl",
+            extra_env=extra_env,
         )
     )
 
@@ -347,8 +356,10 @@ def question(webhook: str, tracker: FakeTracker) -> dict[str, Any]:
 def test_action_server_restarted_between_question_and_yes(
     crm_rest: str, crm_db: Path, services: procs.Services, tmp_path: Path
 ) -> None:
+    """As deployed with no set-up: no CONFIRMATION_SECRET, the record in its SQLite file (with the key
+    it drew): the yes after a restart counts, once."""
     mcp = services.start(procs.crm_mcp(crm_rest, token=TOKEN))
-    first = start_action_server(services, tmp_path, crm_rest, mcp.url)
+    first = start_action_server(services, tmp_path, crm_rest, mcp.url, extra_env=NO_SECRET)
     note = unique('Dana called about the VAT rate on invoice 4471, "urgent"')
     before = notes_for(crm_db, DANA)
     tracker = FakeTracker(f"restart-{uuid.uuid4().hex}", contact_email=DANA, note_text=note)
@@ -357,7 +368,7 @@ def test_action_server_restarted_between_question_and_yes(
     assert pending["arguments"]["text"] == note
     first.stop()
 
-    second = start_action_server(services, tmp_path, crm_rest, mcp.url)
+    second = start_action_server(services, tmp_path, crm_rest, mcp.url, extra_env=NO_SECRET)
     tracker.user("yes", "affirm", 1.0)
     status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
     assert status == 200, answer
@@ -383,6 +394,38 @@ def test_action_server_restarted_between_question_and_yes(
     assert {"asked", "confirmed", "executed"} <= set(decisions)
     assert note not in audit
     assert note not in first.output() + second.output()
+
+
+def test_a_withdrawn_permission_stays_withdrawn_across_a_restart(
+    crm_rest: str, crm_db: Path, services: procs.Services, tmp_path: Path
+) -> None:
+    """Granted on one action server, withdrawn on the next, then a third: the note is asked about, and the
+    tracker's own say (a permission slot put back) changes nothing."""
+    mcp = services.start(procs.crm_mcp(crm_rest, token=TOKEN))
+    tracker = FakeTracker(f"withdrawn-{uuid.uuid4().hex}", contact_email=DANA, note_text=unique("granted"))
+    first = start_action_server(services, tmp_path, crm_rest, mcp.url, extra_env=NO_SECRET)
+    tracker.user(f"log a call with {DANA}: {tracker.slots['note_text']}", "log_interaction", 0.97)
+    question(first.url, tracker)
+    tracker.user("yes, and don't ask again today", "affirm", 0.97)
+    status, granted, _ = call_action(first.url, "action_confirm_tool", tracker)
+    assert status == 200 and said(granted) == ["utter_note_saved", "utter_permission_granted"], granted
+    tracker.apply("action_confirm_tool", granted)
+    first.stop()
+
+    second = start_action_server(services, tmp_path, crm_rest, mcp.url, extra_env=NO_SECRET)
+    tracker.user("stop saving without asking", "revoke_permissions", 0.99)
+    status, revoked, _ = call_action(second.url, "action_revoke_permissions", tracker)
+    assert status == 200 and said(revoked) == ["utter_permissions_revoked"], revoked
+    second.stop()
+
+    third = start_action_server(services, tmp_path, crm_rest, mcp.url, extra_env=NO_SECRET)
+    note = unique("after the withdrawal")
+    before = notes_for(crm_db, DANA)
+    tracker.slots.update(contact_email=DANA, note_text=note)
+    tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
+    status, answer, _ = call_action(third.url, "action_log_interaction", tracker)
+    assert status == 200 and said(answer) == ["utter_confirm_note"], answer
+    assert notes_for(crm_db, DANA) == before
 
 
 class ActionStack:
@@ -499,6 +542,7 @@ def test_confirm_called_directly_with_a_well_forged_pending_value(stack: ActionS
     before = all_notes(crm_db)
     answer = confirm_directly(stack, tracker)
     assert all_notes(crm_db) == before
+    # The action server never asked it: no question is open, and the yes to it is refused.
     assert said(answer) == ["utter_confirmation_invalid"]
 
 
@@ -511,17 +555,18 @@ def test_confirm_called_directly_with_a_stale_pending_value(
     tracker.user(f"log a call with {DANA}", "log_interaction")
     pending = question(stack.webhook, tracker)
     if how == "backdated by hand":
-        # Making a confirmation look old is tampering too: the signature no longer matches.
+        # Making the tracker's copy look old changes nothing: the record holds when it was asked.
         tracker.slots[PENDING_SLOT] = {**pending, "asked_at": pending["asked_at"] - 3600}
     else:
         tracker.user("what's the weather?", "out_of_scope")
         tracker.apply("utter_out_of_scope", {})
     before = all_notes(crm_db)
     answer = confirm_directly(stack, tracker)
-    assert all_notes(crm_db) == before
     if how == "backdated by hand":
-        assert said(answer) == ["utter_confirmation_invalid"]
+        assert said(answer) == ["utter_note_saved"]  # in time, as the record knows: written as asked
+        assert [n[2] for n in all_notes(crm_db)[len(before) :]] == [note]
         return
+    assert all_notes(crm_db) == before
     assert said(answer) == ["utter_confirm_again", "utter_confirm_note"]
     fresh, first = asked_call(slot_events(answer)[PENDING_SLOT]), asked_call(pending)
     assert fresh["id"] != first["id"] and fresh["arguments"] == first["arguments"]
@@ -590,8 +635,9 @@ def test_action_server_keeps_serving_while_the_mcp_server_is_down(
 async def test_a_yes_lost_after_commit_then_confirmed_again_writes_once(
     crm_mcp: str, crm_db: Path, make_executor: Callable[..., Executor]
 ) -> None:
-    """The action server died after the write committed and before Rasa got its events: the tracker
-    still holds the question, so the next yes is asked again. The same call keeps its key."""
+    """The action server wrote and then Rasa lost its events: the tracker still holds the question, but
+    the action server's record knows it was answered. The person's yes again writes nothing more: no
+    question is open (and nobody is told that nothing was saved: something was)."""
     executor = make_executor(crm_mcp)
     note = unique("committed, events lost")
     before = notes_for(crm_db, DANA)
@@ -603,13 +649,11 @@ async def test_a_yes_lost_after_commit_then_confirmed_again_writes_once(
     assert responses(lost) == ["utter_note_saved"]
     assert notes_for(crm_db, DANA) == [*before, note]
 
-    again = await chat.yes()  # the person says yes again: the question is asked again
-    assert again.outcome == "pending"
-    asked_again = asked_call(chat.slots[PENDING_SLOT])
-    assert asked_again["id"] != pending["id"] and asked_again["key"] == pending["key"] == pending["id"]
-    assert responses(await chat.yes()) == ["utter_note_saved"]
+    again = await chat.yes()  # the person says yes again to the tracker's stale copy
+    assert again.outcome == "nothing_pending" and responses(again) == ["utter_nothing_pending"]
+    assert chat.slots.get(PENDING_SLOT) is None
     assert notes_for(crm_db, DANA) == [*before, note]  # one note
-    assert count_notes_with_key(crm_db, pending["id"]) == 1
+    assert count_notes_with_key(crm_db, pending["key"]) == 1
 
 
 def test_action_server_killed_after_commit_then_yes_again_writes_once(
@@ -617,8 +661,8 @@ def test_action_server_killed_after_commit_then_yes_again_writes_once(
 ) -> None:
     """The same, with real processes: the CRM committed the note, its answer is held back by the
     proxy, and the action server is SIGKILLed before it can answer Rasa, so Rasa keeps the tracker
-    as it was. The person says yes again to a new action server: one note, and the person is told it
-    was saved (after being asked again if the first question was already used)."""
+    as it was. The person says yes again to a new action server on the same database: one note, and no
+    question is open any more."""
     mcp = services.start(procs.crm_mcp(crm_rest, token=TOKEN))
     with TcpProxy(port_of(mcp.url)) as proxy:
         endpoints = write_action_endpoints(tmp_path / "endpoints.yml", timeout=60.0)
@@ -654,13 +698,8 @@ def test_action_server_killed_after_commit_then_yes_again_writes_once(
         tracker.user("yes", "affirm", 1.0)  # the person, told nothing, says yes again
         status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
         assert status == 200, answer
-        if "utter_confirm_note" in said(answer):  # asked again: the same call, the same key
-            assert asked_call(slot_events(answer)[PENDING_SLOT])["key"] == pending["key"]
-            tracker.apply("action_confirm_tool", answer)
-            tracker.user("yes", "affirm", 1.0)
-            status, answer, _ = call_action(second.url, "action_confirm_tool", tracker)
-            assert status == 200, answer
-        assert said(answer) == ["utter_note_saved"], answer
+        # The record (the same database, as after a restart) knows the question was answered.
+        assert said(answer) == ["utter_nothing_pending"], answer
     assert notes_for(crm_db, DANA) == [*before, note]
     assert count_notes_with_key(crm_db, pending["key"]) == 1
 

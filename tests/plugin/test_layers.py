@@ -22,6 +22,7 @@ PACKAGE = Path(mcp_bridge.__file__).resolve().parent
 # the MCP SDK as every layer sees it) are below all.
 LAYERS = [
     "config",
+    "record",
     "observability",
     "auth",
     "tools",

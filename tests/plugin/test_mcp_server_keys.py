@@ -179,6 +179,21 @@ async def test_a_confirmed_write_carries_the_slots_next_to_its_idempotency_key(
     assert write["meta"] == {"source": "rasa", "api_version": "2", "user": "u-7", "idempotency_key": key}
 
 
+async def test_a_yes_sends_the_meta_slots_the_person_was_asked_under_not_what_a_tracker_says_by_then(
+    reminders: str, tmp_path: Path, reminder_executor: Any
+) -> None:
+    """_meta's slots are sealed with the question: a tracker rewritten between question and yes (Rasa's
+    API, its tracker store) cannot send another identity with the confirmed write."""
+    executor = reminder_executor(servers_from(tmp_path, reminders, META_MAP))
+    chat = Conversation(executor, reminder_text="water the plants again", user_id="u-7", tenant=None)
+    assert (await chat.start("save_reminder")).outcome == "pending"
+    chat.slots["user_id"] = "u-admin"  # written into the tracker after the question
+    decision = await chat.yes()
+    assert responses(decision) == ["utter_reminder_saved"], decision
+    write = get(reminders, "/calls")[-1]
+    assert write["meta"]["user"] == "u-7"
+
+
 # --- tool_timeout --------------------------------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ approver, never for a destructive tool unless the skill says so, never for a lis
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,11 @@ import pytest
 from mcp_bridge.confirmation import permissions
 from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.confirmation.gate import Ask, Reached, gate
-from mcp_bridge.contract import PENDING_SLOT, PERMISSIONS_SLOT, YES_NO_BUTTONS
+from mcp_bridge.contract import PENDING_SLOT, YES_NO_BUTTONS
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.record.database import open_database
+from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import RequiresConfirmation, load_skills
 from mcp_bridge.skills.toolbox import ToolBox
@@ -61,7 +62,9 @@ edits: {text: note_text, email: contact_email}
 
 
 class World:
-    def __init__(self, tmp_path: Path, skill: str = SKILL, seal: Seal | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, skill: str = SKILL, seal: Seal | None = None, record: Record | None = None
+    ) -> None:
         self.now = 1_000_000.0
         self.notes: list[tuple[int, str, str | None]] = []
         self.audit_path = tmp_path / "audit.jsonl"
@@ -88,7 +91,13 @@ class World:
             audit=AuditLog(self.audit_path),
             clock=lambda: self.now,
             seal=self.seal,
+            record=record or Record(open_database(":memory:"), clock=lambda: self.now),
         )
+        self.record = self.executor.record
+
+    async def standing(self, conversation: str = "c1", user: str | None = "rest:alice") -> int:
+        """How many permissions of ``user`` in ``conversation`` the action server's record holds now."""
+        return len(await self.record.permissions(conversation, user))
 
     def chat(self, conversation: str = "c1", user: str | None = "rest:alice") -> Conversation:
         return Conversation(self.executor, conversation, user=user)
@@ -97,9 +106,11 @@ class World:
         return [json.loads(line)["decision"] for line in self.audit_path.read_text().splitlines()]
 
 
-async def log(chat: Conversation, email: str, text: str) -> Decision:
+async def log(chat: Conversation, email: str, text: str, *, said: str | None = None) -> Decision:
+    """The person asks for a note with ``text`` to ``email`` in a message that says ``said`` (by
+    default the note itself, as the example's form takes it)."""
     chat.slots.update(contact_email=email, note_text=text)
-    return await chat.start("notes")
+    return await chat.start("notes", text=text if said is None else said)
 
 
 async def granted(world: World, chat: Conversation) -> None:
@@ -110,7 +121,7 @@ async def granted(world: World, chat: Conversation) -> None:
     assert responses(decision) == ["utter_note_saved", "utter_permission_granted"]
     assert decision.say[1].variables["permission"] == "notes to Dana Whitfield"
     assert world.notes[-1][:2] == (1, "First call")
-    assert chat.slots[PERMISSIONS_SLOT] is not None
+    assert await world.standing() == 1  # kept in the action server's record, not in the tracker
 
 
 async def test_a_grant_lets_later_notes_to_the_same_contact_run_unasked_and_says_so(tmp_path: Path) -> None:
@@ -168,28 +179,36 @@ async def test_a_shorter_lifetime_in_the_skill_applies_to_permissions_already_gi
     world = World(tmp_path)
     chat = world.chat()
     await granted(world, chat)
-    shorter = World(tmp_path / "shorter", SKILL.replace("expires_after: 8h", "expires_after: 1h"), world.seal)
-    shorter.now = world.now + 3601
-    moved = shorter.chat()
-    moved.slots[PERMISSIONS_SLOT] = chat.slots[PERMISSIONS_SLOT]
-    assert responses(await log(moved, "dana@example.com", "After an hour")) == ["utter_confirm_note"]
+    # The same deployment (its record), its skill file changed to an hour.
+    shorter = World(
+        tmp_path / "shorter",
+        SKILL.replace("expires_after: 8h", "expires_after: 1h"),
+        world.seal,
+        world.record,
+    )
+    world.now = shorter.now = world.now + 3601
+    assert responses(await log(shorter.chat(), "dana@example.com", "After an hour")) == ["utter_confirm_note"]
 
 
 async def test_stop_saving_without_asking_revokes(tmp_path: Path) -> None:
     world = World(tmp_path)
     chat = world.chat()
     await granted(world, chat)
-    chat.user_turn += 1
+    chat.next_message()
     revoked = chat.absorb(await world.executor.revoke(chat.turn("revoke_permissions")))
     assert responses(revoked) == ["utter_permissions_revoked"] and revoked.say[0].variables["count"] == 1
-    assert chat.slots[PERMISSIONS_SLOT] is None
+    assert await world.standing() == 0
     assert responses(await log(chat, "dana@example.com", "After revoking")) == ["utter_confirm_note"]
     assert len(world.notes) == 1
     assert "permission_revoked" in world.decisions()
+    lines = [json.loads(line) for line in world.audit_path.read_text().splitlines()]
+    assert [e["result"] for e in lines if e["decision"] == "permission_not_used"] == [
+        "the permission was withdrawn"
+    ]
 
 
 @pytest.mark.parametrize("where", ["another conversation", "another person", "no person named"])
-async def test_a_grant_copied_elsewhere_covers_nothing(tmp_path: Path, where: str) -> None:
+async def test_a_grant_covers_nothing_elsewhere(tmp_path: Path, where: str) -> None:
     world = World(tmp_path)
     chat = world.chat()
     await granted(world, chat)
@@ -198,29 +217,80 @@ async def test_a_grant_copied_elsewhere_covers_nothing(tmp_path: Path, where: st
         "another person": world.chat("c1", user="rest:mallory"),
         "no person named": world.chat("c1", user=None),
     }[where]
-    other.slots[PERMISSIONS_SLOT] = copy.deepcopy(chat.slots[PERMISSIONS_SLOT])
-    assert responses(await log(other, "dana@example.com", "Copied")) == ["utter_confirm_note"]
+    assert responses(await log(other, "dana@example.com", "Elsewhere")) == ["utter_confirm_note"]
     assert len(world.notes) == 1
 
 
 @pytest.mark.parametrize("tamper", ["scope", "expiry", "user", "mac"])
-async def test_a_grant_edited_in_the_tracker_covers_nothing(tmp_path: Path, tamper: str) -> None:
+async def test_a_grant_edited_in_the_database_covers_nothing(tmp_path: Path, tamper: str) -> None:
+    """The record's row is sealed: a database writer without CONFIRMATION_SECRET cannot widen a
+    permission, lengthen it, or give it to someone else."""
     world = World(tmp_path)
     chat = world.chat()
     await granted(world, chat)
-    (grant,) = chat.slots[PERMISSIONS_SLOT]
+    ((raw,),) = await world.record.database.fetch("SELECT sealed FROM record_permissions")
+    grant = json.loads(raw)
     if tamper == "scope":
         grant["scope"] = None  # any contact
     elif tamper == "expiry":
         grant["expires_at"] += 86400
+        await world.record.database.execute("UPDATE record_permissions SET expires_at = expires_at + 86400")
     elif tamper == "user":
         grant["user"] = None
     else:
         grant["mac"] = "0" * 64
+    await world.record.database.execute("UPDATE record_permissions SET sealed = ?", json.dumps(grant))
     world.now += 9 * 3600 if tamper == "expiry" else 0
-    chat.slots.update(contact_email="priya@example.com" if tamper == "scope" else "dana@example.com")
-    chat.slots["note_text"] = "Tampered"
-    assert responses(await chat.start("notes")) == ["utter_confirm_note"]
+    email = "priya@example.com" if tamper == "scope" else "dana@example.com"
+    assert responses(await log(chat, email, "Tampered")) == ["utter_confirm_note"]
+    assert len(world.notes) == 1
+
+
+async def test_a_run_under_a_permission_writes_only_what_the_person_sent(tmp_path: Path) -> None:
+    """A tracker rewritten through Rasa's API relabels the person's "thanks" as a request and sets a note
+    they never typed: the call is asked about, never written unasked, and the audit says why."""
+    world = World(tmp_path)
+    chat = world.chat()
+    await granted(world, chat)
+    decision = await log(chat, "dana@example.com", "Transfer 500 EUR to account 42", said="thanks")
+    assert responses(decision) == ["utter_confirm_note"]
+    assert [n[1] for n in world.notes] == ["First call"]
+    assert "permission_not_used" in world.decisions()
+    # The person's own message with the note in it runs unasked, as granted (the question is dropped).
+    assert responses(await log(chat, "dana@example.com", "Called back")) == [
+        "utter_question_dropped",
+        "utter_note_saved",
+        "utter_permission_used",
+    ]
+
+
+async def test_a_message_starts_at_most_one_run_under_a_permission(tmp_path: Path) -> None:
+    """The same signed message run through the skill again (a tracker replayed to the action server):
+    the first run wrote; the second starts nothing, not even a question."""
+    world = World(tmp_path)
+    chat = world.chat()
+    await granted(world, chat)
+    assert responses(await log(chat, "dana@example.com", "Once")) == [
+        "utter_note_saved",
+        "utter_permission_used",
+    ]
+    chat.slots.update(contact_email="dana@example.com", note_text="Once")  # the tracker as it was
+    again = await world.executor.start("notes", chat.turn("notes", text="Once"))
+    assert responses(again) == ["utter_message_used"] and again.outcome == "rejected"
+    assert [n[1] for n in world.notes] == ["First call", "Once"]
+
+
+async def test_a_withdrawn_permission_stays_withdrawn_whatever_the_tracker_carries(tmp_path: Path) -> None:
+    """Withdrawn in the record: a tracker put back as it was before the withdrawal (a rewind, Rasa's API)
+    brings nothing back."""
+    world = World(tmp_path)
+    chat = world.chat()
+    await granted(world, chat)
+    before = dict(chat.slots)
+    chat.next_message()
+    await world.executor.revoke(chat.turn("revoke_permissions"))
+    chat.slots = before
+    assert responses(await log(chat, "dana@example.com", "After the withdrawal")) == ["utter_confirm_note"]
     assert len(world.notes) == 1
 
 
@@ -247,7 +317,7 @@ async def test_a_no_with_dont_ask_again_grants_nothing_and_dont_ask_again_alone_
         "utter_confirm_note",
     ]
     assert responses(await chat.say("no, and don't ask again", "deny")) == ["utter_note_cancelled"]
-    assert world.notes == [] and chat.slots.get(PERMISSIONS_SLOT) is None
+    assert world.notes == [] and await world.standing() == 0
     assert responses(await log(chat, "dana@example.com", "Next")) == ["utter_confirm_note"]
 
 
@@ -260,7 +330,7 @@ async def test_a_yes_for_this_time_only_writes_grants_nothing_and_says_it_will_a
     decision = await chat.say("yes, but ask me again next time", "affirm")
     assert responses(decision) == ["utter_note_saved", "utter_permission_declined"]
     assert world.notes[-1][:2] == (1, "First call")
-    assert chat.slots.get(PERMISSIONS_SLOT) is None and "permission_granted" not in world.decisions()
+    assert await world.standing() == 0 and "permission_granted" not in world.decisions()
     assert responses(await log(chat, "dana@example.com", "Next")) == ["utter_confirm_note"]
     assert len(world.notes) == 1
     # A plain yes says nothing about permissions; and where the skill remembers nothing, a yes for

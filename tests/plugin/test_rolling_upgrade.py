@@ -1,10 +1,12 @@
-"""A rolling upgrade: what release 0.2.0 left in a conversation is answered by this release.
+"""An upgrade from 0.3.0: what that release left in a conversation is never answered by this one.
 
-tests/fixtures/previous_release/records.json was written by release 0.2.0's own code
-(``make_records.py`` there, run against that release): a question about one call, a numbered list,
-a remembered permission, a call held for an approver (its store row) and a server's question. During
-an upgrade a replica of this release serves the next turn; each record must still open, and only
-for its own conversation, and be answered exactly as it was asked.
+tests/fixtures/release_0_3/records.json was written by release 0.3.0's own code (``make_records.py``
+there, run against that release): a question about one call, a numbered list, a remembered permission
+(in the tracker's slot, where 0.3.0 kept it), a call held for an approver (its store row) and a server's
+question. 0.3.0 kept no record of what it asked: its questions travelled in the tracker alone, so this
+release, which lets only the questions its own record holds be answered, cannot tell one of them from a
+forgery made with ``CONFIRMATION_SECRET``. Each is therefore refused, nothing is written, the person is
+told, and asking again works (CHANGELOG.md, 0.4.0: questions pending during the upgrade are asked again).
 """
 
 from __future__ import annotations
@@ -17,26 +19,28 @@ from typing import Any
 import pytest
 
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
-from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.approvals.store import open_store
 from mcp_bridge.confirmation.executor import Executor, Turn
-from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, PERMISSIONS_SLOT
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "previous_release"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "release_0_3"
 RECORDS: dict[str, Any] = json.loads((FIXTURES / "records.json").read_text())
 CONTACTS = {"dana@example.com": (1, "Dana Whitfield"), "priya@example.com": (2, "Priya Raman")}
 
 
 class World:
-    """This release, with the previous one's secret (rotated: a new key seals, the old one opens)."""
+    """This release, with 0.3.0's secret (so its seals still verify: what is refused is refused because the
+    record does not hold it, not because the seal broke)."""
 
-    def __init__(self, tmp_path: Path, *, keys: tuple[bytes, ...] | None = None) -> None:
+    def __init__(self, tmp_path: Path) -> None:
         self.notes: list[tuple[int, str, str | None]] = []
         self.now = float(RECORDS["now"]) + 5
+        self.audit_path = tmp_path / "audit.jsonl"
 
         async def find_contact(email: str) -> dict[str, Any]:
             contact_id, name = CONTACTS[email]
@@ -52,13 +56,13 @@ class World:
         skills_dir.mkdir(parents=True, exist_ok=True)
         (skills_dir / "notes.yml").write_text((FIXTURES / "notes.yml").read_text())
         tools = {"find_contact": find_contact, "record_note": record_note}
-        self.store = SQLiteApprovalStore(tmp_path / "approvals.db")
+        self.store = open_store(str(tmp_path / "mcp_bridge.sqlite3"))
         self.executor = Executor(
             load_skills(skills_dir, local_tools=tools, mcp_servers=set(), responses=None),
             ToolBox(tools, None),
-            audit=AuditLog(None),
+            audit=AuditLog(self.audit_path),
             clock=lambda: self.now,
-            seal=Seal(*(keys or (b"a new secret, sealing from now on", RECORDS["secret"].encode()))),
+            seal=Seal(RECORDS["secret"].encode()),
             approvals=Approvals(self.store, clock=lambda: self.now),
         )
 
@@ -69,6 +73,9 @@ class World:
         chat.user_turn = RECORDS[record]["user_turn"]
         return chat
 
+    def reasons(self) -> list[str]:
+        return [json.loads(line).get("result") or "" for line in self.audit_path.read_text().splitlines()]
+
 
 @pytest.fixture
 async def world(tmp_path: Path) -> Any:
@@ -77,87 +84,47 @@ async def world(tmp_path: Path) -> Any:
     await made.store.aclose()
 
 
-def old_key(record: str, place: int = 0) -> str:
-    slot = RECORDS[record]["slots"][PENDING_SLOT]
-    calls = slot["calls"] if "calls" in slot else [slot]
-    return str(calls[place]["key"])
+@pytest.mark.parametrize("record", ["one_call", "list"])
+async def test_a_question_asked_by_0_3_is_refused_and_asked_again_by_starting_over(
+    world: World, record: str
+) -> None:
+    chat = world.chat(record, record)
+    decision = await chat.say("all" if record == "list" else "yes", "affirm")
+    assert decision.outcome == "rejected" and responses(decision) == ["utter_confirmation_invalid"]
+    assert world.notes == [] and chat.slots[PENDING_SLOT] is None
+    assert "the action server's record holds no such question here" in world.reasons()
+    # The person asks again: a question of this release, answered as usual.
+    chat.slots.update(
+        contact_email="dana@example.com", contact_emails=None, note_text="asked again after the upgrade"
+    )
+    assert responses(await chat.start("notes")) == ["utter_confirm_note"]
+    assert responses(await chat.yes()) == ["utter_note_saved"]
+    assert [n[:2] for n in world.notes] == [(1, "asked again after the upgrade")]
 
 
-async def test_a_question_about_one_call_asked_before_the_upgrade_is_answered_after_it(world: World) -> None:
-    chat = world.chat("one_call", "one-call")
-    decision = await chat.yes()
-    assert responses(decision) == ["utter_note_saved"]
-    assert world.notes == [(1, "asked before the upgrade", old_key("one_call"))]
-
-
-async def test_a_list_asked_before_the_upgrade_is_answered_per_call_after_it(world: World) -> None:
-    chat = world.chat("list", "a-list")
-    decision = await chat.say("yes to 2, no to 1", None)
-    assert responses(decision) == ["utter_call_skipped", "utter_note_saved"]
-    assert world.notes == [(2, "a list asked before the upgrade", old_key("list", 1))]
-
-
-async def test_a_permission_given_before_the_upgrade_still_covers_the_same_calls(world: World) -> None:
+async def test_a_permission_0_3_kept_in_the_tracker_covers_nothing(world: World) -> None:
     chat = world.chat("permission", "permission")
+    assert chat.slots.get("remembered_permissions")  # 0.3.0's slot, still in the tracker
     chat.slots.update(contact_email="dana@example.com", note_text="after the upgrade")
-    decision = await chat.start("notes")
-    assert responses(decision) == ["utter_note_saved", "utter_permission_used"]
-    assert world.notes[-1][:2] == (1, "after the upgrade")
-    # Kept as it was: still the previous release's record, until it is granted again or revoked.
-    assert chat.slots[PERMISSIONS_SLOT] == RECORDS["permission"]["slots"][PERMISSIONS_SLOT]
+    decision = await chat.start("notes", text="after the upgrade")
+    assert responses(decision) == ["utter_confirm_note"] and world.notes == []
 
 
-async def test_a_call_held_before_the_upgrade_runs_once_when_approved_after_it(world: World) -> None:
+async def test_a_call_0_3_held_for_an_approver_is_not_run_when_approved_after_the_upgrade(
+    world: World,
+) -> None:
     request = ApprovalRequest(**RECORDS["held"]["row"])
     await world.store.add(request)
     assert await world.store.decide(request.id, "approved", "ops:sam", world.now)
     turn = Turn("held", {}, 2, "approval_decided", 1.0, {}, text="", new_message=True)
     decision = await world.executor.approval_decided(turn, request.id)
-    assert responses(decision) == ["utter_note_saved"]
-    assert world.notes == [(1, "a refund of 40 EUR", request.key)]
+    assert decision.outcome == "rejected" and responses(decision) == ["utter_confirmation_invalid"]
+    assert world.notes == []
+    assert (await world.store.get(request.id)).status == "done"  # type: ignore[union-attr]
 
 
-async def test_a_servers_question_asked_before_the_upgrade_is_asked_again_after_an_interruption(
-    world: World,
-) -> None:
+async def test_a_servers_question_0_3_asked_is_not_answered(world: World) -> None:
     chat = world.chat("server_question", "server")
-    chat.user_turn += 1
-    decision = await chat.resume()
-    assert decision.outcome == "pending" and responses(decision) == ["utter_elicitation_field"]
-
-
-@pytest.mark.parametrize(
-    ("record", "conversation"),
-    [("one_call", "one-call"), ("list", "a-list"), ("server_question", "server")],
-)
-async def test_a_record_of_the_previous_release_opens_only_in_its_own_conversation(
-    world: World, record: str, conversation: str
-) -> None:
-    elsewhere = world.chat(record, f"not-{conversation}")
-    decision = await (elsewhere.resume() if record == "server_question" else elsewhere.yes())
-    assert decision.outcome == "rejected" and world.notes == []
-
-
-async def test_a_previous_release_question_edited_in_the_tracker_writes_nothing(world: World) -> None:
-    chat = world.chat("one_call", "one-call")
-    chat.slots[PENDING_SLOT]["arguments"]["text"] = "wire 10,000 EUR"
-    chat.slots["note_text"] = "wire 10,000 EUR"
-    decision = await chat.yes()
-    assert decision.outcome == "rejected" and world.notes == []
-
-
-async def test_without_the_previous_secret_nothing_of_the_previous_release_opens(tmp_path: Path) -> None:
-    world = World(tmp_path, keys=(b"only a new secret, the old one dropped",))
-    try:
-        decision = await world.chat("one_call", "one-call").yes()
-        assert decision.outcome == "rejected" and world.notes == []
-    finally:
-        await world.store.aclose()
-
-
-async def test_a_question_answered_after_the_upgrade_is_sealed_the_new_way(world: World) -> None:
-    chat = world.chat("one_call", "one-call")
-    await chat.say("hmm, not sure", None)  # asked again: the new question is sealed by this release
-    slot = chat.slots[PENDING_SLOT]
-    assert slot["v"] == 2 and slot["kind"] == "question" and slot["calls"][0]["key"] == old_key("one_call")
-    assert ELICITATION_SLOT not in chat.slots or chat.slots[ELICITATION_SLOT] is None
+    decision = await chat.say("2026-12-03")
+    assert decision.outcome == "handed_back"  # no question open: the bot's to handle
+    assert (await chat.resume()).outcome == "nothing_pending" and chat.slots[ELICITATION_SLOT] is None

@@ -21,6 +21,8 @@ from mcp_bridge.confirmation.executor import Decision, Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.record.database import open_database
+from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
@@ -94,6 +96,8 @@ async def chat_with(tmp_path: Path) -> AsyncIterator[Any]:
             ToolBox({}, MCPRuntime(servers, connect_timeout=5.0)),
             audit=AuditLog(tmp_path / "audit.jsonl"),
             seal=Seal(b"k" * 32),
+            # Every executor of a test one deployment's: one record (a database file they share).
+            record=Record(open_database(str(tmp_path / "record.sqlite3"))),
         )
         if wait is not None:
             executor.tools.runtime.waiting.wait_seconds = wait
@@ -188,12 +192,18 @@ async def test_a_tampered_question_or_another_person_sends_nothing(
     refused = await chat.say("2026-12-03")
     assert refused.outcome == "refused" and chat.slots[ELICITATION_SLOT] is not None
     chat.user = "rest:dana"
-    # A state edited outside the action server (other arguments) does not verify.
+    # A copy edited in the tracker (other arguments) changes nothing: the action server's record holds the
+    # question. Another message came between (mallory's), so it is asked again before a reply counts.
     chat.slots[ELICITATION_SLOT] = {**chat.slots[ELICITATION_SLOT], "arguments": {"contact": "eve"}}
-    rejected = await chat.say("2026-12-03")
-    assert rejected.outcome == "rejected" and responses(rejected) == ["utter_confirmation_invalid"]
-    assert chat.slots[ELICITATION_SLOT] is None
+    again = await chat.say("2026-12-03")
+    assert again.outcome == "pending" and asked(again)["field"] == "Day"
     assert calls(modern) == sent
+    before = writes(modern)
+    for reply in ("2026-12-03", "3", "no"):
+        await chat.say(reply)
+    done = await chat.say("skip")
+    assert responses(done) == ["utter_item_saved"], done
+    assert writes(modern)[len(before) :] == ["visit dana 2026-12-03 x3 parking=False "]  # never eve
 
 
 async def test_on_a_2025_11_25_server_the_call_stays_open_while_the_person_answers(

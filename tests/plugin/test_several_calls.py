@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mcp_bridge.approvals.second_approver import Approvals, Approver
-from mcp_bridge.approvals.store import SQLiteApprovalStore
+from mcp_bridge.approvals.store import open_store
 from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
 from mcp_bridge.contract import PENDING_SLOT, YES_NO_BUTTONS
 from mcp_bridge.observability.audit import AuditLog
@@ -120,7 +120,7 @@ class World:
         skills = load_skills(directory, local_tools=tools, mcp_servers=set(), responses=None)
         audit = AuditLog(self.audit_path)
         self.approvals = Approvals(
-            SQLiteApprovalStore(tmp_path / "approvals.sqlite3"), audit, clock=lambda: self.now
+            open_store(str(tmp_path / "approvals.sqlite3")), audit, clock=lambda: self.now
         )
         self.executor = Executor(
             skills,
@@ -333,9 +333,15 @@ async def test_someone_else_cannot_answer(world: World) -> None:
 
 
 @pytest.mark.parametrize("tamper", ["drop", "swap", "argument", "context", "other_question", "unlisted"])
-async def test_a_tampered_question_writes_nothing(world: World, tamper: str) -> None:
+async def test_a_question_tampered_with_in_the_tracker_changes_nothing_that_is_written(
+    world: World, tamper: str
+) -> None:
+    """The tracker's slot is a copy: the action server's record holds the question asked, and "all"
+    writes exactly its calls, whatever was done to the copy (a call dropped, swapped, edited, taken
+    from another question, the list turned into one call)."""
     chat = await two_notes(world)
-    calls = copy.deepcopy(calls_of(chat))
+    asked = copy.deepcopy(calls_of(chat))
+    calls = copy.deepcopy(asked)
     if tamper == "drop":
         calls = calls[:1]
     elif tamper == "swap":
@@ -345,13 +351,18 @@ async def test_a_tampered_question_writes_nothing(world: World, tamper: str) -> 
     elif tamper == "context":
         calls[1]["context"]["contact_name"] = "Dana Whitfield"
     elif tamper == "other_question":
-        other = await two_notes(world)
+        other = Conversation(
+            world.executor, "other", user="rest:ann", **dict(chat.slots, **{PENDING_SLOT: None})
+        )
+        await other.start("notes")
         calls[1] = calls_of(other)[1]
     listed = tamper != "unlisted"
     chat.slots[PENDING_SLOT] = {**chat.slots[PENDING_SLOT], "calls": calls, "listed": listed}
     decision = await chat.say("all", None)
-    assert world.notes == []
-    assert decision.outcome == "rejected" and responses(decision) == ["utter_confirmation_invalid"]
+    assert responses(decision) == ["utter_note_saved", "utter_note_saved"]
+    assert [(n[0], n[1], n[2]) for n in world.notes] == [
+        (call["arguments"]["contact_id"], call["arguments"]["text"], call["key"]) for call in asked
+    ]
 
 
 async def test_dropping_the_list_denies_every_call(world: World) -> None:

@@ -14,15 +14,14 @@ from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_INTENT,
     BUTTON_PAYLOADS,
-    YES_NO_BUTTONS,
     ELICITATION_SLOT,
     PENDING_SLOT,
-    PERMISSIONS_SLOT,
     PLUGIN_ACTIONS,
     PLUGIN_INTENTS,
     RESPONSES,
     REVOKE_ACTION,
     REVOKE_INTENT,
+    YES_NO_BUTTONS,
 )
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills.files import check_skills
@@ -83,7 +82,7 @@ def test_init_writes_the_contract_that_the_runtime_reads() -> None:
     assert RESPONSES.for_approvals() <= set(domain["responses"])
     # The executor's remembered-permission responses (added only for a skill that allows one).
     assert RESPONSES.for_remembering() <= set(domain["responses"])
-    assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT, PERMISSIONS_SLOT]
+    assert list(domain["slots"]) == [PENDING_SLOT, ELICITATION_SLOT]
     # A question carries no buttons of its own: the action server adds its answers (YES_NO_BUTTONS).
     question = domain["responses"]["utter_confirm_tool_call"][0]
     assert "buttons" not in question

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
@@ -59,6 +60,14 @@ class Conversation:
         # unsigned) and why no channel vouches for it (None: one does, or none is required).
         self.said_at: float | None = None
         self.unvouched: str | None = None
+        # The latest message's id, as the action server's record knows it (a channel's signature's
+        # digest): a new one for every message the person sends.
+        self.message_id: str | None = None
+
+    def next_message(self) -> None:
+        """The person sends a new message."""
+        self.user_turn += 1
+        self.message_id = uuid.uuid4().hex
 
     def turn(
         self,
@@ -87,26 +96,30 @@ class Conversation:
             user=self.user,
             said_at=self.said_at,
             unvouched=self.unvouched,
+            message_id=None if self.unvouched is not None else self.message_id,
         )
 
     def absorb(self, decision: Decision) -> Decision:
         self.slots.update(decision.slots)
         return decision
 
-    async def start(self, skill: str = "log_interaction", *, interrupting: bool = False) -> Decision:
-        """A request that starts ``skill``.
+    async def start(
+        self, skill: str = "log_interaction", *, interrupting: bool = False, text: str = ""
+    ) -> Decision:
+        """A request that starts ``skill``, sent as ``text``.
 
         A new request replaces the confirmation loop in Rasa (a form starts), so the loop is not
         active; ``interrupting`` is a request handed back from the loop (a lookup in the middle).
         """
-        self.user_turn += 1
-        return self.absorb(await self.executor.start(skill, self.turn(skill, loop_active=interrupting)))
+        self.next_message()
+        turn = self.turn(skill, loop_active=interrupting, text=text)
+        return self.absorb(await self.executor.start(skill, turn))
 
     async def say(
         self, text: str, intent: str | None = None, confidence: float = 0.98, deny: float = 0.0
     ) -> Decision:
         """The person answers the pending question with ``text`` (NLU: ``intent``)."""
-        self.user_turn += 1
+        self.next_message()
         turn = self.turn(intent, confidence, deny, text=text)
         return self.absorb(await self.executor.answer(turn))
 
@@ -118,7 +131,7 @@ class Conversation:
 
     async def drop(self) -> Decision:
         """The bot's own "stop" rule runs ``action_deny_tool``."""
-        self.user_turn += 1
+        self.next_message()
         return self.absorb(await self.executor.deny(self.turn("stop")))
 
     async def resume(self) -> Decision:
@@ -127,7 +140,7 @@ class Conversation:
 
     def other_message(self) -> None:
         """The person said something else; the executor is not involved."""
-        self.user_turn += 1
+        self.next_message()
 
 
 def responses(decision: Decision) -> list[str]:

@@ -43,17 +43,41 @@ def api_token() -> str | None:
     """Bearer token of the CRM REST API (`CRM_API_TOKEN`): the API requires it, and its clients (the
     MCP server's tools, the local tools in the action server) send it. None when unset or empty.
 
-    The value is a secret: callers may say whether one is set, never what it is.
+    The value is a secret: callers may say whether one is set, never what it is. A short or placeholder
+    one stops the process (:func:`strong`).
     """
-    return os.environ.get(API_TOKEN_ENV) or None
+    return strong(API_TOKEN_ENV, os.environ.get(API_TOKEN_ENV) or None)
 
 
 def mcp_token() -> str | None:
-    """Bearer token the MCP server requires (`CRM_MCP_TOKEN`); None when unset or empty.
+    """Bearer token the MCP server requires (`CRM_MCP_TOKEN`); None when unset or empty; a short or
+    placeholder one stops the process (:func:`strong`).
 
     The value is a secret: callers may say whether one is set, never what it is.
     """
-    return os.environ.get("CRM_MCP_TOKEN") or None
+    return strong("CRM_MCP_TOKEN", os.environ.get("CRM_MCP_TOKEN") or None)
+
+
+MIN_TOKEN_CHARS = 32
+_PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-token", "your_token", "secret-here")
+
+
+def strong(name: str, token: str | None) -> str | None:
+    """``token`` when it is long and random-looking (or unset); otherwise SystemExit naming ``name`` and
+    why, never the value: deploy/example.env's `replace-me` must never guard a deployment."""
+    if token is None:
+        return None
+    lowered = token.lower()
+    if len(token) < MIN_TOKEN_CHARS:
+        why = f"is {len(token)} characters long, shorter than {MIN_TOKEN_CHARS}"
+    elif any(word in lowered for word in _PLACEHOLDERS) or len(set(token)) < 8:
+        why = "looks like a placeholder, not a random value"
+    else:
+        return token
+    raise SystemExit(
+        f"environment variable {name} {why}: use a random value, e.g. "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+    )
 
 
 def mcp_stateless() -> bool:

@@ -137,7 +137,7 @@ async def _running(cluster: Cluster, ids: list[str], timeout: float = 30.0) -> i
     """Waits (at most ``timeout``) until every request of ``ids`` is running; how many are."""
     deadline = time.monotonic() + timeout
     while True:
-        found = await statuses(cluster.approvals_database_url, ids)
+        found = await statuses(cluster.bridge_database_url, ids)
         count = sum(1 for status, _ in found.values() if status == "running")
         if count == len(ids) or time.monotonic() > deadline:
             return count
@@ -189,7 +189,7 @@ def run_approvals(cluster: Cluster, run_id: str, count: int) -> tuple[list[str],
     ]
     began = time.monotonic()
     broken = hold(person, chats)
-    ids = asyncio.run(request_ids(cluster.approvals_database_url, [c.sender for c in chats]))
+    ids = asyncio.run(request_ids(cluster.bridge_database_url, [c.sender for c in chats]))
     # 4 approvals and 2 refusals decided around the kill, then 2 and 4 while action-1 is down.
     pattern = [True, True, False, True, False, True, True, False, False, True, False, False]
     held = [Held(c, pattern[i % len(pattern)], ids.get(c.sender)) for i, c in enumerate(chats)]
@@ -209,9 +209,7 @@ def run_approvals(cluster: Cluster, run_id: str, count: int) -> tuple[list[str],
     for item in held:
         item.told = told(cluster, item.chat.sender)
     written = asyncio.run(notes(cluster.crm_database_url, run_id))
-    ended = asyncio.run(
-        statuses(cluster.approvals_database_url, [h.request_id for h in held if h.request_id])
-    )
+    ended = asyncio.run(statuses(cluster.bridge_database_url, [h.request_id for h in held if h.request_id]))
 
     approved = [h for h in held if h.approve]
     refused = [h for h in held if not h.approve]
