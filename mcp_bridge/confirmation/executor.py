@@ -251,6 +251,19 @@ class Executor:
                 turn.unvouched,
             )
             return Decision("unvouched", [Say(self.responses.not_vouched)])
+        if turn.message_id is not None and await self.record.started(turn.message_id):
+            # starts_once: the message started a question or a run already (a replayed tracker, a resume
+            # triggered again); nothing runs, not even a lookup, and the open question stays as it is.
+            reason = "this message started a question or a run already"
+            log.warning("conversation %s: %s not started: %s", turn.conversation_id, skill_id, reason)
+            self.audit.record(
+                conversation=turn.conversation_id,
+                user=turn.user,
+                skill=skill.id,
+                decision="not_started",
+                result=reason,
+            )
+            return Decision("rejected", [Say(self.responses.message_used)])
         too_long = self.reader.too_long(turn.text) if turn.new_message else None
         if too_long is not None:
             # Started by a message over the limit: whatever the NLU took from it is not used.

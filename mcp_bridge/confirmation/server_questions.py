@@ -228,7 +228,7 @@ class ServerQuestions:
         if pending is None:
             await self._record.end(stored.id, "rejected", reason="nothing is being asked")
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        if self._record.now() - state.asked_at > self._policy.ttl_seconds:
+        if self._record.now() - stored.asked_at > self._policy.ttl_seconds:
             # Past its lifetime: the server hears cancel, as for "stop"; nothing of the reply is used.
             return await self._cancelled(state, turn, "answered after its lifetime")
         if turn.user_turn != state.user_turn + 1:
@@ -316,7 +316,10 @@ class ServerQuestions:
     async def _ask(self, state: QuestionState, turn: Turn) -> dict[str, Any] | None:
         """Record ``state`` as the conversation's open question (a new id; the one before it ends); its
         sealed copy for the slot, or None when the record refuses (nothing is asked)."""
-        asked = replace(state, id=uuid.uuid4().hex, asked_at=self._record.now())
+        # Asked after the turn's message (the reply that led to it, or the yes): a later reply must be
+        # newer than that one.
+        after = turn.said_at if turn.said_at is not None else state.asked_after
+        asked = replace(state, id=uuid.uuid4().hex, asked_at=self._record.now(), asked_after=after)
         sealed = self._seal.seal(KIND, asdict(asked), turn.conversation_id)
         refused = await self._record.asked(
             conversation_id=turn.conversation_id,

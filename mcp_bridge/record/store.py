@@ -223,6 +223,11 @@ class Record:
 
     # -- messages -----------------------------------------------------------------------------------
 
+    async def started(self, message_id: str) -> str | None:
+        """What the message started already (a question or a run), or None."""
+        rows = await self.database.fetch("SELECT started FROM record_messages WHERE id = ?", message_id)
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
     async def start(self, conversation_id: str, message: Message, what: str) -> Refused | None:
         """``starts_once`` on its own (a run that asks nothing but must not repeat)."""
         try:

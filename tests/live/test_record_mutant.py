@@ -50,6 +50,12 @@ SWITCHED_OFF = [
     ),
     (
         "record/store.py",
+        '        """What the message started already (a question or a run), or None."""\n',
+        '        """What the message started already (a question or a run), or None."""\n'
+        "        return None  # MUTANT: a message that started something may start more\n",
+    ),
+    (
+        "record/store.py",
         STARTS,
         STARTS + "        return  # MUTANT: a message starts as much as it likes\n",
     ),

@@ -9,6 +9,7 @@ or to a process that does not hold the call, is told so (the server heard cancel
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,61 @@ def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
         return
     waiting = build_executor(env).tools.runtime.waiting
     assert (waiting.wait_seconds, waiting.limit) == expected
+
+
+# -- a server's question under the action server's record (the record's issue, case 5) -------------
+
+
+async def test_a_reply_the_channel_received_before_the_servers_question_answers_nothing(
+    modern: procs.ServiceProcess, chat_with: Any
+) -> None:
+    """The person's earlier signed message (an hour-old reply), copied in as the reply to "Which day?":
+    received before the question was asked, it is refused and nothing is sent; the person's own reply,
+    in its turn, is the answer."""
+    chat = chat_with(modern, "book_visit")
+    now = time.time()
+    chat.said_at = now  # the request, signed now
+    await chat.start("book_visit")
+    chat.said_at = now + 1  # the yes, after which the server asks
+    asked(await chat.yes())
+    sent = calls(modern)
+    chat.said_at = now - 3600  # a message the channel received an hour ago
+    refused = await chat.say("2026-12-03")
+    assert refused.outcome == "refused" and calls(modern) == sent
+    chat.user_turn -= 1  # that message was never the person's reply
+    chat.said_at = now + 2
+    assert asked(await chat.say("2026-12-03"))["field"] == "Attendees"
+
+
+async def test_a_reply_after_the_servers_question_expired_is_not_used_and_the_server_hears_cancel(
+    modern: procs.ServiceProcess, chat_with: Any
+) -> None:
+    chat = chat_with(modern, "book_visit")
+    before = writes(modern)
+    await chat.start("book_visit")
+    asked(await chat.yes())
+    record = chat.executor.record
+    stored = await record.open_question(chat.conversation_id)
+    assert stored is not None and stored.kind == "server"
+    # The question's lifetime (CONFIRMATION_TTL_SECONDS, 300 s by default) passes on the record's clock.
+    await record.database.execute(
+        "UPDATE record_questions SET asked_at = asked_at - 3600 WHERE id = ?", stored.id
+    )
+    late = await chat.say("2026-12-03")
+    assert responses(late) == ["utter_tool_failed"], late
+    assert late.say[0].variables["error"] == "no visit booked: the person chose cancel"
+    assert writes(modern) == before and chat.slots[ELICITATION_SLOT] is None
+
+
+async def test_a_reply_replayed_to_the_servers_next_question_answers_nothing(
+    modern: procs.ServiceProcess, chat_with: Any
+) -> None:
+    """The person's reply to "Which day?" delivered again (a replayed tracker) while "How many?" waits:
+    no reply to it (it came in the turn that asked it); asked again, nothing sent."""
+    chat = chat_with(modern, "book_visit")
+    await chat.start("book_visit")
+    asked(await chat.yes())
+    assert asked(await chat.say("2026-12-03"))["field"] == "Attendees"
+    sent = calls(modern)
+    replayed = await chat.executor.answer(chat.turn(None, text="2026-12-03"))  # its id, its turn again
+    assert asked(replayed)["field"] == "Attendees" and calls(modern) == sent

@@ -329,8 +329,8 @@ async def test_10_a_second_question_from_one_signed_message_asks_nothing(
     assert status == 200
     said = execute(chat_stack, conversation, "action_log_interaction")
     assert len(said) == 1 and MESSAGE_USED in said[0], said  # nothing asked about the other words
-    not_asked = audited(chat_stack, conversation, "not_asked")
-    assert [e["result"] for e in not_asked] == ["this message started a question or a run already"]
+    not_started = audited(chat_stack, conversation, "not_started")
+    assert [e["result"] for e in not_started] == ["this message started a question or a run already"]
 
     listening(chat_stack, conversation)
     await confirm(socket)  # the person's own yes to their question: exactly what they were asked
