@@ -17,9 +17,12 @@ person's requests are sent and signed as the platform sends and signs them, with
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -69,6 +72,7 @@ class Stack:
     audit_log: Path
     rasa_log: Path
     platforms: dict[str, Platform]
+    acme_secret: str
     # A person per platform with a question open, for the refusals (made on first use).
     asked: dict[str, tuple[Person, Sent, str]] = field(default_factory=dict)
 
@@ -106,6 +110,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "verify": secrets.token_urlsafe(32),
         "app_secret": secrets.token_hex(16),
         "page_token": "EAAG" + secrets.token_urlsafe(60),
+        "acme": secrets.token_urlsafe(32),
     }
     apis = {
         "slack": SlackAPI(keys["slack_token"]),
@@ -131,6 +136,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "FACEBOOK_APP_SECRET": keys["app_secret"],
         "FACEBOOK_PAGE_ACCESS_TOKEN": keys["page_token"],
         "GRAPH_API_URL": apis["messenger"].url,
+        "ACME_SIGNING_SECRET": keys["acme"],
     }
     proof = ProofStack(tmp_path_factory.mktemp("platforms"))
     try:
@@ -164,6 +170,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 "telegram": platform("telegram", {"secret_token": keys["secret_token"]}),
                 "messenger": platform("messenger", {"app_secret": keys["app_secret"]}),
             },
+            keys["acme"],
         )
     finally:
         proof.close()
@@ -593,3 +600,47 @@ def test_the_persons_own_button_yes_then_saves_the_note_once(stack: Stack, where
     assert "received before" in stack.log_since(size)
     assert stack.user_texts(person.conversation).count("/affirm") == 1
     assert stack.store.notes_after(mark) == note_of(stack, note)
+
+
+# -- a connector of your own, on the same helper -------------------------------------------------------
+
+
+def acme(stack: Stack, event: dict[str, Any], secret: str | None = None) -> tuple[int, Any]:
+    """An event as Acme Chat (tests/live/platforms/own_connector.py) posts and signs it."""
+    body = json.dumps({"id": secrets.token_hex(6), "workspace": "W1", **event}).encode()
+    stamp = str(int(time.time()))
+    signature = hmac.new((secret or stack.acme_secret).encode(), stamp.encode() + b"." + body, hashlib.sha256)
+    headers = {
+        "Content-Type": "application/json",
+        "X-Acme-Timestamp": stamp,
+        "X-Acme-Signature": signature.hexdigest(),
+    }
+    request = urllib.request.Request(
+        f"{stack.rasa_url}/webhooks/acme/webhook", data=body, headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+def test_a_connector_of_your_own_on_the_plugins_helper_takes_part_the_same_way(stack: Stack) -> None:
+    user, other = uid("u"), uid("u")
+    note = f"Said on Acme Chat ({secrets.token_hex(3)})."
+    mark = stack.store.mark()
+    assert any(ASKED in m["text"] for m in acme(stack, {"user": user, "text": f"log a call with {DANA}"})[1])
+    status, said = acme(stack, {"user": user, "text": note})
+    (question,) = [m for m in said if m.get("buttons")]
+    assert question["text"] == question_for(note)
+    yes = [b["value"] for b in question["buttons"] if b["title"] == "Yes"][0]
+
+    assert acme(stack, {"user": user, "text": "yes"}, secret=secrets.token_urlsafe(32))[0] == 401
+    assert acme(stack, {"user": other, "button": yes})[0] == 403  # another person presses the Yes
+    assert stack.user_texts(f"acme_W1_{other}") == []
+    assert stack.store.notes_after(mark) == []
+
+    status, said = acme(stack, {"user": user, "button": yes})
+    assert status == 200 and [m["text"] for m in said] == [SAVED]
+    assert stack.store.notes_after(mark) == note_of(stack, note)
+    assert [e["user"] for e in stack.audited(f"acme_W1_{user}", "confirmed")] == [f"acme:W1/{user}"]
