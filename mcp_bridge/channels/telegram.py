@@ -197,14 +197,15 @@ class SignedTelegramInput(PlatformInput):
         self, update: dict[str, Any], on_new_message: Callable[[UserMessage], Awaitable[Any]]
     ) -> HTTPResponse:
         update_id = int(update["update_id"])
-        if "callback_query" in update:
-            return await self._press(update_id, update["callback_query"], on_new_message)
+        query = update.get("callback_query")
+        if isinstance(query, dict) and isinstance(query.get("message"), dict):
+            return await self._press(update_id, query, on_new_message)
         message = update.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("text"), str):
             return self.ignored("an update that is no text message or button press")
-        sender = message["from"]
-        if sender.get("is_bot"):
-            return self.ignored("a bot's message")
+        sender = message.get("from")
+        if not isinstance(sender, dict) or sender.get("is_bot"):
+            return self.ignored("a message of no person (a channel's post, a bot's message)")
         if not self.replays.first(f"update {update_id}"):
             return self.repeated(f"update {update_id}")
         age = time.time() - int(message["date"])
