@@ -22,7 +22,8 @@ the platform's request and Rasa, a connector
 5. **binds each button to its conversation** (:meth:`Vouching.button` when it sends one,
    :meth:`Vouching.pressed` when a press comes back): a press counts as its payload typed, and a
    press of it anywhere else (another person's question in a group chat, a copied payload) is
-   refused with 403.
+   refused with 403 (dropped and logged, the request answered 200, where the platform sends several
+   events in one request, as Messenger does).
 
 The action server checks each proof, uses each one once, and takes a yes only for the open question
 of the person the proof names, asked before the yes arrived.
