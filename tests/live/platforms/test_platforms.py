@@ -17,6 +17,7 @@ person's requests are sent and signed as the platform sends and signs them, with
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -33,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from mcp_bridge.channels.proof import ChannelKeys, Vouched
 from tests.live.platforms.people import (
     Delivery,
     MessengerPerson,
@@ -43,11 +45,22 @@ from tests.live.platforms.people import (
     TelegramPerson,
     TwilioPerson,
 )
-from tests.live.platforms.standins import BotConnectorAPI, GraphAPI, Sent, SlackAPI, TelegramAPI, TwilioAPI
+from tests.live.platforms.standins import (
+    REPLY_SECONDS,
+    BotConnectorAPI,
+    GraphAPI,
+    Sent,
+    SlackAPI,
+    TelegramAPI,
+    TwilioAPI,
+)
 from tests.live.proof.stack import ProofStack
 from tests.live.proof.store import StoredNote, StoreReader
+from tests.support import procs
 
 CREDENTIALS = Path(__file__).with_name("credentials.yml")
+PRO_INTERFACE = Path(__file__).with_name("pro_interface.py")
+PRO_PYTHON = procs.REPO_ROOT / ".venv-pro" / "bin" / "python"
 DANA = "dana@example.com"
 ASKED = "What should the note say?"
 SAVED = "Saved to Dana Whitfield's record."
@@ -73,6 +86,8 @@ class Stack:
     rasa_log: Path
     platforms: dict[str, Platform]
     acme_secret: str
+    # The same connectors in Rasa Pro 3.21's environment, registered by its own code (pro_interface.py).
+    pro_url: str
     # A person per platform with a question open, for the refusals (made on first use).
     asked: dict[str, tuple[Person, Sent, str]] = field(default_factory=dict)
 
@@ -90,6 +105,14 @@ class Stack:
         with urllib.request.urlopen(url, timeout=10) as reply:
             events = json.loads(reply.read())["events"]
         return [str(event.get("text")) for event in events if event.get("event") == "user"]
+
+    def settled(self, conversation: str, texts: list[str]) -> None:
+        """Wait until the conversation's tracker holds exactly ``texts`` from the person: Rasa saves it
+        when a turn ends, after the replies went out (and Slack's turns run after its answer)."""
+        deadline = time.monotonic() + REPLY_SECONDS
+        while self.user_texts(conversation) != texts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.user_texts(conversation) == texts
 
     def audited(self, conversation: str, decision: str) -> list[dict[str, Any]]:
         entries = map(json.loads, self.audit_log.read_text().splitlines())
@@ -142,6 +165,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         proof.start_backends()
         proof.start_rasa_in_background(proof.endpoints, credentials=CREDENTIALS, extra_env=env)
+        pro_port = procs.free_port()
+        pro = proof.start_logged(
+            procs.ServiceProcess(
+                "rasa-pro-channels",
+                [str(PRO_PYTHON), str(PRO_INTERFACE), str(CREDENTIALS), str(pro_port)],
+                env=procs.child_env(
+                    {
+                        "PYTHONPATH": str(procs.REPO_ROOT),
+                        "MCP_BRIDGE_CHANNEL_KEY": procs.TEST_CHANNEL_KEY,
+                        **env,
+                    }
+                ),
+                ready_url=f"http://{procs.HOST}:{pro_port}/heard",
+                url=f"http://{procs.HOST}:{pro_port}",
+                start_timeout=120,
+            )
+        )
         proof.use_skills("mcp")
         rasa_url = proof.wait_for_rasa()
         assert proof.rasa is not None
@@ -171,6 +211,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 "messenger": platform("messenger", {"app_secret": keys["app_secret"]}),
             },
             keys["acme"],
+            pro.url,
         )
     finally:
         proof.close()
@@ -185,9 +226,17 @@ def uid(prefix: str, digits: int = 8) -> str:
     return prefix + secrets.token_hex(digits // 2).upper()
 
 
-def somebody(stack: Stack, where: str) -> Person:
+def somebody(stack: Stack, where: str, rasa_url: str | None = None) -> Person:
     """A new person on ``where`` (a platform, or Twilio's ``sms`` and ``whatsapp``), in a conversation
-    of their own."""
+    of their own; their requests go to the Rasa server at ``rasa_url`` (by default the stack's)."""
+    if rasa_url is not None:
+        stack = dataclasses.replace(
+            stack,
+            platforms={
+                name: dataclasses.replace(p, webhook=p.webhook.replace(stack.rasa_url, rasa_url))
+                for name, p in stack.platforms.items()
+            },
+        )
     if where == "slack":
         return SlackPerson(stack.platforms["slack"], TEAM, uid("U"), uid("D"))
     if where == "teams":
@@ -271,11 +320,13 @@ def test_a_typed_yes_saves_the_note_once_and_the_same_request_again_reaches_noth
     assert stack.store.notes_after(mark) == note_of(stack, note)
     assert [e["user"] for e in stack.audited(person.conversation, "confirmed")] == [the_person(person)]
 
+    said = [f"log a call with {DANA}", note, "yes"]
+    stack.settled(person.conversation, said)
     size = stack.log_size()
     again = yes.send()
     assert again.status < 300  # answered, so that the platform stops retrying, and dropped
     assert "was received before" in stack.log_since(size)
-    assert stack.user_texts(person.conversation) == [f"log a call with {DANA}", note, "yes"]
+    assert stack.user_texts(person.conversation) == said
     assert stack.store.notes_after(mark) == note_of(stack, note)
 
 
@@ -321,6 +372,7 @@ def asked(stack: Stack, where: str) -> tuple[Person, Sent, str]:
             )  # type: ignore[attr-defined]
         note = f"Pressed yes on {where} ({secrets.token_hex(3)})."
         stack.asked[where] = (person, ask(person, note), note)
+        stack.settled(person.conversation, [f"log a call with {DANA}", note])
     return stack.asked[where]
 
 
@@ -595,10 +647,12 @@ def test_the_persons_own_button_yes_then_saves_the_note_once(stack: Stack, where
     assert stack.store.notes_after(mark) == note_of(stack, note)
     assert [e["user"] for e in stack.audited(person.conversation, "confirmed")] == [the_person(person)]
 
+    said = [f"log a call with {DANA}", note, "/affirm"]
+    stack.settled(person.conversation, said)
     size = stack.log_size()
     assert press.send().status < 300
     assert "received before" in stack.log_since(size)
-    assert stack.user_texts(person.conversation).count("/affirm") == 1
+    assert stack.user_texts(person.conversation) == said
     assert stack.store.notes_after(mark) == note_of(stack, note)
 
 
@@ -644,3 +698,30 @@ def test_a_connector_of_your_own_on_the_plugins_helper_takes_part_the_same_way(s
     assert status == 200 and [m["text"] for m in said] == [SAVED]
     assert stack.store.notes_after(mark) == note_of(stack, note)
     assert [e["user"] for e in stack.audited(f"acme_W1_{user}", "confirmed")] == [f"acme:W1/{user}"]
+
+
+# -- Rasa Pro 3.21's channel interface ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["slack", "teams", "whatsapp", "telegram", "messenger"])
+def test_rasa_pros_channel_code_serves_the_connectors_as_rasa_3_6_does(stack: Stack, where: str) -> None:
+    """Rasa Pro's own code makes the connectors from the same credentials.yml and registers them on its
+    Sanic 25 (tests/live/platforms/pro_interface.py; its server needs a licence, its channel code does
+    not): a message and a button press reach its agent signed for the person, and the answer reaches
+    the platform with native buttons; an unsigned request reaches nothing."""
+    person = somebody(stack, where, rasa_url=stack.pro_url)
+    assert person.say("hello").status < 300
+    question = person.expect("Heard 'hello'. Save it?")
+    assert [b.title for b in question.buttons] == ["No", "Yes"]
+    assert person.press(button(question, "Yes")).status < 300
+    person.expect("Heard '/affirm'. Save it?")
+    unsigned = {"token": None} if where == "teams" else {"signed": False}
+    assert person.say("yes", **unsigned).status == 401
+
+    with urllib.request.urlopen(f"{stack.pro_url}/heard", timeout=10) as reply:
+        heard = [m for m in json.loads(reply.read()) if m["sender_id"] == person.conversation]
+    assert [m["text"] for m in heard] == ["hello", "/affirm"]
+    keys = ChannelKeys.parse(procs.TEST_CHANNEL_KEY)
+    for message in heard:
+        checked = keys.check(message["metadata"], conversation=person.conversation, text=message["text"])
+        assert isinstance(checked, Vouched) and checked.user == the_person(person), checked
