@@ -252,7 +252,9 @@ class PlatformInput(InputChannel):
     memory of events (``replays``), its API client (``api``), refusing, and its routes under
     ``/webhooks/<name>/``: ``GET /`` (health) and what :meth:`add_routes` adds."""
 
-    def __init__(self, *, keys: ChannelKeys, replays: Replays, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(
+        self, *, keys: ChannelKeys, replays: Replays, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    ) -> None:
         self.vouching = Vouching(keys, self.name())
         self.replays = replays
         self.max_body_bytes = max_body_bytes
@@ -279,8 +281,9 @@ class PlatformInput(InputChannel):
         return response.json({"error": reason}, status=status)
 
     def drop(self, event: str, reason: str) -> None:
-        """Drop one event of a verified request that carries several (the request is answered 200):
-        it reaches no conversation; the log says why."""
+        """Drop an event of a verified request (too old, or one of several a request carries); the
+        request is answered 200, so that the platform does not deliver it again. The event reaches
+        no conversation; the log says why."""
         logger.warning("%s: %s was dropped: %s", self.name(), event, reason)
 
     def repeated(self, event: str) -> HTTPResponse:
