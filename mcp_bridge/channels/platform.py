@@ -259,6 +259,8 @@ class PlatformInput(InputChannel):
         self.replays = replays
         self.max_body_bytes = max_body_bytes
         self.api = PlatformAPI(self.name())
+        # Refusals are logged under the connector's own module (mcp_bridge.channels.slack, ...).
+        self.log = logging.getLogger(type(self).__module__)
 
     @classmethod
     def settings(cls, credentials: Mapping[str, Any] | None, known: set[str]) -> Settings:
@@ -277,18 +279,18 @@ class PlatformInput(InputChannel):
 
     def refuse(self, status: int, reason: str) -> HTTPResponse:
         """Refuse a request: nothing reaches a conversation; the log says why (never the body)."""
-        logger.warning("%s: a request was refused (%d): %s", self.name(), status, reason)
+        self.log.warning("%s: a request was refused (%d): %s", self.name(), status, reason)
         return response.json({"error": reason}, status=status)
 
     def drop(self, event: str, reason: str) -> None:
         """Drop an event of a verified request (too old, or one of several a request carries); the
         request is answered 200, so that the platform does not deliver it again. The event reaches
         no conversation; the log says why."""
-        logger.warning("%s: %s was dropped: %s", self.name(), event, reason)
+        self.log.warning("%s: %s was dropped: %s", self.name(), event, reason)
 
     def repeated(self, event: str) -> HTTPResponse:
         """Drop an event already received (answered 200: a platform retries anything else)."""
-        logger.warning(
+        self.log.warning(
             "%s: %s was received before and is dropped (a replay, or the platform's retry)",
             self.name(),
             event,
@@ -298,7 +300,7 @@ class PlatformInput(InputChannel):
     def ignored(self, what: str) -> HTTPResponse:
         """A verified request that carries nothing for the assistant (a bot's own message, a typing
         notice): answered 200 so that the platform does not retry it."""
-        logger.debug("%s: %s ignored", self.name(), what)
+        self.log.debug("%s: %s ignored", self.name(), what)
         return response.json({"status": "ignored"})
 
     def oversized(self, request: Request) -> HTTPResponse | None:
