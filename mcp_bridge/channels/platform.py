@@ -175,12 +175,18 @@ class Vouching:
 
 
 def typed_choices(text: str, buttons: Sequence[Mapping[str, Any]]) -> str:
-    """A question with buttons, for a platform that cannot show them: the answers to type, in words."""
-    titles = [str(button.get("title") or button.get("payload") or "") for button in buttons]
-    titles = [title for title in titles if title]
-    if not titles:
+    """A question with buttons, for a platform that cannot show them: the answers to type, in words,
+    as ``rasa shell`` is asked (a button that sends an intent, ``/affirm``, is typed as its title,
+    any other as what it sends)."""
+    words = [
+        str(button.get("title") or "").lower()
+        if str(button.get("payload", "")).startswith("/")
+        else str(button.get("payload") or "")
+        for button in buttons
+    ]
+    quoted = [f'"{word}"' for word in words if word]
+    if not quoted:
         return text
-    quoted = [f'"{title}"' for title in titles]
     listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + f" or {quoted[-1]}"
     return f"{text}\nReply {listed}."
 

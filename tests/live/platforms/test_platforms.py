@@ -311,7 +311,7 @@ def test_a_typed_yes_saves_the_note_once_and_the_same_request_again_reaches_noth
     if where == "sms":  # no buttons on SMS: the answers to type are written out
         assert (
             question.buttons == ()
-            and 'Reply "No", "Yes" or "Yes, and don\'t ask again today".' in question.text
+            and 'Reply "no", "yes" or "yes, and don\'t ask again today".' in question.text
         )
     else:
         assert [b.title for b in question.buttons][:2] == ["No", "Yes"], question
