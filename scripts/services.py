@@ -710,9 +710,11 @@ def rasa_server(
     log_path: Path | None = None,
     detached: bool = False,
     extra_env: Mapping[str, str] | None = None,
+    credentials: Path | None = None,
 ) -> ServiceProcess:
     """A (not yet started) `rasa run --enable-api` on 127.0.0.1 with the channels of credentials.yml
-    (REST with a bearer token, the chat page's signed socket.io); `.url` is its base.
+    (REST with a bearer token, the chat page's signed socket.io; `credentials` names another file);
+    `.url` is its base.
 
     Rasa's HTTP API (trackers, /model/parse, /status) requires `?token=<access.api_token>`; the REST
     channel `Authorization: Bearer <access.rest_token>`. No secret is on the command line.
@@ -720,7 +722,8 @@ def rasa_server(
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [str(RASA_PYTHON), str(RASA_RUN), "run", "--enable-api", "--model", str(model)]
-    args += ["--endpoints", str(endpoints), "--credentials", str(EXAMPLE_BOT / "credentials.yml")]
+    credentials = credentials or EXAMPLE_BOT / "credentials.yml"
+    args += ["--endpoints", str(endpoints), "--credentials", str(credentials)]
     args += ["-i", HOST, "-p", str(port)]
     return ServiceProcess(
         "rasa-server",

@@ -14,9 +14,16 @@ binds a question to the person:
   (JWT) names the conversation, the page's Origin must be on an allow-list.
 * :class:`mcp_bridge.channels.rest.BearerRestInput`: Rasa's REST channel behind a bearer token, for
   tests, operators and server-to-server callers.
+* the messaging platforms' connectors, each in place of Rasa's own and checking its platform's proof
+  of every request first: :class:`mcp_bridge.channels.slack.SignedSlackInput`,
+  :class:`mcp_bridge.channels.botframework.SignedBotFrameworkInput` (Microsoft Teams),
+  :class:`mcp_bridge.channels.twilio.SignedTwilioInput` (SMS and WhatsApp),
+  :class:`mcp_bridge.channels.telegram.SignedTelegramInput`,
+  :class:`mcp_bridge.channels.facebook.SignedMessengerInput`; what they share, and what a connector of
+  your own uses the same way, is :mod:`mcp_bridge.channels.platform`.
 
-They run in the *Rasa* server's process, whose environment has Rasa, python-socketio, PyJWT and
-Sanic but none of the plugin's dependencies: these modules import nothing else of the plugin but
+They run in the *Rasa* server's process, whose environment has Rasa, python-socketio, PyJWT, aiohttp
+and Sanic but none of the plugin's dependencies: these modules import nothing else of the plugin but
 :mod:`mcp_bridge.config.envsubst` (the ``${VAR}`` expansion endpoints.yml uses too) and
 :mod:`mcp_bridge.channels.proof` (the standard library only). Install the plugin
 into Rasa's environment without its dependencies (``pip install --no-deps rasa-mcp-bridge``), or

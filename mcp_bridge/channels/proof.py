@@ -20,7 +20,11 @@ keys, separated by spaces or commas: the first signs, every one verifies (rotati
 second everywhere, then move it first, then drop the old one).
 
 The proof travels in the message metadata under :data:`PROOF_KEY` as
-``v1.<key id>.<payload>.<signature>`` (base64url), the payload a small JSON object. This module
+``v1.<key id>.<payload>.<signature>`` (base64url), the payload a small JSON object.
+
+The same keys make **tags** (:meth:`ChannelKeys.tag`): a short signature of a value the channel sends
+to a platform and the platform echoes back unchanged (a button's payload), bound to the conversation
+it was sent to, so that a press of that button anywhere else is told apart and refused. This module
 uses the standard library only: it runs in the Rasa server's process, which has none of the
 plugin's dependencies, and in the action server's.
 """
@@ -42,6 +46,7 @@ __all__ = [
     "KEY_ENV",
     "MIN_KEY_CHARS",
     "PROOF_KEY",
+    "TAG_CHARS",
     "ChannelKeys",
     "Unvouched",
     "Vouched",
@@ -56,6 +61,10 @@ MIN_KEY_CHARS = 32
 # A proof is a few hundred characters; anything much longer is refused unread.
 MAX_PROOF_CHARS = 2048
 _VERSION = "v1"
+# A tag is the first 12 bytes of its HMAC-SHA256 (96 bits), 16 characters in base64url: short enough
+# for the platforms that bound what a button carries (Telegram: 64 bytes).
+TAG_CHARS = 16
+_TAG_BYTES = 12
 
 
 def text_digest(text: str) -> str:
@@ -173,6 +182,22 @@ class ChannelKeys:
         if metadata.get(USER_KEY) not in (None, user):
             return Unvouched("a person named apart from the channel signature")
         return Vouched(user, at / 1000, hashlib.sha256(proof.encode("ascii")).hexdigest())
+
+    # -- tags ------------------------------------------------------------------------------------
+
+    def tag(self, purpose: str, *parts: str) -> str:
+        """A tag of ``parts`` for ``purpose`` (:data:`TAG_CHARS` characters, base64url) under the
+        signing key: sent with a value the platform echoes back, checked by :meth:`tag_holds`."""
+        return self._tag(self._keys[self._signing_id], purpose, parts)
+
+    def tag_holds(self, tag: str, purpose: str, *parts: str) -> bool:
+        """Whether ``tag`` is the tag of ``parts`` for ``purpose`` under any of the keys."""
+        return any(hmac.compare_digest(tag, self._tag(key, purpose, parts)) for key in self._keys.values())
+
+    @staticmethod
+    def _tag(key: bytes, purpose: str, parts: tuple[str, ...]) -> str:
+        signed = json.dumps(["mcp_bridge tag", purpose, *parts], ensure_ascii=True).encode("ascii")
+        return _b64(hmac.new(key, signed, hashlib.sha256).digest()[:_TAG_BYTES])
 
     @staticmethod
     def _mac(key: bytes, signed: str) -> bytes:

@@ -11,7 +11,7 @@ import pytest
 from rasa_sdk import Tracker
 
 from mcp_bridge.channels import USER_KEY
-from mcp_bridge.channels.proof import PROOF_KEY, ChannelKeys, Unvouched, Vouched
+from mcp_bridge.channels.proof import PROOF_KEY, TAG_CHARS, ChannelKeys, Unvouched, Vouched
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.adapter import ChannelCheck, turn_from_tracker
 
@@ -115,3 +115,18 @@ def test_in_development_an_unsigned_message_is_from_nobody_and_a_bad_signature_s
     assert turn_from_tracker(tracker(signed), check).unvouched is not None
     without_key = ChannelCheck(None, allow_unsigned=True)
     assert turn_from_tracker(tracker(signed), without_key).unvouched is not None
+
+
+def test_a_tag_binds_its_parts_under_the_keys_and_rotates_with_them() -> None:
+    tag = keys(KEY).tag("button", "slack_T1_C1_U1", "/affirm")
+    assert len(tag) == TAG_CHARS and keys(KEY).tag_holds(tag, "button", "slack_T1_C1_U1", "/affirm")
+    # Another conversation, another payload, another purpose, another key: the tag does not hold.
+    assert not keys(KEY).tag_holds(tag, "button", "slack_T1_C1_U2", "/affirm")
+    assert not keys(KEY).tag_holds(tag, "button", "slack_T1_C1_U1", "/deny")
+    assert not keys(KEY).tag_holds(tag, "other", "slack_T1_C1_U1", "/affirm")
+    assert not keys(OTHER).tag_holds(tag, "button", "slack_T1_C1_U1", "/affirm")
+    # The parts are kept apart: "a" + "b_c" is not "a_b" + "c".
+    assert not keys(KEY).tag_holds(keys(KEY).tag("button", "a", "b_c"), "button", "a_b", "c")
+    # During a rotation the new first key signs, and a tag under the old one still holds.
+    assert keys(OTHER, KEY).tag_holds(tag, "button", "slack_T1_C1_U1", "/affirm")
+    assert keys(OTHER).tag_holds(keys(OTHER, KEY).tag("button", "c", "p"), "button", "c", "p")

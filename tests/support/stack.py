@@ -42,10 +42,19 @@ class LoggedStack:
     def start_logged(self, service: procs.ServiceProcess) -> procs.ServiceProcess:
         return self.services.start(self.logged(service))
 
-    def start_rasa_in_background(self, endpoints: Path) -> None:
-        """Start loading a Rasa server on the current model (tens of seconds); see wait_for_rasa."""
+    def start_rasa_in_background(
+        self, endpoints: Path, *, credentials: Path | None = None, extra_env: dict[str, str] | None = None
+    ) -> None:
+        """Start loading a Rasa server on the current model (tens of seconds); see wait_for_rasa.
+        ``credentials``: another credentials.yml than the example bot's, ``extra_env`` what it reads."""
         self.rasa = self.logged(
-            procs.rasa_server(model=procs.current_model(), endpoints=endpoints, access=self.access)
+            procs.rasa_server(
+                model=procs.current_model(),
+                endpoints=endpoints,
+                access=self.access,
+                credentials=credentials,
+                extra_env=extra_env,
+            )
         )
         rasa = self.rasa
 
