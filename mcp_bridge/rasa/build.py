@@ -6,7 +6,9 @@ confirmations; give every replica the same value, or a question asked before a r
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
 second approver wait: a SQLite file, default var/approvals.sqlite3, or a postgresql:// URL; read only
-when a skill has ``requires_approval_from``), APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
+when a skill has ``requires_approval_from``), APPROVAL_TEXT_CHARACTERS (characters a text condition of
+such a rule reads beside Latin letters, digits and punctuation: :mod:`mcp_bridge.approvals.textmatch`),
+APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an
 approved call may go unrecorded before it counts as lost and is resumed;
 :mod:`mcp_bridge.approvals.second_approver`'s
 ``lost_run``); with a server that acts as the person, MCP_TOKEN_KEY
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.approvals import textmatch
 from mcp_bridge.approvals.store import open_store
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore
@@ -117,6 +120,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
             responses.for_approvals() - known_responses,
             "a skill requires a second approver, and these responses are missing",
         )
+        textmatch.declared_characters(env)  # APPROVAL_TEXT_CHARACTERS: refused at start when wrong
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
         second_approvers = approvals.Approvals(
             open_store(env.get("APPROVALS_DATABASE")), audit, run_lease=lease
