@@ -39,15 +39,16 @@ Schemas from servers are bounded too, in what they cost to check (:func:`compile
    keyword evaluations and stops at :data:`MAX_VALIDATION_WORK`, and a value nested over
    :data:`MAX_VALUE_DEPTH` levels is not checked: refused, never skipped.
 ``off_the_loop``
-   A check that may cost over :data:`INLINE_WORK` keyword evaluations runs in a worker thread
-   (:func:`validate_arguments`, :func:`result_problem`), so the event loop, and every other
-   conversation, goes on while it runs; cheaper ones run in line, where a thread would cost more
-   than the check.
+   A check that may cost over :data:`INLINE_WORK` keyword evaluations runs in one worker thread
+   shared by all (:func:`validate_arguments`, :func:`result_problem`), so the event loop, and every
+   other conversation, goes on while it runs (one busy thread shares the GIL with the loop; several
+   would starve it); cheaper ones run in line, where a thread would cost more than the check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import json
@@ -102,6 +103,8 @@ MAX_VALIDATION_WORK = 50_000
 MAX_VALUE_DEPTH = 64
 # A check that may cost more runs in a worker thread.
 INLINE_WORK = 1_000
+# The problems a refusal names, each once (a schema can find thousands).
+MAX_PROBLEMS_SAID = 5
 
 
 class SchemaRefusedError(ToolArgumentsError):
@@ -292,15 +295,24 @@ def _check_arguments(name: str, schema_check: CompiledSchema, arguments: dict[st
     except PatternRefusedError as exc:
         raise PatternRefusedError(f"arguments for tool {name!r} cannot be checked: {exc}") from None
     if found:
-        details = "; ".join(_describe_problem(problem) for problem in found)
+        described = list(dict.fromkeys(_describe_problem(problem) for problem in found))
+        details = "; ".join(described[:MAX_PROBLEMS_SAID])
+        if len(described) > MAX_PROBLEMS_SAID:
+            details += f"; and {len(described) - MAX_PROBLEMS_SAID} more"
         raise ToolArgumentsError(f"arguments for tool {name!r} do not match its input schema: {details}")
 
 
+# One worker thread for every costly check: CPython gives the GIL to no thread in particular, so
+# several busy threads would starve the event loop's; one shares it with the loop (measured:
+# tests/bench/schema_line.py). Costly checks wait for each other there; cheap ones run in line.
+_CHECKS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="schema-check")
+
+
 async def _maybe_off_loop(work: int, check: Callable[[], Any]) -> Any:
-    """``check()`` in line when ``work`` is at most :data:`INLINE_WORK`, else in a worker thread."""
+    """``check()`` in line when ``work`` is at most :data:`INLINE_WORK`, else in the worker thread."""
     if work <= INLINE_WORK:
         return check()
-    return await asyncio.to_thread(check)
+    return await asyncio.get_running_loop().run_in_executor(_CHECKS, check)
 
 
 # -- compiling: limits, once per schema ------------------------------------------------------------
