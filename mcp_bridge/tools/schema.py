@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import functools
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -584,12 +584,14 @@ class _Exhausted(Exception):
     pass
 
 
-_budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("schema_budget", default=None)
+# The budget of the check running in this thread: a check runs start to end in one thread, with no
+# await in it, so one thread runs one check at a time.
+_running = threading.local()
 
 
 def _within_budget(name: str, check: Callable[[], Any]) -> Any:
     """``check()`` with at most :data:`MAX_VALIDATION_WORK` keyword evaluations (``linear``)."""
-    token = _budget.set(_Budget())
+    _running.budget = _Budget()
     try:
         return check()
     except _Exhausted:
@@ -602,12 +604,12 @@ def _within_budget(name: str, check: Callable[[], Any]) -> Any:
             f"a value for tool {name!r} cannot be checked: its schema nests too deep"
         ) from None
     finally:
-        _budget.reset(token)
+        _running.budget = None
 
 
 def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        budget = _budget.get()
+        budget: _Budget | None = getattr(_running, "budget", None)
         if budget is not None:
             budget.left -= 1
             if budget.left < 0:

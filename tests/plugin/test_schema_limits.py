@@ -34,12 +34,11 @@ def fan_out(levels: int) -> dict[str, Any]:
 
 def keyword_evaluations(compiled: schema.CompiledSchema, value: Any) -> int:
     """How many keywords jsonschema evaluated to check ``value`` (the budget's counter)."""
-    budget = schema._Budget()
-    token = schema._budget.set(budget)
+    budget = schema._running.budget = schema._Budget()
     try:
         list(compiled.validator.iter_errors(value))
     finally:
-        schema._budget.reset(token)
+        schema._running.budget = None
     return schema.MAX_VALIDATION_WORK - budget.left
 
 
