@@ -18,12 +18,14 @@ mcp 1.30 (:data:`LEGACY` true) has the ``initialize`` handshake only (2025-11-25
 * a server's question is answered in a task of its own, so a question kept open while the person
   answers does not stop the session reading other calls' results (mcp 1.30 reads them in line);
 * its errors become :class:`MCPError` with the protocol's codes (a timeout is ``REQUEST_TIMEOUT``,
-  an unknown session is ``INVALID_REQUEST``), and a result that breaks its output schema is a
-  ``RuntimeError`` whose cause is the ``jsonschema`` error, as mcp 2.3 raises them;
+  an unknown session is ``INVALID_REQUEST``), as mcp 2.3 raises them;
 * what it cannot speak is refused, never guessed: a server that speaks only 2026-07-28 is
   :class:`RevisionUnsupportedError` when the session opens; input-required results and
   ``subscriptions/listen`` never occur (they are 2026-07-28's), and the catalogue follows the
   session's ``tools/list_changed`` notifications instead.
+
+Neither SDK checks a result against the tool's output schema here: both would run a server's schema
+unbounded on the event loop, so the runtime checks instead (:mod:`mcp_bridge.tools.schema`).
 
 OAuth: both SDKs have the same providers and discovery helpers; the names that differ
 (``scope``/``scopes``, the deprecation warning's class), the RFC 9207 ``iss`` check mcp 1.30
@@ -44,7 +46,6 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import jsonschema
 import mcp_types
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.extensions.client_credentials import (
@@ -295,10 +296,17 @@ def connect(
 # -- mcp 2.3 ---------------------------------------------------------------------------------------
 
 
+async def _checked_by_the_runtime(name: str, result: Any) -> None:
+    """The SDK's check of a result against the tool's output schema, turned off: it runs a server's
+    schema unbounded, on the event loop. The runtime checks instead, bounded and off the loop when
+    costly (mcp_bridge.mcp_client.runtime, mcp_bridge.tools.schema)."""
+
+
 class _Modern:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._session = client.session
+        self._session.validate_tool_result = _checked_by_the_runtime
 
     @property
     def protocol_version(self) -> str | None:
@@ -527,6 +535,9 @@ if LEGACY and not TYPE_CHECKING:
             asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
             return _legacy_types.ElicitResult.model_validate(await self._ask(asked))
 
+        async def _validate_tool_result(self, name: str, result: Any) -> None:
+            await _checked_by_the_runtime(name, result)
+
         async def aclose_questions(self) -> None:
             for task in list(self._questions):
                 task.cancel()
@@ -592,11 +603,6 @@ if LEGACY and not TYPE_CHECKING:
                 )
             except _LegacyError as exc:
                 raise _error(exc) from exc
-            except RuntimeError as exc:
-                # The output-schema check: mcp 2.3 names the jsonschema error as the cause.
-                if exc.__cause__ is None and isinstance(exc.__context__, jsonschema.ValidationError):
-                    exc.__cause__ = exc.__context__
-                raise
             return _modern(result, mcp_types.CallToolResult)  # type: ignore[no-any-return]
 
         def listen_tools(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[object]] | None:

@@ -233,13 +233,19 @@ def required(skill: Skill, tool: str, arguments: Mapping[str, Any]) -> RequiresA
     rule = constraint.requires_approval_from if constraint is not None else None
     if rule is None:
         return None
+    return rule if held_because(rule, arguments) is not None else None
+
+
+def held_because(rule: RequiresApproval, arguments: Mapping[str, Any]) -> str | None:
+    """Why a confirmed call with ``arguments`` waits under ``rule`` (for the audit trail, never a
+    value), or None when it does not."""
     if rule.when is None:
-        return rule
+        return "every call waits"
     value = arguments.get(rule.when.argument)
     # A value that is not text (or missing) is shown as JSON would show it: a rule on it still applies.
     text = value if isinstance(value, str) else str(value)
-    # On the text's skeleton, never as written (mcp_bridge.approvals.textmatch): no spelling gets around it.
-    return rule if textmatch.names_any(text, rule.when.contains_any) else None
+    # On the text's skeleton, never as written, and failing closed (mcp_bridge.approvals.textmatch).
+    return textmatch.why_held(text, rule.when.contains_any)
 
 
 def may_run_again(tool: Tool | None, runs: int) -> bool:
@@ -301,7 +307,12 @@ class Approvals:
         )
         await self.store.add(request)
         self._record(
-            conversation_id, question, "approval_requested", None, approval=request.id, role=rule.role
+            conversation_id,
+            question,
+            "approval_requested",
+            held_because(rule, call.arguments),
+            approval=request.id,
+            role=rule.role,
         )
         return request
 

@@ -19,8 +19,10 @@ every request stands alone) and 2025-11-25 servers (a session) are both served t
 follows ``subscriptions/listen`` instead of the session's notification stream.
 
 Results: a tool that publishes an output schema must answer with ``structuredContent`` that fits it.
-The SDK checks; a result that does not fit is :class:`ToolResultInvalidError`, naming the tool and
-the part of the result, and saying that the tool ran (a write may have happened).
+The runtime checks, against the schema it checked before the call (bounded, and off the event loop
+when costly: :mod:`mcp_bridge.tools.schema`; the SDK's own check is turned off); a result that does
+not fit is :class:`ToolResultInvalidError`, naming the tool and the part of the result, and saying
+that the tool ran (a write may have happened). A schema beyond the limits refuses the call unsent.
 
 OAuth (a server with an ``oauth:`` block): a request answered 401 is answered by the SDK's provider
 with one new token and one retry of that request (mcp_bridge.auth.client_credentials). That repetition is
@@ -48,7 +50,6 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from mcp_types import (
     CallToolResult,
     ElicitRequest,
@@ -93,10 +94,11 @@ from mcp_bridge.questions.waiting_calls import WaitingCall, WaitingCalls
 from mcp_bridge.tools import results
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.schema import (
-    PatternRefusedError,
-    check_schema_patterns,
+    SchemaRefusedError,
+    checked,
     describe_result_problem,
-    validate_against_schema,
+    result_problem,
+    validate_arguments,
 )
 
 if sys.version_info < (3, 11):  # a builtin from 3.11 on
@@ -532,10 +534,11 @@ class MCPRuntime:
         timeout = config.timeout if timeout is None else timeout
         args = dict(arguments)
         tool = await self.get_tool(server, tool_name, acting=acting)
-        validate_against_schema(tool.name, tool.input_schema, args)
-        # A result's schema with a pattern that cannot be run would be found only after the call
-        # ran (and maybe wrote): refused before it is sent instead.
-        check_schema_patterns(tool.name, tool.output_schema or {})
+        await validate_arguments(tool.name, tool.input_schema, args)
+        # A result's schema that cannot be checked (a pattern RE2 cannot run, beyond the schema
+        # limits) would be found only after the call ran (and maybe wrote): refused before it is sent.
+        if tool.output_schema is not None:
+            await checked(tool.name, tool.output_schema)
         call_meta = {**config.call_meta(slots), **(meta or {})}
         resume = None
         if handle is not None:
@@ -556,11 +559,9 @@ class MCPRuntime:
             if isinstance(result, WaitingCall):
                 raise _waiting_question(server, tool_name, result)
             if result is not None:
+                await _check_result(server, tool, result)
                 return results.from_mcp(tool_name, server, result)
             assert failure is not None
-            invalid = _invalid_result(server, tool_name, failure)
-            if invalid is not None:
-                raise invalid
             if delivery.refused is not None and not delivery.maybe_sent:
                 if config.acts_as_person:
                     await self._person_refused(server, acting)  # raises SignInRequiredError: nothing ran
@@ -603,10 +604,8 @@ class MCPRuntime:
         if isinstance(result, WaitingCall):
             raise _waiting_question(server, tool_name, result)
         if isinstance(result, CallToolResult):
+            await _check_result(server, await self.get_tool(server, tool_name), result)
             return results.from_mcp(tool_name, server, result)
-        invalid = _invalid_result(server, tool_name, failed) if failed is not None else None
-        if invalid is not None:
-            raise invalid
         # The call was under way at the server: whatever ended it, it may have run.
         raise _call_error(server, tool_name, failed or RuntimeError("no result"), False, timeout)
 
@@ -740,37 +739,33 @@ def _waiting_question(server: str, tool: str, waiting: WaitingCall) -> InputRequ
     )
 
 
-def _invalid_result(server: str, tool: str, failure: BaseException) -> ToolResultInvalidError | None:
-    """The SDK's verdict that a result breaks the tool's output schema, as the bridge's error.
+async def _check_result(server: str, tool: McpToolInfo, result: CallToolResult) -> None:
+    """A result that breaks the output schema the tool published is :class:`ToolResultInvalidError`.
 
-    ``ClientSession.call_tool`` checks ``structuredContent`` against the schema the tool published
-    and raises RuntimeError (the jsonschema error as its cause); the value itself stays out of the
-    message."""
-    where = f"MCP tool {tool!r} on server {server!r}"
-    consequence = "; the result was not used. The tool ran, so it may have written: check before repeating it"
-    if isinstance(failure, PatternRefusedError):  # a result's text too long for a pattern
-        return ToolResultInvalidError(
-            f"{where}: its output schema could not be checked ({failure}){consequence}"
+    The bridge checks, not the SDK (:mod:`mcp_bridge.mcp_sdk` turns the SDK's own check off): bounded
+    and, when costly, off the event loop (:mod:`mcp_bridge.tools.schema`); the value itself stays out
+    of the message. An error result is not checked, as the SDK does not."""
+    if tool.output_schema is None or result.is_error:
+        return
+    where = f"MCP tool {tool.name!r} on server {server!r}"
+    if result.structured_content is None:
+        raise ToolResultInvalidError(
+            f"{where} publishes an output schema but answered without structuredContent{_RAN}"
         )
-    if isinstance(failure, MCPError) or not isinstance(failure, RuntimeError):
-        return None
-    text = str(failure)
-    cause = failure.__cause__
-    if isinstance(cause, jsonschema.ValidationError):
-        problem = describe_result_problem(cause)
-        return ToolResultInvalidError(
-            f"{where} answered with a result that breaks its output schema ({problem}){consequence}"
+    try:
+        problem = await result_problem(tool.name, tool.output_schema, result.structured_content)
+    except SchemaRefusedError as exc:
+        raise ToolResultInvalidError(
+            f"{where}: its output schema could not be checked ({exc}){_RAN}"
+        ) from None
+    if problem is not None:
+        described = describe_result_problem(problem)
+        raise ToolResultInvalidError(
+            f"{where} answered with a result that breaks its output schema ({described}){_RAN}"
         )
-    if "did not return structured content" in text:
-        return ToolResultInvalidError(
-            f"{where} publishes an output schema but answered without structuredContent{consequence}"
-        )
-    if text.startswith(("Invalid schema for tool", "Invalid structured content")):
-        reason = text.splitlines()[0]
-        return ToolResultInvalidError(
-            f"{where}: its output schema could not be checked ({reason}){consequence}"
-        )
-    return None
+
+
+_RAN = "; the result was not used. The tool ran, so it may have written: check before repeating it"
 
 
 def _capabilities(capabilities: ServerCapabilities | None) -> tuple[str, ...]:

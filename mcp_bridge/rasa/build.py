@@ -7,10 +7,11 @@ postgresql:// URL every replica shares; :mod:`mcp_bridge.record.database`), CONF
 (300), CONFIRMATION_SECRET (seals questions and permissions; unset, a key the record keeps, which a
 PostgreSQL database does not allow: replicas share the secret), CONFIRMATION_WORDS (a word file added
 to the reader's English defaults), MESSAGE_MAX_CHARS (5000: a longer message is refused unread),
-APPROVAL_RUN_LEASE_SECONDS (300: how long a run of an approved call may go unrecorded before it counts
-as lost and is resumed; :mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); with a server that
-acts as the person, MCP_TOKEN_KEY (encrypts the people's tokens; required, long and random, the same on
-every replica).
+APPROVAL_TEXT_CHARACTERS (characters a text condition of a second approver's rule reads beside Latin
+letters, digits and punctuation: :mod:`mcp_bridge.approvals.textmatch`), APPROVAL_RUN_LEASE_SECONDS
+(300: how long a run of an approved call may go unrecorded before it counts as lost and is resumed;
+:mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); with a server that acts as the person,
+MCP_TOKEN_KEY (encrypts the people's tokens; required, long and random, the same on every replica).
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
 Everything is checked here, so the action server refuses to start on a bad file, naming the file,
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mcp_bridge.approvals import second_approver as approvals
+from mcp_bridge.approvals import textmatch
 from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore, token_keys
@@ -123,6 +125,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
             responses.for_approvals() - known_responses,
             "a skill requires a second approver, and these responses are missing",
         )
+        textmatch.declared_characters(env)  # APPROVAL_TEXT_CHARACTERS: refused at start when wrong
         lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
         second_approvers = approvals.Approvals(ApprovalTable(database), audit, run_lease=lease)
     runtime = MCPRuntime(servers, person_oauth=person)

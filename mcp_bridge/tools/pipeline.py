@@ -37,7 +37,7 @@ from mcp_bridge.observability import metrics
 from mcp_bridge.observability.audit import AuditLog, AuditWriteError
 from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.results import ToolResult
-from mcp_bridge.tools.schema import validate_against_schema
+from mcp_bridge.tools.schema import validate_arguments
 from mcp_bridge.tools.sources import Annotations, Tool
 
 __all__ = ["Audited", "ExactlyOnce", "Layer", "Timed", "check_arguments", "layered"]
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 async def check_arguments(tool: Tool, arguments: Mapping[str, Any], context: CallContext) -> None:
     """Refuse arguments the tool would refuse, before the person is asked about them."""
-    validate_against_schema(tool.name, await tool.input_schema(context), arguments)
+    await validate_arguments(tool.name, await tool.input_schema(context), arguments)
 
 
 @dataclass(frozen=True)

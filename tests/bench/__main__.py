@@ -41,6 +41,7 @@ from tests.bench import (
     reader_line,
     report,
     router,
+    schema_line,
     webhook,
 )
 from tests.support import procs
@@ -282,6 +283,8 @@ def run(config: Config, chosen: list[ends.End]) -> int:
                     worker.close()
             _say("the confirmation reader at 1 kB, 64 kB and 1 MB")
             reader = reader_line.measure()
+            _say("a hostile server's schema: jsonschema alone, the bridge, the event loop's lag")
+            schemas = schema_line.measure()
 
             skills = {
                 variant: skills_with_source(workdir / f"skills-{variant}", src)
@@ -373,6 +376,7 @@ def run(config: Config, chosen: list[ends.End]) -> int:
     }
     print(report.write(results, chosen, meta, config.out, peer_lines))
     print("\n".join(reader_line.lines(reader)))
+    print("\n".join(schema_line.lines(schemas)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 

@@ -58,7 +58,9 @@ async def make_executor(
 
 
 async def test_yes_writes_exactly_the_confirmed_note_once(make_executor: Any, crm_db: Path) -> None:
-    note = 'Follow-up on the Q3 renewal { braces } ${HOME} and "quotes" ✓'
+    # Characters the example's supervisor rule reads (a check mark or an emoji would wait for the
+    # supervisor: tests/plugin/test_approval_words.py; tests/plugin/test_bad_input.py stores those).
+    note = 'Follow-up on the Q3 renewal { braces } ${HOME} and "quotes" – “€40” …'
     before = notes_for(crm_db, DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text=note)
     await chat.start()

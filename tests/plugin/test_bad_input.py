@@ -7,6 +7,7 @@ CRM's REST API. What was stored is read from the SQLite file, never from an API'
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -73,6 +74,10 @@ async def make_executor(
         directory = tmp_path / f"skills-{len(made)}"
         if skills is None:
             skills_with_source(directory, source)
+            # Without the supervisor rule, which holds a note with characters outside the declared
+            # ones (most of these: tests/plugin/test_approval_words.py); here only what is stored.
+            log = directory / "log_interaction.yml"
+            log.write_text(re.sub(r"      requires_approval_from:\n(        .*\n)+", "", log.read_text()))
         else:
             directory.mkdir()
             for name, text in skills.items():
