@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import jsonschema
 import mcp_types
-from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
 from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider as _ClientCredentialsOAuthProvider,
 )
@@ -58,6 +58,7 @@ from mcp.client.auth.utils import (
     extract_resource_metadata_from_www_auth,
     handle_auth_metadata_response,
     handle_protected_resource_response,
+    issuers_match,
     validate_metadata_issuer,
 )
 from mcp.shared.auth import (
@@ -164,6 +165,7 @@ __all__ = [
     "OAuthClientInformationFull",
     "OAuthClientMetadata",
     "OAuthClientProvider",
+    "OAuthFlowError",
     "OAuthMetadata",
     "OAuthToken",
     "PKCEParameters",
@@ -180,6 +182,7 @@ __all__ = [
     "handle_auth_metadata_response",
     "handle_protected_resource_response",
     "http",
+    "issuers_match",
     "validate_authorization_response_iss",
     "validate_metadata_issuer",
 ]
@@ -199,16 +202,24 @@ class ClientCredentialsOAuthProvider(_ClientCredentialsOAuthProvider):
         client_id: str,
         client_secret: str,
         scope: str | None = None,
+        issuer: str | None = None,
     ) -> None:
         with warnings.catch_warnings():
             # Without `issuer` the SDK warns that the MCP server decides where the credentials go;
-            # the bridge sends them only to the configured token_url (mcp_bridge.auth).
+            # the bridge then sends them only to the configured token_url (mcp_bridge.auth).
             warnings.simplefilter("ignore", _DeprecationWarning)
             if LEGACY:
-                super().__init__(server_url, storage, client_id, client_secret, scopes=scope)  # type: ignore[call-arg]
+                super().__init__(  # type: ignore[call-arg]
+                    server_url, storage, client_id, client_secret, scopes=scope, issuer=issuer
+                )
             else:
                 super().__init__(
-                    server_url, storage, client_id=client_id, client_secret=client_secret, scope=scope
+                    server_url,
+                    storage,
+                    client_id=client_id,
+                    client_secret=client_secret,
+                    scope=scope,
+                    issuer=issuer,
                 )
 
 
@@ -220,8 +231,6 @@ def validate_authorization_response_iss(iss: str | None, metadata: OAuthMetadata
     if _sdk_iss_check is not None:
         _sdk_iss_check(iss, metadata)
         return
-    from mcp.client.auth import OAuthFlowError
-
     expected = str(metadata.issuer) if metadata is not None else None
     if iss is not None:
         if iss != expected:
