@@ -9,7 +9,10 @@ the flow's state where every replica finds it:
 
 * discovery as the MCP specification describes: the server's 401 challenge and its
   protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414),
-  with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server;
+  with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server. With
+  ``oauth.issuer`` set, the server's metadata must name that authorization server, whose metadata
+  is then read at that issuer alone: a server that names another is refused before anything of the
+  client's goes anywhere (no link, no code, no secret, no verifier);
 * the sign-in link shown in the chat is the action server's own callback route with a sealed *start
   ticket* (``?start=``; Fernet: encrypted and signed, with its time: it expires) naming the
   conversation, the person, the server, the skill and a nonce. Opening it is good once (the first
@@ -72,6 +75,7 @@ from mcp_bridge.mcp_sdk import (
     handle_auth_metadata_response,
     handle_protected_resource_response,
     http,
+    issuers_match,
     validate_authorization_response_iss,
     validate_metadata_issuer,
 )
@@ -174,7 +178,9 @@ class _Discovered:
 async def discover(config: MCPServerConfig) -> _Discovered:
     """Where people sign in for the server, as the MCP specification says: its 401's hint, its
     protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414).
-    NotAuthorisedError when none is found."""
+    NotAuthorisedError when none is found, or when ``oauth.issuer`` pins another server than the
+    one the metadata names."""
+    pinned = config.oauth.issuer if config.oauth is not None else None
     async with _http(config) as http:
         challenge = await http.post(
             config.url,
@@ -189,9 +195,13 @@ async def discover(config: MCPServerConfig) -> _Discovered:
             )
             if resource is not None:
                 break
-        issuer = (
-            str(resource.authorization_servers[0]) if resource and resource.authorization_servers else None
-        )
+        named = [str(server) for server in resource.authorization_servers or []] if resource else []
+        if pinned is not None and named and not any(issuers_match(server, pinned) for server in named):
+            raise NotAuthorisedError(
+                f"MCP server {config.name!r} names the authorization server {', '.join(named)}, but "
+                f"oauth.issuer allows only {pinned}: nobody is sent to sign in there, and nothing was sent"
+            )
+        issuer = pinned or (named[0] if named else None)
         metadata: OAuthMetadata | None = None
         for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, config.url):
             go_on, metadata = await handle_auth_metadata_response(
@@ -204,7 +214,12 @@ async def discover(config: MCPServerConfig) -> _Discovered:
             f"MCP server {config.name!r}: no authorization server metadata found (protected-resource "
             "metadata, RFC 9728, then RFC 8414); nobody can sign in"
         )
-    if issuer is not None:
+    if pinned is not None and not issuers_match(str(metadata.issuer), pinned):
+        raise NotAuthorisedError(
+            f"MCP server {config.name!r}: the authorization server at {pinned} calls itself "
+            f"{metadata.issuer}, not the oauth.issuer configured; nobody is sent to sign in there"
+        )
+    if issuer is not None and pinned is None:
         validate_metadata_issuer(metadata, issuer)
     return _Discovered(resource, metadata)
 
