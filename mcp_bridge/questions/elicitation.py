@@ -22,8 +22,15 @@ The rules:
 * "decline" (or a plain no to a URL) declines; "cancel" / "stop" cancels. Either ends the request;
   nothing the person typed for it is sent.
 * A URL is shown with its domain set apart ("opens a page on accounts.example.com"), and only a
-  plain yes to the explicit consent question accepts. A URL that is not http(s), or carries a user
-  name or password, is declined without asking.
+  plain yes to the explicit consent question accepts. Only ``https:`` is asked about (``http:`` only
+  on the loopback, for tests and local servers); a host in another script is shown as the browser
+  resolves it, in punycode (``xn--...``, IDNA 2008 with UTS 46, as browsers map it), in the domain
+  and in the link, so a look-alike of a known name cannot pass for it. A URL that is not https, carries a
+  user name or password, has a host IDNA refuses, or is longer than :data:`MAX_URL`, is declined
+  without asking.
+* A form that asks for a password, a card number or a token is declined without asking, with the
+  reason in :attr:`Answered.reason` and the log (:mod:`mcp_bridge.questions.sensitive` has the rules):
+  the chat keeps every reply, and the MCP specification says such things are asked through a URL.
 * An answer is never a confirmation: the executor asks its own question about a write, before the
   call (see :mod:`mcp_bridge.confirmation.executor`), and a yes here only answers the server.
 
@@ -35,22 +42,27 @@ declined unasked.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+import idna
 import jsonschema
 
 from mcp_bridge.contract import RESPONSES
+from mcp_bridge.questions.sensitive import refusal
 from mcp_bridge.tools.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
 
 __all__ = [
     "ALL_AT_ONCE_FIELDS",
     "MAX_ANSWER",
     "MAX_FIELDS",
+    "MAX_URL",
     "Answered",
     "Asked",
     "Field",
@@ -65,6 +77,9 @@ __all__ = [
 MAX_ROUNDS = 5
 MAX_ANSWER = 2000
 MAX_FIELDS = 20
+MAX_URL = 2048
+
+log = logging.getLogger(__name__)
 ALL_AT_ONCE_FIELDS = 3
 
 # The responses this module asks the bot to say (mcp_bridge.contract's catalogue: variables there).
@@ -181,16 +196,18 @@ class Answered:
     action: Action
     content: dict[str, Any] | None = None
     say: tuple[Prompt, ...] = ()
+    # Why a question was declined without asking (never a value the person typed).
+    reason: str | None = None
 
 
 def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
     """Start asking ``request`` (an ``elicitation/create`` request's params, as the wire has them)."""
     message = str(request.get("message") or "")[:MAX_ANSWER]
     if request.get("mode") == "url":
-        url = str(request.get("url") or "")
-        if _domain(url) is None:
-            return Answered("decline")
-        pending = PendingElicitation(server=server, message=message, mode="url", url=url)
+        shown, problem = _link(str(request.get("url") or ""))
+        if shown is None:
+            return _refused(server, str(problem))
+        pending = PendingElicitation(server=server, message=message, mode="url", url=shown)
         return Asked(pending, (_url_prompt(pending),))
     schema = request.get("requestedSchema") or request.get("requested_schema") or {}
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
@@ -204,11 +221,19 @@ def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
         return Answered("decline")
     required = set(schema.get("required") or [])
     fields = tuple(Field(str(name), dict(spec), name in required) for name, spec in properties.items())
+    sensitive = refusal(message, ((f.name, f.schema) for f in fields))
+    if sensitive is not None:
+        return _refused(server, sensitive)
     short = 2 <= len(fields) <= ALL_AT_ONCE_FIELDS and all(f.kind in ("boolean", "choice") for f in fields)
     pending = PendingElicitation(
         server=server, message=message, mode="form", fields=fields, all_at_once=short
     )
     return Asked(pending, (_form_prompt(pending),))
+
+
+def _refused(server: str, reason: str) -> Answered:
+    log.warning("MCP server %r asked a question the chat will not ask, declined unasked: %s", server, reason)
+    return Answered("decline", reason=reason)
 
 
 def reply(pending: PendingElicitation, text: str) -> Asked | Answered:
@@ -360,6 +385,47 @@ def _domain(url: str) -> str | None:
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
         return None
     return parts.hostname
+
+
+def _link(url: str) -> tuple[str, None] | tuple[None, str]:
+    """The URL as the person is shown it, its host in ASCII (punycode for a name in another script,
+    as a browser resolves it); or why the person should not be sent there."""
+    if len(url) > MAX_URL:
+        return None, f"the URL is longer than {MAX_URL} characters"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return None, "the URL has a space or a control character in it"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None, "the URL is not a URL"
+    host = parts.hostname
+    if parts.scheme not in ("https", "http") or not host:
+        return None, "the URL is not an https address"
+    if "@" in parts.netloc:
+        return None, "the URL has a user name or password in it"
+    try:
+        ipaddress.ip_address(host)
+        ascii_host = host
+    except ValueError:
+        try:
+            ascii_host = idna.encode(host, uts46=True, transitional=False).decode("ascii").lower()
+        except (idna.IDNAError, UnicodeError):
+            return None, "the URL's host is not a name IDNA accepts"
+    if parts.scheme == "http" and not _loopback(ascii_host):
+        return None, "the URL is plain http (https only, http on the loopback)"
+    netloc = f"[{ascii_host}]" if ":" in ascii_host else ascii_host
+    netloc += f":{port}" if port is not None else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _form_prompt(pending: PendingElicitation) -> Prompt:
