@@ -56,6 +56,8 @@ from mcp.client.auth.utils import (
     build_protected_resource_metadata_discovery_urls,
     create_oauth_metadata_request,
     extract_resource_metadata_from_www_auth,
+    extract_scope_from_www_auth,
+    get_client_metadata_scopes,
     handle_auth_metadata_response,
     handle_protected_resource_response,
     issuers_match,
@@ -68,6 +70,7 @@ from mcp.shared.auth import (
     OAuthToken,
     ProtectedResourceMetadata,
 )
+from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
 from mcp_types.jsonrpc import INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -175,14 +178,18 @@ __all__ = [
     "SubscriptionLost",
     "build_oauth_authorization_server_metadata_discovery_urls",
     "build_protected_resource_metadata_discovery_urls",
+    "check_resource_allowed",
     "connect",
     "create_oauth_metadata_request",
     "extract_resource_metadata_from_www_auth",
+    "extract_scope_from_www_auth",
     "func_metadata",
+    "get_client_metadata_scopes",
     "handle_auth_metadata_response",
     "handle_protected_resource_response",
     "http",
     "issuers_match",
+    "resource_url_from_server_url",
     "validate_authorization_response_iss",
     "validate_metadata_issuer",
 ]

@@ -18,7 +18,8 @@ The rules:
   a time). Each reply is
   checked against that field's schema (type, choices, length, range, the formats email / date /
   uri); a reply that does not fit is answered with the reason and the same field is asked again.
-  An optional field may be skipped ("skip").
+  An optional field may be skipped ("skip"); a field with a ``default`` (SEP-1034) takes it when
+  skipped, or when an all-at-once reply leaves it out, and the question says so.
 * "decline" (or a plain no to a URL) declines; "cancel" / "stop" cancels. Either ends the request;
   nothing the person typed for it is sent.
 * A URL is shown with its domain set apart ("opens a page on accounts.example.com"), and only a
@@ -78,6 +79,8 @@ MAX_ROUNDS = 5
 MAX_ANSWER = 2000
 MAX_FIELDS = 20
 MAX_URL = 2048
+# A field's default is shown at most this long in the question.
+MAX_SHOWN_DEFAULT = 80
 
 log = logging.getLogger(__name__)
 ALL_AT_ONCE_FIELDS = 3
@@ -294,6 +297,10 @@ def _read_all(pending: PendingElicitation, text: str) -> Asked | Answered:
             return Asked(pending, (_invalid(pending, problem, named), _again(pending)))
         if value is not None:
             answers[named.name] = value
+    for left_out in pending.fields:
+        has_default, default = _default(left_out)
+        if has_default and left_out.name not in answers:
+            answers[left_out.name] = default
     missing = [f.title for f in pending.fields if f.required and f.name not in answers]
     if missing:
         reason = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
@@ -307,13 +314,27 @@ def _advance(pending: PendingElicitation) -> Asked | Answered:
     return Asked(pending, (_field_prompt(pending, pending.fields[pending.position]),))
 
 
+def _default(asked: Field) -> tuple[bool, Any]:
+    """Whether the field has a default that fits its own schema (SEP-1034), and that default."""
+    if "default" not in asked.schema:
+        return False, None
+    value = asked.schema["default"]
+    fits = jsonschema.Draft202012Validator(asked.schema).is_valid(value)
+    return fits, value if fits else None
+
+
 def _parse(asked: Field, text: str) -> tuple[Any, str | None]:
     """The reply as the field's type, or why it does not fit (never repeating the reply)."""
     raw = text.strip()
-    if raw.lower() in _SKIP and asked.kind != "boolean":
+    skipped = raw.lower() == "skip" if asked.kind == "boolean" else raw.lower() in _SKIP
+    if skipped:
+        has_default, default = _default(asked)
+        if has_default:
+            return default, None
         if asked.required:
             return None, f"{asked.title} is needed"
-        return None, None
+        if asked.kind != "boolean":
+            return None, None
     kind = asked.kind
     value: Any
     if kind == "boolean":
@@ -446,9 +467,17 @@ def _field_prompt(pending: PendingElicitation, asked: Field) -> Prompt:
             "field": asked.title,
             "description": str(asked.schema.get("description") or ""),
             "choices": _describe(asked),
-            "optional": "" if asked.required else " (optional: say skip to leave it out)",
+            "optional": _skip_hint(asked),
         },
     )
+
+
+def _skip_hint(asked: Field) -> str:
+    has_default, default = _default(asked)
+    if has_default:
+        shown = ("yes" if default else "no") if isinstance(default, bool) else str(default)
+        return f" (say skip for {shown[:MAX_SHOWN_DEFAULT]})"
+    return "" if asked.required else " (optional: say skip to leave it out)"
 
 
 def _describe(asked: Field) -> str:
