@@ -295,3 +295,36 @@ def test_a_malformed_slot_reads_as_nothing_pending() -> None:
         {"server": "s", "message": "m", "mode": "sql", "fields": [], "position": 0, "answers": {}},
     ):
         assert PendingElicitation.from_slot(raw) is None
+
+
+def test_a_skipped_field_takes_its_default_and_the_question_says_so() -> None:
+    """SEP-1034: a field's default is what a skipped (or, all at once, left out) field answers."""
+    text = {"type": "string"}
+    request = form(
+        "Defaults",
+        name={**text, "default": "John Doe"},
+        age={"type": "integer", "default": 30},
+        verified={"type": "boolean", "default": True},
+        status={"type": "string", "enum": ["active", "inactive"], "default": "active"},
+        broken={"type": "integer", "minimum": 1, "default": 0},  # a default its own schema refuses
+    )
+    step = asked(begin("crm", request))
+    assert say(step)[0][1]["optional"] == " (say skip for John Doe)"
+    for _ in range(4):
+        step = asked(reply(through_the_tracker(step), "skip"))
+    assert say(step)[0][1]["field"] == "broken" and say(step)[0][1]["optional"].startswith(" (optional")
+    done = reply(step.pending, "skip")
+    assert done == Answered(
+        "accept", {"name": "John Doe", "age": 30, "verified": True, "status": "active"}
+    ), done
+    # all at once: a field left out takes its default
+    short = form(
+        "Short",
+        verified={"type": "boolean", "default": False},
+        status=request["requestedSchema"]["properties"]["status"],
+    )
+    step = asked(begin("crm", short))
+    assert step.pending.all_at_once
+    assert reply(step.pending, "status: inactive") == Answered(
+        "accept", {"status": "inactive", "verified": False}
+    )
