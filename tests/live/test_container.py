@@ -122,7 +122,7 @@ CONFINED = [
     "--tmpfs",
     "/tmp",
     "--tmpfs",
-    "/app/var",
+    "/app/var:rw,mode=1777",  # writable by the image's user, as the chart's emptyDir (fsGroup) is
     "--cap-drop",
     "ALL",
     "--security-opt",
