@@ -94,7 +94,7 @@ def image() -> str:
 
 
 def container(
-    image: str, name: str, port: int, env: dict[str, str], *, volume: Path | None = None
+    image: str, name: str, port: int, env: dict[str, str], var: Path, *, volume: Path | None = None
 ) -> procs.ServiceProcess:
     """A (not yet started) `podman run` of ``image`` on the host's network; `.url` is its /webhook.
     The values of ``env`` are in podman's environment only; its arguments name the variables. It runs
@@ -102,6 +102,7 @@ def container(
     (tmpfs, as the chart's emptyDirs), no capabilities, no privilege escalation."""
     args = ["podman", "--runtime", RUNC, "run", "--rm", "--name", name, "--network", "host", *CONFINED]
     args += [arg for variable in env for arg in ("--env", variable)]
+    args += ["--volume", f"{var}:/app/var"]
     if volume is not None:
         args += ["--volume", f"{volume}:{volume}"]
     base = f"http://{procs.HOST}:{port}"
@@ -115,14 +116,14 @@ def container(
     )
 
 
-# The chart's securityContext, as podman's options (--read-only-tmpfs=false: only what is listed is writable).
+# The chart's securityContext, as podman's options (--read-only-tmpfs=false: only what is listed is
+# writable). The app's var/, the chart's other emptyDir, is a directory of the test's, owned by the image's
+# user (this podman gives a tmpfs there to root, whatever its mode option says).
 CONFINED = [
     "--read-only",
     "--read-only-tmpfs=false",
     "--tmpfs",
     "/tmp",
-    "--tmpfs",
-    "/app/var:rw,mode=1777",  # writable by the image's user, as the chart's emptyDir (fsGroup) is
     "--cap-drop",
     "ALL",
     "--security-opt",
@@ -155,6 +156,8 @@ class ContainerStack(LoggedStack):
         # The container's user (1001) writes the audit trail here, at the same path as on the host.
         self.shared = workdir / "shared"
         self.audit_log = self.shared / "audit.jsonl"
+        # Mounted at the app's var/, as the chart's emptyDir is.
+        self.var = workdir / "app-var"
         self.actions: procs.ServiceProcess | None = None
 
     def start(self) -> None:
@@ -165,8 +168,9 @@ class ContainerStack(LoggedStack):
         procs.seed_db(self.db)
         crm = self.start_logged(procs.crm_rest(self.db))
         mcp = self.start_logged(procs.crm_mcp(crm.url, token=self.mcp_token))
-        self.shared.mkdir(parents=True, exist_ok=True)
-        shutil.chown(self.shared, user=1001, group=0)
+        for writable in (self.shared, self.var):
+            writable.mkdir(parents=True, exist_ok=True)
+            shutil.chown(writable, user=1001, group=0)
         env = {
             "CRM_URL": crm.url,
             "CRM_MCP_URL": mcp.url,
@@ -177,7 +181,9 @@ class ContainerStack(LoggedStack):
             "AUDIT_LOG": str(self.audit_log),
             "APPROVALS_DATABASE": str(self.shared / "approvals.sqlite3"),
         }
-        self.actions = self.start_logged(container(self.image, self.name, self.port, env, volume=self.shared))
+        self.actions = self.start_logged(
+            container(self.image, self.name, self.port, env, self.var, volume=self.shared)
+        )
 
     def close(self) -> None:
         try:
