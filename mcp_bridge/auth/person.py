@@ -9,7 +9,13 @@ the flow's state where every replica finds it:
 
 * discovery as the MCP specification describes: the server's 401 challenge and its
   protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414),
-  with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server;
+  with the SDK's helpers (``mcp.client.auth.utils``); read once per process and server. With
+  ``oauth.issuer`` set, the server's metadata must name that authorization server, whose metadata
+  is then read at that issuer alone: a server that names another is refused before anything of the
+  client's goes anywhere (no link, no code, no secret, no verifier). Metadata for another resource
+  than the server's URL is refused the same way (RFC 9728 section 7.3), and without ``oauth.scope``
+  the scope asked for is the specification's choice: the 401's ``scope``, else the metadata's
+  ``scopes_supported``, else none;
 * the sign-in link shown in the chat is the action server's own callback route with a sealed *start
   ticket* (``?start=``; Fernet: encrypted and signed, with its time: it expires) naming the
   conversation, the person, the server, the skill and a nonce. Opening it is good once (the first
@@ -67,11 +73,16 @@ from mcp_bridge.mcp_sdk import (
     ProtectedResourceMetadata,
     build_oauth_authorization_server_metadata_discovery_urls,
     build_protected_resource_metadata_discovery_urls,
+    check_resource_allowed,
     create_oauth_metadata_request,
     extract_resource_metadata_from_www_auth,
+    extract_scope_from_www_auth,
+    get_client_metadata_scopes,
     handle_auth_metadata_response,
     handle_protected_resource_response,
     http,
+    issuers_match,
+    resource_url_from_server_url,
     validate_authorization_response_iss,
     validate_metadata_issuer,
 )
@@ -169,12 +180,17 @@ def browser_digest(secret: str) -> str:
 class _Discovered:
     resource: ProtectedResourceMetadata | None
     metadata: OAuthMetadata
+    # The scope asked for when oauth.scope is not set: the MCP specification's selection (the 401's
+    # scope, else the protected-resource metadata's scopes_supported, else none).
+    scope: str | None = None
 
 
 async def discover(config: MCPServerConfig) -> _Discovered:
     """Where people sign in for the server, as the MCP specification says: its 401's hint, its
     protected-resource metadata (RFC 9728), then the authorization server's metadata (RFC 8414).
-    NotAuthorisedError when none is found."""
+    NotAuthorisedError when none is found, or when ``oauth.issuer`` pins another server than the
+    one the metadata names."""
+    pinned = config.oauth.issuer if config.oauth is not None else None
     async with _http(config) as http:
         challenge = await http.post(
             config.url,
@@ -182,6 +198,7 @@ async def discover(config: MCPServerConfig) -> _Discovered:
             headers={"accept": "application/json, text/event-stream"},
         )
         hint = extract_resource_metadata_from_www_auth(challenge)
+        challenged = extract_scope_from_www_auth(challenge)
         resource: ProtectedResourceMetadata | None = None
         for url in build_protected_resource_metadata_discovery_urls(hint, config.url):
             resource = await handle_protected_resource_response(
@@ -189,9 +206,20 @@ async def discover(config: MCPServerConfig) -> _Discovered:
             )
             if resource is not None:
                 break
-        issuer = (
-            str(resource.authorization_servers[0]) if resource and resource.authorization_servers else None
-        )
+        served = resource_url_from_server_url(config.url)
+        if resource is not None and not check_resource_allowed(served, str(resource.resource)):
+            # RFC 9728 section 7.3: metadata for another resource could send people to sign in for it.
+            raise NotAuthorisedError(
+                f"MCP server {config.name!r} publishes protected-resource metadata for {resource.resource}, "
+                f"not for {served}: nobody is sent to sign in, and nothing was sent"
+            )
+        named = [str(server) for server in resource.authorization_servers or []] if resource else []
+        if pinned is not None and named and not any(issuers_match(server, pinned) for server in named):
+            raise NotAuthorisedError(
+                f"MCP server {config.name!r} names the authorization server {', '.join(named)}, but "
+                f"oauth.issuer allows only {pinned}: nobody is sent to sign in there, and nothing was sent"
+            )
+        issuer = pinned or (named[0] if named else None)
         metadata: OAuthMetadata | None = None
         for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, config.url):
             go_on, metadata = await handle_auth_metadata_response(
@@ -204,9 +232,14 @@ async def discover(config: MCPServerConfig) -> _Discovered:
             f"MCP server {config.name!r}: no authorization server metadata found (protected-resource "
             "metadata, RFC 9728, then RFC 8414); nobody can sign in"
         )
-    if issuer is not None:
+    if pinned is not None and not issuers_match(str(metadata.issuer), pinned):
+        raise NotAuthorisedError(
+            f"MCP server {config.name!r}: the authorization server at {pinned} calls itself "
+            f"{metadata.issuer}, not the oauth.issuer configured; nobody is sent to sign in there"
+        )
+    if issuer is not None and pinned is None:
         validate_metadata_issuer(metadata, issuer)
-    return _Discovered(resource, metadata)
+    return _Discovered(resource, metadata, get_client_metadata_scopes(challenged, resource, metadata))
 
 
 async def authorization_server(config: MCPServerConfig) -> str:
@@ -286,7 +319,7 @@ class PersonOAuth:
         method = "client_secret_basic" if oauth.client_secret else "none"
         metadata = OAuthClientMetadata(
             redirect_uris=[oauth.redirect_uri],  # type: ignore[list-item]  # pydantic parses the URL
-            scope=oauth.scope,
+            scope=oauth.scope or found.scope,
             grant_types=["authorization_code", "refresh_token"],
             token_endpoint_auth_method=method,  # type: ignore[arg-type]
         )
@@ -302,7 +335,7 @@ class PersonOAuth:
             redirect_uris=[oauth.redirect_uri],  # type: ignore[list-item]
             token_endpoint_auth_method=method,
             grant_types=["authorization_code", "refresh_token"],
-            scope=oauth.scope,
+            scope=oauth.scope or found.scope,
         )
         return provider, storage
 
@@ -369,8 +402,8 @@ class PersonOAuth:
             "code_challenge_method": "S256",
             "resource": context.get_resource_url(),  # RFC 8707
         }
-        if oauth.scope:
-            params["scope"] = oauth.scope
+        if context.client_metadata.scope:
+            params["scope"] = context.client_metadata.scope
         endpoint = str(context.oauth_metadata.authorization_endpoint)
         redirect = urlparse(str(oauth.redirect_uri))
         return Started(f"{endpoint}?{urlencode(params)}", redirect.scheme == "https", redirect.path or "/")

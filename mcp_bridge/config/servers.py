@@ -12,7 +12,8 @@ mcp_servers:
     # or: oauth:                   # OAuth 2 client credentials (mcp_bridge.auth.client_credentials)
     #       client_id: "${CRM_OAUTH_CLIENT_ID}"
     #       client_secret: "${CRM_OAUTH_CLIENT_SECRET}"
-    #       token_url: "${CRM_OAUTH_TOKEN_URL}"
+    #       token_url: "${CRM_OAUTH_TOKEN_URL}"  # optional: else discovered (the server's metadata)
+    #       issuer: https://auth.example.com  # optional: the only authorization server discovery may name
     #       scope: crm.notes       # optional: the scope asked for
     #       audience: ...          # optional: sent as the token request's `audience`
     #       timeout: 10            # optional: seconds for the token request
@@ -23,6 +24,7 @@ mcp_servers:
     #       client_secret: "${CRM_OAUTH_CLIENT_SECRET}"  # optional: a public client uses PKCE only
     #       scope: crm.notes
     #       redirect_uri: "${ACTION_SERVER_PUBLIC_URL}/mcp-bridge/oauth/callback"
+    #       issuer: https://auth.example.com  # optional: people sign in there, at no other server
     tool_timeout: 10               # seconds to wait for one tool call's answer
     meta_map:                      # sent in every tools/call's _meta
       static: {source: rasa}
@@ -85,12 +87,15 @@ NOT_SUPPORTED = {
     "pre_call_hook": "Rasa Pro's call-time credential hook is not supported; use meta_map for _meta",
 }
 _OAUTH_KEYS = ("client_id", "client_secret", "token_url", "scope", "audience", "timeout")
-_OAUTH_REQUIRED = ("client_id", "client_secret", "token_url")
+_OAUTH_REQUIRED = ("client_id", "client_secret")
+# The bridge's own key in the block, for both grants: the authorization server's issuer (RFC 8414).
+# Discovery may lead to that server alone; one that names another is refused before anything is sent.
+_ISSUER = "issuer"
 CLIENT_CREDENTIALS = "client_credentials"
 AUTHORIZATION_CODE = "authorization_code"
 _GRANTS = (CLIENT_CREDENTIALS, AUTHORIZATION_CODE)
 # Acting as the person: the endpoints are discovered from the server's protected-resource metadata.
-_PERSON_KEYS = ("grant", "client_id", "client_secret", "scope", "redirect_uri", "timeout")
+_PERSON_KEYS = ("grant", "client_id", "client_secret", "scope", "redirect_uri", _ISSUER, "timeout")
 _PERSON_REQUIRED = ("client_id", "redirect_uri")
 DEFAULT_OAUTH_TIMEOUT = 10.0
 _META_KEYS = ("static", "from_slots")
@@ -125,7 +130,8 @@ class SlotMeta:
 
 @dataclass(frozen=True)
 class OAuthConfig:
-    """Rasa Pro's ``oauth:`` block: OAuth 2 client credentials, asked for at ``token_url``."""
+    """Rasa Pro's ``oauth:`` block: OAuth 2 client credentials, asked for at ``token_url`` (or at the
+    token endpoint discovery finds when it is empty)."""
 
     client_id: str
     client_secret: str = field(repr=False)
@@ -138,6 +144,8 @@ class OAuthConfig:
     # has a redirect_uri, and its client_secret may be empty (a public client, PKCE only).
     grant: str = CLIENT_CREDENTIALS
     redirect_uri: str | None = None
+    # The authorization server's issuer identifier: discovery may lead there and nowhere else.
+    issuer: str | None = None
 
     @property
     def acts_as_person(self) -> bool:
@@ -195,9 +203,12 @@ class MCPServerConfig:
             parts = [f"client_id {self.oauth.client_id}"]
             parts += [f"scope {self.oauth.scope}"] if self.oauth.scope else []
             parts += [f"redirect_uri {self.oauth.redirect_uri}"]
+            parts += [f"issuer {self.oauth.issuer}"] if self.oauth.issuer else []
             return f"oauth acting as the person (authorization code with PKCE; {', '.join(parts)})"
         if self.oauth is not None:
-            parts = [f"client_id {self.oauth.client_id}", f"token_url {self.oauth.token_url}"]
+            token_url = self.oauth.token_url or "discovered"
+            parts = [f"client_id {self.oauth.client_id}", f"token_url {token_url}"]
+            parts += [f"issuer {self.oauth.issuer}"] if self.oauth.issuer else []
             parts += [f"scope {self.oauth.scope}"] if self.oauth.scope else []
             parts += [f"audience {self.oauth.audience}"] if self.oauth.audience else []
             return f"oauth client credentials ({', '.join(parts)})"
@@ -392,7 +403,7 @@ class _Server:
                 )
         block = self.entry["oauth"]
         if not isinstance(block, dict):
-            raise self.fail("'oauth' must be a mapping with client_id, client_secret and token_url")
+            raise self.fail("'oauth' must be a mapping with client_id and client_secret")
         grant = block.get("grant", CLIENT_CREDENTIALS)
         if grant not in _GRANTS:
             raise self.fail(
@@ -401,27 +412,50 @@ class _Server:
             )
         if grant == AUTHORIZATION_CODE:
             return self._person_oauth(block)
-        unknown = [key for key in block if key not in _OAUTH_KEYS and key != "grant"]
+        unknown = [key for key in block if key not in (*_OAUTH_KEYS, "grant", _ISSUER)]
         if unknown:
-            raise self.fail(f"oauth: unknown key(s) {_listed(unknown)}; it takes {', '.join(_OAUTH_KEYS)}")
-        values = self._oauth_values(block, _OAUTH_KEYS[:-1], _OAUTH_REQUIRED, "")
-        token_url = values["token_url"]
+            raise self.fail(
+                f"oauth: unknown key(s) {_listed(unknown)}; it takes {', '.join(_OAUTH_KEYS)}, {_ISSUER}"
+            )
+        values = self._oauth_values(block, (*_OAUTH_KEYS[:-1], _ISSUER), _OAUTH_REQUIRED, "")
+        token_url = values.get("token_url")
         if token_url is not None:
             parsed = urlparse(token_url)
             allowed = ("https",) if self.entry.get("type") == "https" else ("http", "https")
             if parsed.scheme not in allowed or not parsed.netloc:
                 raise self.fail(f"'oauth.token_url' must be an {' or '.join(allowed)} URL, got {token_url!r}")
+        issuer = self._issuer(values.get(_ISSUER))
         timeout = self._oauth_timeout(block)
-        if any(values.get(key) is None for key in _OAUTH_REQUIRED):
+        if any(values.get(key) is None for key in _OAUTH_REQUIRED) or any(
+            key in block and values.get(key) is None for key in ("token_url", _ISSUER)
+        ):
             return None  # a variable is unset (allow_unset): the shape is checked, nothing connects
         return OAuthConfig(
             client_id=str(values["client_id"]),
             client_secret=str(values["client_secret"]),
-            token_url=str(token_url),
+            token_url=token_url or "",
             scope=values.get("scope"),
             audience=values.get("audience"),
             timeout=float(timeout),
+            issuer=issuer,
         )
+
+    def _issuer(self, issuer: str | None) -> str | None:
+        """``oauth.issuer``: an https URL (http on the loopback), no query or fragment (RFC 8414)."""
+        if issuer is None:
+            return None
+        parsed = urlparse(issuer)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment:
+            raise self.fail(
+                f"'oauth.issuer' must be the authorization server's issuer: an http(s) URL without a "
+                f"query or #fragment, got {issuer!r}"
+            )
+        if parsed.scheme == "http" and parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise self.fail(
+                "'oauth.issuer' must be https unless it is on the loopback: the client's credentials "
+                f"go there; got {issuer!r}"
+            )
+        return issuer
 
     def _oauth_values(
         self, block: dict[str, Any], keys: Sequence[str], required: Collection[str], missing_note: str
@@ -466,6 +500,7 @@ class _Server:
         values = self._oauth_values(
             block, _PERSON_KEYS[1:-1], _PERSON_REQUIRED, f" (grant {AUTHORIZATION_CODE})"
         )
+        issuer = self._issuer(values.get(_ISSUER))
         redirect = values.get("redirect_uri")
         if redirect is not None:
             parsed = urlparse(redirect)
@@ -480,8 +515,8 @@ class _Server:
                     f"authorization code travels in it; got {redirect!r}"
                 )
         timeout = self._oauth_timeout(block)
-        if any(values.get(key) is None for key in _PERSON_REQUIRED) or (
-            "client_secret" in block and values.get("client_secret") is None
+        if any(values.get(key) is None for key in _PERSON_REQUIRED) or any(
+            key in block and values.get(key) is None for key in ("client_secret", _ISSUER)
         ):
             return None  # a variable is unset (allow_unset): the shape is checked, nothing connects
         return OAuthConfig(
@@ -491,6 +526,7 @@ class _Server:
             timeout=float(timeout),
             grant=AUTHORIZATION_CODE,
             redirect_uri=redirect,
+            issuer=issuer,
         )
 
     def _api_key_header(self) -> tuple[str, str]:

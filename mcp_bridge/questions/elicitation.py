@@ -18,12 +18,20 @@ The rules:
   a time). Each reply is
   checked against that field's schema (type, choices, length, range, the formats email / date /
   uri); a reply that does not fit is answered with the reason and the same field is asked again.
-  An optional field may be skipped ("skip").
+  An optional field may be skipped ("skip"); a field with a ``default`` (SEP-1034) takes it when
+  skipped, or when an all-at-once reply leaves it out, and the question says so.
 * "decline" (or a plain no to a URL) declines; "cancel" / "stop" cancels. Either ends the request;
   nothing the person typed for it is sent.
 * A URL is shown with its domain set apart ("opens a page on accounts.example.com"), and only a
-  plain yes to the explicit consent question accepts. A URL that is not http(s), or carries a user
-  name or password, is declined without asking.
+  plain yes to the explicit consent question accepts. Only ``https:`` is asked about (``http:`` only
+  on the loopback, for tests and local servers); a host in another script is shown as the browser
+  resolves it, in punycode (``xn--...``, IDNA 2008 with UTS 46, as browsers map it), in the domain
+  and in the link, so a look-alike of a known name cannot pass for it. A URL that is not https, carries a
+  user name or password, has a host IDNA refuses, or is longer than :data:`MAX_URL`, is declined
+  without asking.
+* A form that asks for a password, a card number or a token is declined without asking, with the
+  reason in :attr:`Answered.reason` and the log (:mod:`mcp_bridge.questions.sensitive` has the rules):
+  the chat keeps every reply, and the MCP specification says such things are asked through a URL.
 * An answer is never a confirmation: the executor asks its own question about a write, before the
   call (see :mod:`mcp_bridge.confirmation.executor`), and a yes here only answers the server.
 
@@ -35,22 +43,27 @@ declined unasked.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+import idna
 import jsonschema
 
 from mcp_bridge.contract import RESPONSES
+from mcp_bridge.questions.sensitive import refusal
 from mcp_bridge.tools.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
 
 __all__ = [
     "ALL_AT_ONCE_FIELDS",
     "MAX_ANSWER",
     "MAX_FIELDS",
+    "MAX_URL",
     "Answered",
     "Asked",
     "Field",
@@ -65,6 +78,11 @@ __all__ = [
 MAX_ROUNDS = 5
 MAX_ANSWER = 2000
 MAX_FIELDS = 20
+MAX_URL = 2048
+# A field's default is shown at most this long in the question.
+MAX_SHOWN_DEFAULT = 80
+
+log = logging.getLogger(__name__)
 ALL_AT_ONCE_FIELDS = 3
 
 # The responses this module asks the bot to say (mcp_bridge.contract's catalogue: variables there).
@@ -181,16 +199,18 @@ class Answered:
     action: Action
     content: dict[str, Any] | None = None
     say: tuple[Prompt, ...] = ()
+    # Why a question was declined without asking (never a value the person typed).
+    reason: str | None = None
 
 
 def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
     """Start asking ``request`` (an ``elicitation/create`` request's params, as the wire has them)."""
     message = str(request.get("message") or "")[:MAX_ANSWER]
     if request.get("mode") == "url":
-        url = str(request.get("url") or "")
-        if _domain(url) is None:
-            return Answered("decline")
-        pending = PendingElicitation(server=server, message=message, mode="url", url=url)
+        shown, problem = _link(str(request.get("url") or ""))
+        if shown is None:
+            return _refused(server, str(problem))
+        pending = PendingElicitation(server=server, message=message, mode="url", url=shown)
         return Asked(pending, (_url_prompt(pending),))
     schema = request.get("requestedSchema") or request.get("requested_schema") or {}
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
@@ -204,11 +224,19 @@ def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
         return Answered("decline")
     required = set(schema.get("required") or [])
     fields = tuple(Field(str(name), dict(spec), name in required) for name, spec in properties.items())
+    sensitive = refusal(message, ((f.name, f.schema) for f in fields))
+    if sensitive is not None:
+        return _refused(server, sensitive)
     short = 2 <= len(fields) <= ALL_AT_ONCE_FIELDS and all(f.kind in ("boolean", "choice") for f in fields)
     pending = PendingElicitation(
         server=server, message=message, mode="form", fields=fields, all_at_once=short
     )
     return Asked(pending, (_form_prompt(pending),))
+
+
+def _refused(server: str, reason: str) -> Answered:
+    log.warning("MCP server %r asked a question the chat will not ask, declined unasked: %s", server, reason)
+    return Answered("decline", reason=reason)
 
 
 def reply(pending: PendingElicitation, text: str) -> Asked | Answered:
@@ -269,6 +297,10 @@ def _read_all(pending: PendingElicitation, text: str) -> Asked | Answered:
             return Asked(pending, (_invalid(pending, problem, named), _again(pending)))
         if value is not None:
             answers[named.name] = value
+    for left_out in pending.fields:
+        has_default, default = _default(left_out)
+        if has_default and left_out.name not in answers:
+            answers[left_out.name] = default
     missing = [f.title for f in pending.fields if f.required and f.name not in answers]
     if missing:
         reason = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
@@ -282,13 +314,27 @@ def _advance(pending: PendingElicitation) -> Asked | Answered:
     return Asked(pending, (_field_prompt(pending, pending.fields[pending.position]),))
 
 
+def _default(asked: Field) -> tuple[bool, Any]:
+    """Whether the field has a default that fits its own schema (SEP-1034), and that default."""
+    if "default" not in asked.schema:
+        return False, None
+    value = asked.schema["default"]
+    fits = jsonschema.Draft202012Validator(asked.schema).is_valid(value)
+    return fits, value if fits else None
+
+
 def _parse(asked: Field, text: str) -> tuple[Any, str | None]:
     """The reply as the field's type, or why it does not fit (never repeating the reply)."""
     raw = text.strip()
-    if raw.lower() in _SKIP and asked.kind != "boolean":
+    skipped = raw.lower() == "skip" if asked.kind == "boolean" else raw.lower() in _SKIP
+    if skipped:
+        has_default, default = _default(asked)
+        if has_default:
+            return default, None
         if asked.required:
             return None, f"{asked.title} is needed"
-        return None, None
+        if asked.kind != "boolean":
+            return None, None
     kind = asked.kind
     value: Any
     if kind == "boolean":
@@ -362,6 +408,47 @@ def _domain(url: str) -> str | None:
     return parts.hostname
 
 
+def _link(url: str) -> tuple[str, None] | tuple[None, str]:
+    """The URL as the person is shown it, its host in ASCII (punycode for a name in another script,
+    as a browser resolves it); or why the person should not be sent there."""
+    if len(url) > MAX_URL:
+        return None, f"the URL is longer than {MAX_URL} characters"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return None, "the URL has a space or a control character in it"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None, "the URL is not a URL"
+    host = parts.hostname
+    if parts.scheme not in ("https", "http") or not host:
+        return None, "the URL is not an https address"
+    if "@" in parts.netloc:
+        return None, "the URL has a user name or password in it"
+    try:
+        ipaddress.ip_address(host)
+        ascii_host = host
+    except ValueError:
+        try:
+            ascii_host = idna.encode(host, uts46=True, transitional=False).decode("ascii").lower()
+        except (idna.IDNAError, UnicodeError):
+            return None, "the URL's host is not a name IDNA accepts"
+    if parts.scheme == "http" and not _loopback(ascii_host):
+        return None, "the URL is plain http (https only, http on the loopback)"
+    netloc = f"[{ascii_host}]" if ":" in ascii_host else ascii_host
+    netloc += f":{port}" if port is not None else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _form_prompt(pending: PendingElicitation) -> Prompt:
     if pending.all_at_once:
         lines = [f"{f.name}: {_describe(f)}" for f in pending.fields]
@@ -380,9 +467,17 @@ def _field_prompt(pending: PendingElicitation, asked: Field) -> Prompt:
             "field": asked.title,
             "description": str(asked.schema.get("description") or ""),
             "choices": _describe(asked),
-            "optional": "" if asked.required else " (optional: say skip to leave it out)",
+            "optional": _skip_hint(asked),
         },
     )
+
+
+def _skip_hint(asked: Field) -> str:
+    has_default, default = _default(asked)
+    if has_default:
+        shown = ("yes" if default else "no") if isinstance(default, bool) else str(default)
+        return f" (say skip for {shown[:MAX_SHOWN_DEFAULT]})"
+    return "" if asked.required else " (optional: say skip to leave it out)"
 
 
 def _describe(asked: Field) -> str:

@@ -94,12 +94,15 @@ def image() -> str:
 
 
 def container(
-    image: str, name: str, port: int, env: dict[str, str], *, volume: Path | None = None
+    image: str, name: str, port: int, env: dict[str, str], var: Path, *, volume: Path | None = None
 ) -> procs.ServiceProcess:
     """A (not yet started) `podman run` of ``image`` on the host's network; `.url` is its /webhook.
-    The values of ``env`` are in podman's environment only; its arguments name the variables."""
-    args = ["podman", "--runtime", RUNC, "run", "--rm", "--name", name, "--network", "host"]
+    The values of ``env`` are in podman's environment only; its arguments name the variables. It runs
+    as deploy/helm/values.yaml runs it: a read-only root filesystem with /tmp and /app/var writable
+    (tmpfs, as the chart's emptyDirs), no capabilities, no privilege escalation."""
+    args = ["podman", "--runtime", RUNC, "run", "--rm", "--name", name, "--network", "host", *CONFINED]
     args += [arg for variable in env for arg in ("--env", variable)]
+    args += ["--volume", f"{var}:/app/var"]
     if volume is not None:
         args += ["--volume", f"{volume}:{volume}"]
     base = f"http://{procs.HOST}:{port}"
@@ -111,6 +114,21 @@ def container(
         url=f"{base}/webhook",
         start_timeout=120.0,
     )
+
+
+# The chart's securityContext, as podman's options (--read-only-tmpfs=false: only what is listed is
+# writable). The app's var/, the chart's other emptyDir, is a directory of the test's, owned by the image's
+# user (this podman gives a tmpfs there to root, whatever its mode option says).
+CONFINED = [
+    "--read-only",
+    "--read-only-tmpfs=false",
+    "--tmpfs",
+    "/tmp",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+]
 
 
 def command(port: int) -> list[str]:
@@ -138,6 +156,8 @@ class ContainerStack(LoggedStack):
         # The container's user (1001) writes the audit trail here, at the same path as on the host.
         self.shared = workdir / "shared"
         self.audit_log = self.shared / "audit.jsonl"
+        # Mounted at the app's var/, as the chart's emptyDir is.
+        self.var = workdir / "app-var"
         self.actions: procs.ServiceProcess | None = None
 
     def start(self) -> None:
@@ -148,8 +168,9 @@ class ContainerStack(LoggedStack):
         procs.seed_db(self.db)
         crm = self.start_logged(procs.crm_rest(self.db))
         mcp = self.start_logged(procs.crm_mcp(crm.url, token=self.mcp_token))
-        self.shared.mkdir(parents=True, exist_ok=True)
-        shutil.chown(self.shared, user=1001, group=0)
+        for writable in (self.shared, self.var):
+            writable.mkdir(parents=True, exist_ok=True)
+            shutil.chown(writable, user=1001, group=0)
         env = {
             "CRM_URL": crm.url,
             "CRM_MCP_URL": mcp.url,
@@ -160,7 +181,9 @@ class ContainerStack(LoggedStack):
             "AUDIT_LOG": str(self.audit_log),
             "APPROVALS_DATABASE": str(self.shared / "approvals.sqlite3"),
         }
-        self.actions = self.start_logged(container(self.image, self.name, self.port, env, volume=self.shared))
+        self.actions = self.start_logged(
+            container(self.image, self.name, self.port, env, self.var, volume=self.shared)
+        )
 
     def close(self) -> None:
         try:
@@ -185,6 +208,18 @@ def test_the_container_answers_health_without_a_token_and_runs_as_user_1001(stac
         assert response.status == 200
     inspected = podman("inspect", "--format", "{{.Config.User}}", stack.name, timeout=60)
     assert inspected.stdout.strip() == "1001", inspected.stderr
+    # Confined as the Helm chart confines it (and still answering, and writing, below): no capability in
+    # its bounding set, no privilege to gain, and a root filesystem it cannot write.
+    probe = (
+        "import pathlib; status = open('/proc/self/status').read().splitlines(); "
+        "print(*[line for line in status if line.startswith(('CapBnd', 'NoNewPrivs'))], sep='\\n'); "
+        "pathlib.Path('/tmp/x').write_text('x'); pathlib.Path('/app/var/x').write_text('x'); "
+        "pathlib.Path('/app/x').write_text('x')"
+    )
+    confined = podman("exec", stack.name, "python", "-c", probe, timeout=60)
+    assert confined.returncode != 0 and "Read-only file system: '/app/x'" in confined.stderr, confined.stderr
+    assert "CapBnd:\t0000000000000000" in confined.stdout, confined.stdout  # not even one to gain
+    assert "NoNewPrivs:\t1" in confined.stdout, confined.stdout
     # No secret in the image or on podman's command line: only in the container's environment.
     history = podman("image", "inspect", stack.image, timeout=60).stdout
     assert stack.token not in history and CONFIRMATION_SECRET not in history

@@ -90,17 +90,18 @@ class Stack:
         return jwt.encode(payload, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
 
     def runtime(self, secret: str = CLIENT.client_secret, url: str | None = None, **oauth: Any) -> MCPRuntime:
+        block = {
+            "client_id": "${CRM_OAUTH_CLIENT_ID}",
+            "client_secret": "${CRM_OAUTH_CLIENT_SECRET}",
+            "token_url": f"{self.auth.url}/token",
+            "scope": CLIENT.scope,
+            **oauth,
+        }
         entry = {
             "name": "crm",
             "url": url or self.mcp.url,
             "type": "http",
-            "oauth": {
-                "client_id": "${CRM_OAUTH_CLIENT_ID}",
-                "client_secret": "${CRM_OAUTH_CLIENT_SECRET}",
-                "token_url": f"{self.auth.url}/token",
-                "scope": CLIENT.scope,
-                **oauth,
-            },
+            "oauth": {key: value for key, value in block.items() if value is not None},  # None: left out
         }
         env = {"CRM_OAUTH_CLIENT_ID": CLIENT.client_id, "CRM_OAUTH_CLIENT_SECRET": secret}
         return MCPRuntime(parse_mcp_servers([entry], source="endpoints.yml", env=env))
@@ -192,6 +193,34 @@ async def test_a_note_is_written_with_a_token_and_stored_as_its_client(
         assert token.access_token not in text, f"the access token is in the {where}"
         assert CLIENT.client_secret not in text, f"the client secret is in the {where}"
     assert CLIENT.client_secret not in repr(runtime.servers["crm"])
+
+
+async def test_without_token_url_the_token_endpoint_is_discovered_and_an_issuer_pins_it(
+    stack: Stack, closing: list[MCPRuntime]
+) -> None:
+    """The MCP client-credentials extension: no token_url, so the token endpoint comes from the
+    server's 401 (its protected-resource metadata) and the authorization server's metadata."""
+    before = crm_db.count_notes(stack.db)
+    for issuer in (None, stack.auth.url):
+        runtime = stack.runtime(token_url=None, issuer=issuer)
+        closing.append(runtime)
+        note = await _note(runtime, stack, f"Called about the VAT rate (issuer {issuer})")
+        assert crm_db.note_author(stack.db, note["note_id"]) == CLIENT.client_id
+    assert stack.tokens_issued() == 2
+    assert crm_db.count_notes(stack.db) == before + 2
+
+    # Pinned to another authorization server: the server's metadata names this one, so the secret
+    # goes nowhere (no token request reaches the authorization server) and nothing is written.
+    elsewhere = f"http://{procs.HOST}:{procs.free_port()}"
+    runtime = stack.runtime(token_url=None, issuer=elsewhere)
+    closing.append(runtime)
+    contact = crm_db.contact_id(stack.db, DANA)
+    with pytest.raises(NotAuthorisedError) as refused:
+        await runtime.invoke("crm", "add_timeline_note", {"contact_id": contact, "text": "never"})
+    assert refused.value.may_have_run is False
+    assert f"!= {elsewhere}" in str(refused.value), str(refused.value)
+    assert (stack.tokens_issued(), stack.tokens_refused()) == (2, 0)
+    assert crm_db.count_notes(stack.db) == before + 2
 
 
 async def test_a_wrong_client_secret_is_refused_and_writes_nothing(

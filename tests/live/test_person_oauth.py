@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import logging
 import os
 import re
 import secrets
+import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlparse
@@ -38,7 +41,7 @@ from mcp_bridge.auth.person import (
 from mcp_bridge.auth.token_store import Keys, TokenStore, token_keys
 from mcp_bridge.channels.proof import ChannelKeys
 from mcp_bridge.config.servers import parse_mcp_servers
-from mcp_bridge.errors import ConfigError
+from mcp_bridge.errors import ConfigError, NotAuthorisedError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from scripts import engines
 from scripts.services import TEST_CHANNEL_KEY
@@ -69,7 +72,7 @@ class Stack:
     person: procs.PersonClient
     tokens_file: Path
 
-    def runtime(self, clock: Any = time.time) -> MCPRuntime:
+    def runtime(self, clock: Any = time.time, issuer: str | None = None) -> MCPRuntime:
         entry = {
             "name": "crm",
             "url": self.mcp.url,
@@ -80,6 +83,7 @@ class Stack:
                 "client_secret": "${CRM_PERSON_SECRET}",
                 "scope": SERVICE.scope,
                 "redirect_uri": self.person.redirect_uri,
+                **({"issuer": issuer} if issuer else {}),
             },
         }
         servers = parse_mcp_servers(
@@ -89,7 +93,9 @@ class Stack:
         return MCPRuntime(servers, person_oauth=PersonOAuth(servers, store, clock=clock))
 
 
-def _start(tmp_path: Path, services: procs.Services, ttl: int = 600) -> Stack:
+def _start(tmp_path: Path, services: procs.Services, ttl: int = 600, named: str | None = None) -> Stack:
+    """The stack; ``named``: the authorization server the CRM's MCP server names in its metadata
+    (by default the real one)."""
     db = procs.seed_db(tmp_path / "crm.sqlite3")
     assert db is not None
     rest = services.start(procs.crm_rest(db))
@@ -101,7 +107,9 @@ def _start(tmp_path: Path, services: procs.Services, ttl: int = 600) -> Stack:
         "crm-bridge-person", "person-client-secret-for-tests", f"http://{procs.HOST}:1{CALLBACK_PATH}"
     )
     auth = services.start(procs.authorization_server(mcp_url, SERVICE, person=person, token_ttl=ttl))
-    mcp = services.start(procs.crm_mcp(rest.url, port=mcp_port, issuer=auth.url, scope=SERVICE.scope))
+    mcp = services.start(
+        procs.crm_mcp(rest.url, port=mcp_port, issuer=named or auth.url, scope=SERVICE.scope)
+    )
     return Stack(auth, mcp, db, person, tmp_path / "tokens.sqlite3")
 
 
@@ -293,6 +301,76 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
     }.items():
         for secret in (access, refresh, answer["code"]):
             assert secret not in text, f"a token or code is in the {where}"
+
+
+class Recorder(ThreadingHTTPServer):
+    """An authorization server a hostile MCP server could name: it records every request it gets and
+    answers with its OpenID configuration (what the CRM's server reads at its start) or 404."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                recorder.requests.append(f"{self.command} {self.path}")
+                if self.path != "/.well-known/openid-configuration":
+                    self.send_error(404)
+                    return
+                body = json.dumps({"issuer": recorder.url, "jwks_uri": f"{recorder.url}/jwks"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _record
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        super().__init__((procs.HOST, 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{procs.HOST}:{self.server_address[1]}"
+
+
+async def test_a_pinned_issuer_refuses_another_authorization_server_and_sends_it_nothing(
+    tmp_path: Path, services: procs.Services, closing: list[MCPRuntime]
+) -> None:
+    rogue = Recorder()
+    try:
+        stack = _start(tmp_path, services, named=rogue.url)
+        rogue.requests.clear()  # the CRM's server read its keys' address at its start; the bridge starts now
+        runtime = stack.runtime(issuer=stack.auth.url)
+        closing.append(runtime)
+        contact = crm_db.contact_id(stack.db, DANA_EMAIL)
+        before = crm_db.count_notes(stack.db, contact)
+        with pytest.raises(NotAuthorisedError) as refused:
+            await _note(runtime, stack, "never: the server names another authorization server")
+        assert not isinstance(refused.value, SignInRequiredError)  # no link to sign in anywhere
+        assert refused.value.may_have_run is False
+        assert str(refused.value) == (
+            f"MCP server 'crm' names the authorization server {rogue.url}, but oauth.issuer allows only "
+            f"{stack.auth.url}: nobody is sent to sign in there, and nothing was sent"
+        )
+        assert rogue.requests == []  # not even a metadata request
+        assert crm_db.count_notes(stack.db, contact) == before
+    finally:
+        rogue.shutdown()
+        rogue.server_close()
+
+
+async def test_a_pinned_issuer_that_the_server_names_signs_in_there(
+    stack: Stack, closing: list[MCPRuntime]
+) -> None:
+    runtime = stack.runtime(issuer=stack.auth.url)
+    closing.append(runtime)
+    await _signed_in(runtime, stack)
+    note = await _note(runtime, stack, "Called about the VAT rate, signed in at the pinned issuer")
+    assert crm_db.note_author(stack.db, note["note_id"]) == "dana-agent"
 
 
 async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[MCPRuntime]) -> None:

@@ -820,7 +820,7 @@ REFUSED = {
     ),
     "oauth-not-a-mapping": (
         "oauth: yes",
-        "'oauth' must be a mapping with client_id, client_secret and token_url",
+        "'oauth' must be a mapping with client_id and client_secret",
     ),
     "oauth-unknown-grant": (
         "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant: x}",
@@ -832,7 +832,7 @@ REFUSED = {
         "token_url: 'https://auth/token'}",
         "oauth: unknown key(s) 'token_url' with grant authorization_code: the endpoints are discovered "
         "from the server's protected-resource metadata; it takes grant, client_id, client_secret, scope, "
-        "redirect_uri, timeout",
+        "redirect_uri, issuer, timeout",
     ),
     "person-oauth-no-redirect": (
         "oauth: {grant: authorization_code, client_id: a}",
@@ -846,7 +846,23 @@ REFUSED = {
     "oauth-unknown-key": (
         "oauth: {client_id: a, client_secret: b, token_url: 'https://auth/token', grant_type: x}",
         "oauth: unknown key(s) 'grant_type'; it takes client_id, client_secret, token_url, scope, audience, "
-        "timeout",
+        "timeout, issuer",
+    ),
+    "oauth-issuer-not-a-url": (
+        "oauth: {client_id: a, client_secret: b, issuer: 'auth.example.com'}",
+        "'oauth.issuer' must be the authorization server's issuer: an http(s) URL without a query or "
+        "#fragment, got 'auth.example.com'",
+    ),
+    "oauth-issuer-with-query": (
+        "oauth: {client_id: a, client_secret: b, issuer: 'https://auth.example.com/?tenant=1'}",
+        "'oauth.issuer' must be the authorization server's issuer: an http(s) URL without a query or "
+        "#fragment, got 'https://auth.example.com/?tenant=1'",
+    ),
+    "person-oauth-plain-http-issuer": (
+        "oauth: {grant: authorization_code, client_id: a, redirect_uri: 'http://127.0.0.1:5055/cb', "
+        "issuer: 'http://auth.example.com'}",
+        "'oauth.issuer' must be https unless it is on the loopback: the client's credentials go there; "
+        "got 'http://auth.example.com'",
     ),
     "oauth-no-secret": (
         "oauth: {client_id: a, token_url: 'https://auth/token'}",
@@ -913,6 +929,23 @@ def test_oauth_block_with_variables(tmp_path: Path) -> None:
     )
     assert crm.headers() == {}  # the token comes from the flow, not from a header of the config
     assert SECRET not in repr(crm) and SECRET not in repr(crm.oauth)
+
+
+def test_oauth_without_token_url_discovers_it_and_an_issuer_pins_the_server(tmp_path: Path) -> None:
+    block = 'oauth: {client_id: a, client_secret: "${S}", issuer: "${ISSUER}"}'
+    crm = crm_with(tmp_path, block, {"S": SECRET, "ISSUER": "https://auth.example.com"})
+    assert crm.oauth is not None
+    assert (crm.oauth.token_url, crm.oauth.issuer) == ("", "https://auth.example.com")
+    assert crm.auth_description() == (
+        "oauth client credentials (client_id a, token_url discovered, issuer https://auth.example.com)"
+    )
+    person = crm_with(
+        tmp_path,
+        "oauth: {grant: authorization_code, client_id: a, redirect_uri: 'http://127.0.0.1:5055/cb', "
+        "issuer: 'http://127.0.0.1:8300'}",
+    )
+    assert person.oauth is not None and person.oauth.issuer == "http://127.0.0.1:8300"
+    assert "issuer http://127.0.0.1:8300" in person.auth_description()
 
 
 def test_oauth_secret_unset_and_bad_is_named_not_shown(tmp_path: Path) -> None:

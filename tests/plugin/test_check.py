@@ -297,9 +297,10 @@ SERVER_KEYS: dict[str, tuple[str, str]] = {
         "meta_map: {from_slots: [{slot: reminder_text}]}",
         "meta_map.from_slots[0]: missing 'param'",
     ),
-    "oauth: no token_url": (
-        "oauth: {client_id: a, client_secret: b}",
-        "oauth: missing 'token_url'",
+    "oauth: an issuer over plain http": (
+        "oauth: {client_id: a, client_secret: b, issuer: 'http://auth.example.com'}",
+        "'oauth.issuer' must be https unless it is on the loopback: the client's credentials go there; "
+        "got 'http://auth.example.com'",
     ),
 }
 

@@ -119,6 +119,23 @@ async def test_a_url_needs_the_persons_consent(
     assert writes(server)[len(before) :] == (["connected"] if action == "accept" else [])
 
 
+async def test_a_question_asking_for_a_card_number_is_declined_unasked_and_nothing_is_paid(
+    era_server: tuple[str, procs.ServiceProcess], runtime: MCPRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    era, server = era_server
+    before = writes(server)
+    # No reply is ever needed: the question is not asked.
+    result, answered = await call_and_answer(runtime, "pay_invoice", {"invoice": "4471"}, ())
+    assert result.ok is False and result.error == "not paid: the person chose decline"
+    assert writes(server) == before
+    reason = "the field 'card_number' asks for a card number (its name says 'card number')"
+    if era == "modern":  # the question comes back to the caller, which declines it unasked
+        assert answered == [Answered("decline", reason=reason)]
+    else:  # asked mid-call: the runtime's callback declines it without holding the call
+        assert answered == [] and len(runtime.waiting) == 0
+    assert reason in caplog.text
+
+
 @pytest.fixture(scope="module")
 def everything() -> Iterator[str]:
     with procs.everything_mcp() as server:

@@ -10,9 +10,11 @@ import time
 from urllib.parse import parse_qs
 
 import httpx2
+import pytest
 
 from mcp_bridge.auth.client_credentials import AUTH_REQUEST, ClientCredentials
 from mcp_bridge.config.servers import OAuthConfig
+from mcp_bridge.mcp_sdk import OAuthFlowError, OAuthMetadata
 
 CONFIG = OAuthConfig(
     client_id="bridge",
@@ -53,3 +55,37 @@ async def test_a_token_is_renewed_shortly_before_it_expires() -> None:
     expiry = provider.context.token_expiry_time
     assert expiry is not None and 3569 < expiry - time.time() <= 3570  # at most 30 s early
     assert provider.tokens_obtained == 2
+
+
+async def test_without_token_url_the_token_endpoint_is_the_discovered_one_and_never_a_guess() -> None:
+    config = OAuthConfig(client_id="bridge", client_secret="s3cret", scope="crm.notes")
+    provider = ClientCredentials("https://crm.example.com/mcp", config)
+    await provider._initialize()
+    # Nothing discovered: no token request at all (the SDK would guess /token on the MCP server's origin).
+    with pytest.raises(OAuthFlowError, match="no token endpoint"):
+        await provider._exchange_token_client_credentials()
+    provider.context.oauth_metadata = OAuthMetadata.model_validate(
+        {
+            "issuer": "https://auth.example.com",
+            "authorization_endpoint": "https://auth.example.com/authorize",
+            "token_endpoint": "https://auth.example.com/oauth/token",
+        }
+    )
+    request = await provider._exchange_token_client_credentials()
+    assert str(request.url) == "https://auth.example.com/oauth/token"
+    assert request.headers["authorization"].startswith("Basic ")
+
+
+async def test_a_pinned_issuer_gets_no_token_request_built_from_another_servers_metadata() -> None:
+    config = OAuthConfig(client_id="bridge", client_secret="s3cret", issuer="https://auth.example.com")
+    provider = ClientCredentials("https://crm.example.com/mcp", config)
+    await provider._initialize()
+    provider.context.oauth_metadata = OAuthMetadata.model_validate(
+        {
+            "issuer": "https://elsewhere.example",
+            "authorization_endpoint": "https://elsewhere.example/authorize",
+            "token_endpoint": "https://elsewhere.example/token",
+        }
+    )
+    with pytest.raises(OAuthFlowError, match="issuer mismatch"):
+        await provider._exchange_token_client_credentials()
