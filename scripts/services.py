@@ -730,16 +730,20 @@ def chat_page(
     chat_key: str,
     port: int | None = None,
     no_answer_seconds: float | None = None,
+    token_seconds: int | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`, signing the
-    browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY); `.url` ends in /."""
+    browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY), each good for `token_seconds`
+    (the page's default: 120); `.url` ends in /."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)]
     if no_answer_seconds is not None:
         args += ["--no-answer-seconds", str(no_answer_seconds)]
+    if token_seconds is not None:
+        args += ["--token-seconds", str(token_seconds)]
     return ServiceProcess(
         "chat-page",
         args,
