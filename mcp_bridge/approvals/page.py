@@ -493,6 +493,9 @@ def make_app(
     current: Accounts = accounts if callable(accounts) else (lambda: accounts)
     headers = security_headers()
     cookie = origin.cookie_name(COOKIE)
+    # The OpenID login in progress: its path the callback's, so not __Host-; named for the port all
+    # the same (browsers send a host's cookies to all its ports); Secure (https, or loopback).
+    login_cookie = f"{LOGIN_COOKIE}-{origin.port}"
     logins = SignedValues(key or secrets.token_urlsafe(32), 600, b"logins in progress")
     limit = limit or LoginLimit()
     client_session: list[aiohttp.ClientSession] = []
@@ -579,14 +582,14 @@ def make_app(
         response = web.HTTPFound(target, headers=headers)
         # Lax: the browser comes back from the provider by a top-level navigation.
         response.set_cookie(
-            LOGIN_COOKIE, logins.issue(pending), path="/callback", httponly=True, samesite="Lax"
+            login_cookie, logins.issue(pending), path="/callback", httponly=True, samesite="Lax", secure=True
         )
         return response
 
     async def oidc_callback(request: web.Request) -> web.StreamResponse:
         if oidc is None:
             return deny(404, "this page logs in with a password")
-        pending = logins.read(request.cookies.get(LOGIN_COOKIE, ""))
+        pending = logins.read(request.cookies.get(login_cookie, ""))
         code, state = request.query.get("code"), request.query.get("state")
         if pending is None or not code or not isinstance(state, str):
             return deny(400, "no login in progress here: start again at /")
@@ -598,7 +601,7 @@ def make_app(
             log.warning("approval page: a login at the provider failed: %s", exc)
             return deny(401, "the login could not be verified")
         response = web.HTTPFound("/", headers=headers)
-        response.del_cookie(LOGIN_COOKIE, path="/callback")
+        response.del_cookie(login_cookie, path="/callback", secure=True)
         await start_session(response, who)
         log.info("approval page: %s logged in (roles: %s)", who.user, ", ".join(sorted(who.roles)) or "none")
         return response
