@@ -3,16 +3,20 @@
 ``POST /mcp-bridge/approvals/tell`` with ``{"id": "<request id>"}`` and ``Authorization: Bearer
 <APPROVAL_TELL_TOKEN>`` (the page's, and only it: it lets its holder ask this, nothing else). The
 action server reads the request from the approval store both share; if there is something to tell
-(decided and not told yet, or running past its lease: ``lost_run``), it triggers ``approval_decided``
-with the request's id in the request's own conversation, through Rasa's HTTP API
+(decided and not told yet, or running past its lease: ``lost_run``) and the request's sealed question
+opens for the request's conversation (:meth:`~mcp_bridge.approvals.second_approver.Approvals.sealed`:
+a row whose conversation was changed in the database names none), it triggers ``approval_decided``
+with the request's id in that conversation, through Rasa's HTTP API
 (:mod:`mcp_bridge.rasa.rasa_api`). Nothing the caller sends names a conversation or says what was
 decided; the action that runs (``action_approval_decided``) takes the request from the store once.
 
 So the approval page holds no Rasa token and nothing else that writes to a conversation: a leaked tell
 token lets its holder have the conversations of requests already decided told again, which their
-actions ignore. Answers: 200 ``{"told": true}``; 401 without the token; 400 without a request id;
-404 for a request the store does not have; 409 when there is nothing to tell; 502 when Rasa did not
-take it (the page's sweep asks again later).
+actions ignore; and the page's access to the approval store lets it have no other conversation told
+anything. Answers: 200 ``{"told": true}``; 401 without the token; 400 without a request id; 404 for a
+request the store does not have; 409 when there is nothing to tell, or the request's seal does not
+hold (audited, ``approval_rejected``); 502 when Rasa did not take it (the page's sweep asks again
+later).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from mcp_bridge.approvals.page import TELL_PATH
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
 from mcp_bridge.rasa import rasa_api
+from mcp_bridge.sealing import Seal
 
 __all__ = ["TELL_PATH", "attach", "to_tell"]
 
@@ -48,7 +53,7 @@ def to_tell(request: ApprovalRequest) -> bool:
     return not (request.status in ("refused", "expired") and request.told)
 
 
-def attach(app: Sanic[Any, Any], approvals: Approvals, token: str) -> None:
+def attach(app: Sanic[Any, Any], approvals: Approvals, seal: Seal, token: str) -> None:
     @app.post(TELL_PATH, name="mcp_bridge_approval_tell")
     async def tell(request: Request) -> HTTPResponse:
         scheme, _, supplied = (request.headers.get("authorization") or "").partition(" ")
@@ -67,6 +72,9 @@ def attach(app: Sanic[Any, Any], approvals: Approvals, token: str) -> None:
             return response.json({"error": "no such request"}, status=404)
         if not to_tell(found):
             return response.json({"error": "nothing to tell"}, status=409)
+        if approvals.sealed(found, seal) is None:  # not the conversation's: changed in the store
+            log.warning("approval %s: its sealed question does not hold; its conversation not told", found.id)
+            return response.json({"error": "the request does not match its sealed question"}, status=409)
         told = await rasa_api.trigger_intent(
             found.conversation_id, APPROVAL_INTENT, {APPROVAL_ENTITY: found.id}
         )

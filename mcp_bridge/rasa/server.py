@@ -147,7 +147,9 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         sign_in.attach(app, runtime.person_oauth)  # its state authenticates it, not the token
     approvals = executor().approvals
     if tell_token and approvals is not None:
-        approval_tell.attach(app, approvals, tell_token)  # its own token, not the action server's
+        approval_tell.attach(
+            app, approvals, executor().seal, tell_token
+        )  # its own token, not the action server's
     metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 

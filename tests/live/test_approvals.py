@@ -18,11 +18,13 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import secrets
+import sqlite3
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +333,20 @@ def test_the_page_holds_nothing_that_writes_to_a_conversation_and_its_token_asks
     stack.wait_said("tell-1", "utter_approval_refused")
     assert _tell(stack, {"id": request_id}, stack.tell_token)[0] == 409  # told already
     assert note not in notes_for(stack.db, DANA)
+
+    # A writer of the approval store (the page has its access) moves a request to another
+    # conversation and approves it there: its sealed question names the first, so nobody is told.
+    other = f"Dana asked for a refund of invoice 4473 ({secrets.token_hex(4)})."
+    held(stack, "tell-2", other)
+    moved = _pending_id(stack, "tell-2")
+    with closing(sqlite3.connect(stack.approvals_db)) as conn, conn:
+        conn.execute(
+            "UPDATE approval_requests SET conversation_id = 'tell-victim', status = 'approved' WHERE id = ?",
+            (moved,),
+        )
+    assert _tell(stack, {"id": moved}, stack.tell_token)[0] == 409
+    time.sleep(1.0)
+    assert stack.said("tell-victim") == [] and other not in notes_for(stack.db, DANA)
 
 
 def test_a_refused_request_writes_nothing(stack: Stack) -> None:
