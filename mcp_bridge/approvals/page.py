@@ -33,8 +33,9 @@ no Rasa API token, no channel key, no action server token (it refuses to start w
 environment: :data:`CONVERSATION_SECRETS`). A decision is told to the requester's conversation by the
 action server: the page asks it, ``POST <--actions-url>/mcp-bridge/approvals/tell`` with the request's
 id and APPROVAL_TELL_TOKEN, which lets it ask exactly that; the action server reads the request from
-the shared store, and, if it is decided, triggers the intent ``approval_decided`` in the request's
-own conversation through Rasa's HTTP API (:mod:`mcp_bridge.rasa.approval_tell`); the plugin's action
+the shared store, and, if it is decided and its sealed question holds for its conversation, triggers
+the intent ``approval_decided`` in that conversation through Rasa's HTTP API
+(:mod:`mcp_bridge.rasa.approval_tell`); the plugin's action
 there runs an approved call once, or says the refusal. A sweep (every ``--sweep-seconds``) refuses
 requests whose expiry passed undecided and tells every decided request not yet told (again after
 ``--retry-seconds``, 30, until the conversation's action has told it), and every approved call whose
@@ -121,7 +122,8 @@ SESSION_SECONDS = 8 * 3600
 RETRY_TELL_SECONDS = 30.0
 # The approvers file is looked at for changes no more often than this.
 RELOAD_SECONDS = 2.0
-# Conversations told at the same time (each a request to Rasa that lasts as long as its turn).
+# Conversations told at the same time (each a request to the action server, which asks Rasa: it lasts
+# as long as the conversation's turn).
 TELLING = 16
 _USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _ID = re.compile(r"[0-9a-f]{32}")
