@@ -31,6 +31,7 @@ __all__ = [
     "REVOKE_INTENT",
     "PLUGIN_ACTIONS",
     "PLUGIN_INTENTS",
+    "ACCOUNT_ACTION",
     "DISCONNECT_ACTION",
     "RESUME_ACTION",
     "RESUME_ENTITY",
@@ -92,6 +93,8 @@ RESUME_INTENT = "mcp_signed_in"
 RESUME_ENTITY = "mcp_sign_in"
 RESUME_ACTION = "action_mcp_resume"
 DISCONNECT_ACTION = "action_mcp_disconnect"
+# "which CRM account are you using?": says which account the person is signed in as, per server.
+ACCOUNT_ACTION = "action_mcp_account"
 
 
 @dataclass(frozen=True)
@@ -180,9 +183,15 @@ class Responses:
     # -- an MCP server that acts as the person ----------------------------------------------------
     sign_in: str = "utter_mcp_sign_in"  # server, domain, link
     sign_in_again: str = "utter_mcp_sign_in_again"  # server, domain, link
+    # Said right after either: the code the link's page asks for, shown nowhere else (code).
+    sign_in_code: str = "utter_mcp_sign_in_code"
     nobody_to_act_as: str = "utter_mcp_nobody_to_act_as"  # server
     disconnected: str = "utter_mcp_disconnected"  # servers
     not_connected: str = "utter_mcp_not_connected"
+    # Which account the person is signed in as (accounts: "crm as dana@example.com", one per server).
+    signed_in_as: str = "utter_mcp_signed_in_as"
+    # The person is signed in nowhere through the bridge.
+    signed_in_nowhere: str = "utter_mcp_signed_in_nowhere"
 
     def for_remembering(self) -> set[str]:
         return {
@@ -204,9 +213,12 @@ class Responses:
         return {
             self.sign_in,
             self.sign_in_again,
+            self.sign_in_code,
             self.nobody_to_act_as,
             self.disconnected,
             self.not_connected,
+            self.signed_in_as,
+            self.signed_in_nowhere,
         }
 
     def for_every_bot(self) -> set[str]:

@@ -14,8 +14,9 @@ What runs (every process on 127.0.0.1, every port free unless configured):
                                   │                resource of the authorization server: oidc-provider)
                                 CRM REST API ── CRM store: PostgreSQL (database `crm`)
 
-    approver ─► approval page ─► nginx :rasa (trigger_intent)   held calls: PostgreSQL (`mcp_bridge`),
-                                                                 shared with the action servers
+    approver ─► approval page ─► nginx :actions (tell) ─► action server ─► nginx :rasa (trigger_intent)
+                │  held calls: PostgreSQL (`mcp_bridge`), shared with the action servers
+                └─ its sessions: Redis (db 2)
 
 The action servers get their access tokens from the authorization server by client credentials
 (each replica its own); MCP_AUTH=token keeps the static bearer token instead. MCP_AUTH=person makes
@@ -39,7 +40,9 @@ CLUSTER_RASA_PORT, CLUSTER_ACTIONS_PORT and CLUSTER_MCP_PORT.
 The approval page (mcp_bridge/approvals/page.py, password logins) lets second approvers decide held
 calls; its approvers are examples/crm_bot/approvers.yml's, each one's password APPROVER_<NAME>_PASSWORD
 or generated once into var/cluster/approver_<name>_password (the page gets only scrypt hashes), its
-session key APPROVAL_PAGE_KEY (var/cluster/approval_page_key).
+sessions in Redis. It holds no Rasa token: it asks the action servers (through nginx) to tell a
+decision to its conversation, with APPROVAL_TELL_TOKEN (var/cluster/approval_tell_token), and they
+tell it through nginx's Rasa front (Rasa's HTTP API, RASA_AUTH_TOKEN).
 
 `var/cluster/urls.json` says where to reach it (`rasa`: the REST channel's base URL through
 nginx; `mcp`: the MCP endpoint through nginx; `metrics`: the action servers' metrics through
@@ -94,6 +97,7 @@ SECRETS = {
     "rasa_db_password": ("", "rasa_db_password"),
     "bridge_db_password": ("", "bridge_db_password"),
     "approval_page_key": ("APPROVAL_PAGE_KEY", "approval_page_key"),
+    "tell_token": ("APPROVAL_TELL_TOKEN", "approval_tell_token"),
     "redis_password": ("", "redis_password"),
 }
 
@@ -382,6 +386,10 @@ lock_store:
                     "CONFIRMATION_SECRET": self.secrets["confirmation_secret"],
                     "MCP_BRIDGE_CHANNEL_KEY": self.secrets["channel_key"],
                     "MCP_BRIDGE_DATABASE": self.bridge_database_url,
+                    # The approval page's decisions and the sign-in's resume go on through Rasa's API.
+                    "APPROVAL_TELL_TOKEN": self.secrets["tell_token"],
+                    "RASA_URL": self.rasa_url,
+                    "RASA_AUTH_TOKEN": self.secrets["rasa_auth_token"],
                     **(
                         {"APPROVAL_RUN_LEASE_SECONDS": str(self.approval_run_lease)}
                         if self.approval_run_lease
@@ -417,7 +425,7 @@ lock_store:
 
     def _person_env(self) -> dict[str, str]:
         """An action server's settings for acting as the person (services.PERSON_OAUTH_BLOCK's
-        variables, the tokens' key, Rasa's HTTP API through nginx for the resume)."""
+        variables and the tokens' key; Rasa's HTTP API, for the resume, is every action server's)."""
         person = self.person
         if person is None:
             return {}
@@ -426,12 +434,11 @@ lock_store:
             "CRM_PERSON_CLIENT_SECRET": person.client_secret,
             "ACTION_SERVER_PUBLIC_URL": self.actions_url,
             "MCP_TOKEN_KEY": self.secrets["token_key"],
-            "RASA_URL": self.rasa_url,
-            "RASA_AUTH_TOKEN": self.secrets["rasa_auth_token"],
         }
 
     def _approval_page(self, log_path: Path) -> ServiceProcess:
-        """The approval page, telling conversations through nginx (whichever Rasa server answers)."""
+        """The approval page, telling conversations through the action servers (nginx: whichever
+        answers), its sessions in Redis (db 2; Rasa's lock store is db 1)."""
         from mcp_bridge.approvals.page import hash_password
 
         document = yaml.safe_load(APPROVERS.read_text())
@@ -448,8 +455,9 @@ lock_store:
             yaml.safe_dump({"approvers": entries, "people": document["people"]}, sort_keys=False)
         )
         return services.approval_page(
-            rasa_url=self.rasa_url,
-            rasa_token=self.secrets["rasa_auth_token"],
+            actions_url=self.actions_url,
+            tell_token=self.secrets["tell_token"],
+            sessions=f"redis://:{self.secrets['redis_password']}@{HOST}:{self.redis_port}/2",
             page_key=self.secrets["approval_page_key"],
             approvers=approvers,
             database=self.bridge_database_url,

@@ -752,16 +752,20 @@ def chat_page(
     chat_key: str,
     port: int | None = None,
     no_answer_seconds: float | None = None,
+    token_seconds: int | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`, signing the
-    browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY); `.url` ends in /."""
+    browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY), each good for `token_seconds`
+    (the page's default: 120); `.url` ends in /."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [sys.executable, str(CHAT_PAGE), "--rasa-url", rasa_url, "--host", HOST, "--port", str(port)]
     if no_answer_seconds is not None:
         args += ["--no-answer-seconds", str(no_answer_seconds)]
+    if token_seconds is not None:
+        args += ["--token-seconds", str(token_seconds)]
     return ServiceProcess(
         "chat-page",
         args,
@@ -775,8 +779,8 @@ def chat_page(
 
 def approval_page(
     *,
-    rasa_url: str,
-    rasa_token: str,
+    actions_url: str,
+    tell_token: str,
     page_key: str,
     approvers: Path,
     database: str,
@@ -786,22 +790,26 @@ def approval_page(
     sweep_seconds: float | None = None,
     retry_seconds: float | None = None,
     oidc: tuple[str, ApproverLogin] | None = None,
+    sessions: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
     """A (not yet started) approval page (`mcp-bridge approval-page`): second approvers decide held
-    calls there, and the requester's conversation is told through the Rasa server at `rasa_url` (its API token
-    `rasa_token`). `extra_env`: the approvers' password hashes the approvers file names. `oidc`: log
+    calls there, and the requester's conversation is told by the action server at `actions_url` (the
+    page's APPROVAL_TELL_TOKEN `tell_token`, the action servers' too). Its environment holds no secret
+    that writes to a conversation (the page refuses to start with one): those of this process's are
+    left out. `extra_env`: the approvers' password hashes the approvers file names. `oidc`: log
     approvers in at this issuer instead, as this client (`port` must be the one its redirect URI
-    names). `.url` ends in /."""
+    names). `sessions`: APPROVAL_PAGE_SESSIONS (a redis:// URL; default: the database).
+    `.url` ends in /."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     args = [
         sys.executable,
         "-m",
         "mcp_bridge.approvals.page",
-        "--rasa-url",
-        rasa_url,
+        "--actions-url",
+        actions_url,
         "--approvers",
         str(approvers),
     ]
@@ -817,17 +825,24 @@ def approval_page(
         oidc_env = {"OIDC_CLIENT_ID": login.client_id, "OIDC_CLIENT_SECRET": login.client_secret}
     env = {
         "PYTHONPATH": str(REPO_ROOT),
-        "RASA_AUTH_TOKEN": rasa_token,
+        "APPROVAL_TELL_TOKEN": tell_token,
         "APPROVAL_PAGE_KEY": page_key,
-        "APPROVALS_DATABASE": database,
+        "MCP_BRIDGE_DATABASE": database,
+        "APPROVALS_DATABASE": None,
+        "APPROVAL_PAGE_SESSIONS": sessions,
         "AUDIT_LOG": str(audit_log) if audit_log else None,
         **oidc_env,
         **(extra_env or {}),
     }
+    from mcp_bridge.approvals.page import CONVERSATION_SECRETS
+
+    page_env = child_env(env)
+    for name in CONVERSATION_SECRETS:
+        page_env.pop(name, None)
     return ServiceProcess(
         "approval-page",
         args,
-        env=child_env(env),
+        env=page_env,
         ready_url=f"{base}/health",
         url=f"{base}/",
         log_path=log_path,

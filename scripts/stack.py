@@ -9,9 +9,12 @@ APPROVAL_PAGE_PORT). The approval page's approvers are examples/crm_bot/approver
 password is APPROVER_<NAME>_PASSWORD or one generated once into var/approver_<name>_password; they log
 in at the authorization server (OpenID Connect, which gets only the scrypt hashes and the roles; the
 page is its client, APPROVAL_PAGE_CLIENT_SECRET or var/approval_page_client_secret), or with
-MCP_AUTH=token on the page itself (it gets the hashes). The page's session key is APPROVAL_PAGE_KEY
-(var/approval_page_key); held calls wait in the plugin's database, var/mcp_bridge.sqlite3
-(MCP_BRIDGE_DATABASE), beside the action server's record and the people's tokens. The chat page talks to
+MCP_AUTH=token on the page itself (it gets the hashes). The page's login-in-progress key is
+APPROVAL_PAGE_KEY (var/approval_page_key); held calls and the page's sessions wait in the plugin's
+database, var/mcp_bridge.sqlite3 (MCP_BRIDGE_DATABASE), beside the action server's record and the
+people's tokens; the page asks the action server to tell a decision to its conversation with
+APPROVAL_TELL_TOKEN (var/approval_tell_token), and the action server tells it through Rasa's HTTP
+API. The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
 reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
@@ -155,9 +158,8 @@ def up(state: Path, with_rasa: bool) -> int:
             services["authorization_server"] = auth
             bridge_env = procs.oauth_env(client, auth.url)
         if person is not None:
-            bridge_env |= person_env(
-                person, action_port, f"http://{procs.HOST}:{rasa_port}", access.api_token
-            )
+            bridge_env |= person_env(person, action_port)
+        tell_token = secret("APPROVAL_TELL_TOKEN", "approval_tell_token")
         mcp = start(
             _detached(
                 procs.crm_mcp(
@@ -194,8 +196,15 @@ def up(state: Path, with_rasa: bool) -> int:
                 database=database,
                 extra_env={
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
+                    # The approval page's decisions and the sign-in's resume go on through Rasa's API.
+                    "APPROVAL_TELL_TOKEN": tell_token,
+                    "RASA_URL": f"http://{procs.HOST}:{rasa_port}",
                     **(
-                        {"ACTION_SERVER_TOKEN": action_token, "MCP_BRIDGE_CHANNEL_KEY": access.channel_key}
+                        {
+                            "ACTION_SERVER_TOKEN": action_token,
+                            "MCP_BRIDGE_CHANNEL_KEY": access.channel_key,
+                            "RASA_AUTH_TOKEN": access.api_token,
+                        }
                         if with_rasa
                         # rasa shell (make chat) signs nothing: its messages are taken as from nobody,
                         # a development mode the action server allows only on loopback, with no channel
@@ -237,8 +246,8 @@ def up(state: Path, with_rasa: bool) -> int:
         )
         services["approval_page"] = start(
             procs.approval_page(
-                rasa_url=f"http://{procs.HOST}:{rasa_port}",
-                rasa_token=access.api_token,
+                actions_url=f"http://{procs.HOST}:{action_port}",
+                tell_token=tell_token,
                 page_key=secret("APPROVAL_PAGE_KEY", "approval_page_key"),
                 approvers=APPROVERS,
                 database=database,
@@ -292,18 +301,15 @@ APPROVERS = REPO / "examples" / "crm_bot" / "approvers.yml"
 MCP_AUTH_MODES = ("oauth", "person", "token")
 
 
-def person_env(
-    person: procs.PersonClient, action_port: int, rasa_url: str, rasa_token: str
-) -> dict[str, str]:
+def person_env(person: procs.PersonClient, action_port: int) -> dict[str, str]:
     """The action server's environment for acting as the person (PERSON_OAUTH_BLOCK's variables, the
-    tokens' key, and Rasa's HTTP API, which the sign-in callback resumes through)."""
+    tokens' key; Rasa's HTTP API, which the sign-in callback resumes through, is set for every action
+    server)."""
     return {
         "CRM_PERSON_CLIENT_ID": person.client_id,
         "CRM_PERSON_CLIENT_SECRET": person.client_secret,
         "ACTION_SERVER_PUBLIC_URL": f"http://{procs.HOST}:{action_port}",
         "MCP_TOKEN_KEY": secret("MCP_TOKEN_KEY", "mcp_token_key"),
-        "RASA_URL": rasa_url,
-        "RASA_AUTH_TOKEN": rasa_token,
     }
 
 

@@ -1,33 +1,45 @@
 """The approval page (web/approvals.html), served on 127.0.0.1: second approvers log in, see the calls
-waiting for their role, approve or refuse them; the requester's conversation is told through Rasa.
+waiting for their role, approve or refuse them; the requester's conversation is told through the
+action server.
 
-    APPROVAL_PAGE_KEY=... MCP_BRIDGE_DATABASE=... RASA_AUTH_TOKEN=... \\
-        mcp-bridge approval-page --rasa-url http://127.0.0.1:5005 --approvers approvers.yml
-        [--host 127.0.0.1] [--port 8081] [--session-seconds 28800] [--sweep-seconds 2]
-        [--retry-seconds 30]
+    MCP_BRIDGE_DATABASE=... APPROVAL_TELL_TOKEN=... \\
+        mcp-bridge approval-page --actions-url http://127.0.0.1:5055 --approvers approvers.yml
+        [--host 127.0.0.1] [--port 8081] [--public-url https://approvals.example.com] [--behind-proxy]
+        [--session-seconds 28800] [--sweep-seconds 2] [--retry-seconds 30]
 
 Approvers log in one of two ways. With ``--oidc-issuer``, at the deployment's OpenID provider
 (authorization code with PKCE; this page is a confidential client, OIDC_CLIENT_ID/OIDC_CLIENT_SECRET,
-its redirect URI ``<--public-url>/callback``): the ID token is verified (signature from the provider's
-JWKS, issuer, audience, expiry, nonce) and its ``roles`` claim gives the roles; the example's
-provider is oidc-provider (examples/crm_bot/auth/server.mjs); it needs PyJWT
-(``pip install rasa-mcp-bridge[approval-page]``). Without it, who may approve comes from
-the approvers file (``approvers.yml``: each user's roles and a scrypt
-hash of their password, the hash from an environment variable, never in the repository;
-``mcp-bridge approval-page hash`` makes one). A login sets an HttpOnly, SameSite=Strict
-cookie holding the user and an expiry, signed (HMAC-SHA256) with APPROVAL_PAGE_KEY; every API call
-checks it, and every POST must come from this page (Origin / Sec-Fetch-Site). The rules (only the
-role decides, never the requester, once, before the expiry) are mcp_bridge.approvals.second_approver',
-enforced
-there and in the store's SQL, not here; this server only says who is asking.
+its redirect URI ``<--public-url>/callback``, the login in progress in a cookie signed with
+APPROVAL_PAGE_KEY): the ID token is verified (signature from the provider's JWKS, issuer, audience,
+expiry, nonce) and its ``roles`` claim gives the roles; the example's provider is oidc-provider
+(examples/crm_bot/auth/server.mjs); it needs PyJWT (``pip install rasa-mcp-bridge[approval-page]``).
+Without it, who may approve comes from the approvers file (``approvers.yml``: each user's roles and a
+scrypt hash of their password, the hash from an environment variable, never in the repository;
+``mcp-bridge approval-page hash`` makes one), read again when it changes, so a role taken away counts
+at the next request. Password checks are rate-limited (:mod:`mcp_bridge.approvals.login_limit`).
 
-The page never writes to the system of record. A decision triggers the intent ``approval_decided``
-on the requester's conversation through Rasa's HTTP API (``POST /conversations/<id>/trigger_intent``
-with the API token), whichever Rasa replica answers (they share the tracker and lock stores); the
-plugin's action there runs an approved call once, or says the refusal. A sweep (every
-``--sweep-seconds``) refuses requests whose expiry passed undecided and tells every decided request
-not yet told (again after ``--retry-seconds``, 30, until the conversation's action has told it), and
-every approved call whose run was lost (running past its lease: its action server died) once more.
+A login starts a session kept on the server (:mod:`mcp_bridge.approvals.sessions`: Redis with
+APPROVAL_PAGE_SESSIONS, else the approval store's database): the browser holds a random value in a
+``__Host-approver_session-<port>`` cookie (HttpOnly, Secure, SameSite=Strict, Path=/), every API call
+reads its session from the store, and logging out removes it. Every POST must carry this page's
+``Origin`` (:mod:`mcp_bridge.auth.browser`: ``--public-url``'s, or the loopback names on the port; a
+request with none is refused). ``--behind-proxy`` says a proxy in front appends the client's address
+to ``X-Forwarded-For`` (read for the login limit only then). The rules (only the role decides, never
+the requester, once, before the expiry) are mcp_bridge.approvals.second_approver's, enforced there and
+in the store's SQL, not here; this server only says who is asking.
+
+The page never writes to the system of record, and holds nothing that could write to a conversation:
+no Rasa API token, no channel key, no action server token (it refuses to start with one of those in its
+environment: :data:`CONVERSATION_SECRETS`). A decision is told to the requester's conversation by the
+action server: the page asks it, ``POST <--actions-url>/mcp-bridge/approvals/tell`` with the request's
+id and APPROVAL_TELL_TOKEN, which lets it ask exactly that; the action server reads the request from
+the shared store, and, if it is decided and its sealed question holds for its conversation, triggers
+the intent ``approval_decided`` in that conversation through Rasa's HTTP API
+(:mod:`mcp_bridge.rasa.approval_tell`); the plugin's action
+there runs an approved call once, or says the refusal. A sweep (every ``--sweep-seconds``) refuses
+requests whose expiry passed undecided and tells every decided request not yet told (again after
+``--retry-seconds``, 30, until the conversation's action has told it), and every approved call whose
+run was lost (running past its lease: its action server died) once more.
 
 Routes: `/` (the page), `/approvals.js`, `/approvals.css`, `POST /login`, `POST /logout`,
 `/api/me`, `/api/pending`, `POST /api/decide` ({"id": ..., "approve": true|false}; answers
@@ -56,20 +68,22 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
+from mcp_bridge.approvals.login_limit import LoginLimit, TooMany
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals, Approver, People
+from mcp_bridge.approvals.sessions import Session, Sessions, open_sessions
 from mcp_bridge.approvals.store import open_store
+from mcp_bridge.auth.browser import PageOrigin
 from mcp_bridge.config.envsubst import UnsetVariableError, expand
 from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml
-from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.record.database import database_location
@@ -85,17 +99,33 @@ log = logging.getLogger("approval_page")
 
 # A page key (APPROVAL_PAGE_KEY) shorter than this is refused.
 MIN_KEY_CHARS = 32
+# Secrets that let their holder write to a conversation (Rasa's API, the channels, the action server):
+# the page needs none of them and refuses to start with one in its environment.
+CONVERSATION_SECRETS = (
+    "RASA_AUTH_TOKEN",
+    "REST_CHANNEL_TOKEN",
+    "CHAT_JWT_KEY",
+    "MCP_BRIDGE_CHANNEL_KEY",
+    "ACTION_SERVER_TOKEN",
+    "CONFIRMATION_SECRET",
+)
+# Where the action server takes the page's "tell this conversation" (mcp_bridge.rasa.approval_tell).
+TELL_PATH = "/mcp-bridge/approvals/tell"
 WEB = Path(__file__).resolve().parent / "web"
 PAGE = WEB / "approvals.html"
 FILES = {
     "/approvals.js": (WEB / "approvals.js", "text/javascript"),
     "/approvals.css": (WEB / "approvals.css", "text/css"),
 }
+# The session cookie's base name: ``__Host-approver_session-<port>`` (PageOrigin.cookie_name).
 COOKIE = "approver_session"
 LOGIN_COOKIE = "approver_login"
 SESSION_SECONDS = 8 * 3600
 RETRY_TELL_SECONDS = 30.0
-# Conversations told at the same time (each a request to Rasa that lasts as long as its turn).
+# The approvers file is looked at for changes no more often than this.
+RELOAD_SECONDS = 2.0
+# Conversations told at the same time (each a request to the action server, which asks Rasa: it lasts
+# as long as the conversation's turn).
 TELLING = 16
 _USER = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -219,8 +249,9 @@ def load_people(path: Path, logins: Collection[str] = ()) -> People:
     return People(chat, page)
 
 
-class Sessions:
-    """Signed, expiring values in cookies: ``<base64url JSON>.<hmac>``, keyed per ``purpose``."""
+class SignedValues:
+    """Signed, expiring values in cookies: ``<base64url JSON>.<hmac>``, keyed per ``purpose`` (an OpenID
+    login in progress)."""
 
     def __init__(self, key: str, seconds: int, purpose: bytes = b"sessions") -> None:
         self._key = hmac.new(key.encode("utf-8"), b"approval page: " + purpose, hashlib.sha256).digest()
@@ -331,27 +362,34 @@ class OIDCLogin:
         return Approver(user, frozenset(roles))
 
 
-class RasaNotifier:
-    """Tells a conversation of a decision: ``trigger_intent`` on Rasa's HTTP API."""
+class ActionServerNotifier:
+    """Tells a conversation of a decision by asking the action server to (``POST`` :data:`TELL_PATH`
+    with the request's id and the tell token): it reads the request and its conversation from the
+    store itself, so the page names nothing else, and its token lets it ask nothing else."""
 
-    def __init__(self, rasa_url: str, token: str) -> None:
-        self.rasa_url = rasa_url.rstrip("/")
+    def __init__(self, actions_url: str, token: str) -> None:
+        self.actions_url = actions_url.rstrip("/")
         self._token = token
 
     async def tell(self, session: aiohttp.ClientSession, request: ApprovalRequest) -> bool:
-        url = f"{self.rasa_url}/conversations/{quote(request.conversation_id, safe='')}/trigger_intent"
-        body = {"name": APPROVAL_INTENT, "entities": {APPROVAL_ENTITY: request.id}}
-        params = {"token": self._token, "output_channel": "latest"}
+        headers = {"Authorization": f"Bearer {self._token}"}
         try:
             async with session.post(
-                url, json=body, params=params, timeout=aiohttp.ClientTimeout(30)
+                self.actions_url + TELL_PATH,
+                json={"id": request.id},
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(30),
             ) as answer:
                 if answer.status == 200:
                     return True
-                log.warning("approval %s: Rasa answered %s to trigger_intent", request.id, answer.status)
+                log.warning(
+                    "approval %s: the action server answered %s; told again later", request.id, answer.status
+                )
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning(
-                "approval %s: Rasa not reached (%s); told again later", request.id, type(exc).__name__
+                "approval %s: the action server not reached (%s); told again later",
+                request.id,
+                type(exc).__name__,
             )
         return False
 
@@ -384,68 +422,110 @@ def _public(request: ApprovalRequest) -> dict[str, Any]:
     }
 
 
-def same_origin(request: web.Request) -> bool:
-    """The request comes from this server's own pages (a browser says so in Sec-Fetch-Site)."""
-    site = request.headers.get("Sec-Fetch-Site")
-    origin = request.headers.get("Origin")
-    if site is not None and site not in ("same-origin", "none"):
-        return False
-    return origin is None or urlsplit(origin).netloc == request.host
+Accounts = Callable[[], Mapping[str, Account]]
+
+
+class ApproversFile:
+    """The approvers file as it is now: read again when it changes (looked at no more often than every
+    :data:`RELOAD_SECONDS`), so a role taken away or a person mapped anew counts at the next request.
+    A file that no longer loads leaves the last good one in force, and the log says why."""
+
+    def __init__(
+        self, path: Path, env: Mapping[str, str], approvals: Approvals, *, passwords: bool = True
+    ) -> None:
+        self.path = path
+        self._env = env
+        self._approvals = approvals
+        self._passwords = passwords
+        self._accounts: Mapping[str, Account] = {}
+        self._seen: tuple[int, int] | None = None
+        self._looked = 0.0
+        self._load()  # SystemExit at start, naming the file, place and reason
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            found = self.path.stat()
+        except OSError:
+            return None
+        return found.st_mtime_ns, found.st_size
+
+    def _load(self) -> None:
+        stamp = self._stamp()
+        accounts = load_approvers(self.path, self._env) if self._passwords else {}
+        self._approvals.people = load_people(self.path, accounts)
+        self._accounts, self._seen = accounts, stamp
+
+    def __call__(self) -> Mapping[str, Account]:
+        now = time.monotonic()
+        if now - self._looked >= RELOAD_SECONDS:
+            self._looked = now
+            if self._stamp() != self._seen:
+                try:
+                    self._load()
+                    log.info("approval page: %s read again", self.path)
+                except SystemExit as exc:
+                    self._seen = self._stamp()
+                    log.error("approval page: %s not read again, the last good one stays: %s", self.path, exc)
+        return self._accounts
 
 
 def make_app(
     approvals: Approvals,
-    accounts: Mapping[str, Account],
-    notifier: RasaNotifier,
-    key: str,
+    accounts: Mapping[str, Account] | Accounts,
+    notifier: ActionServerNotifier,
+    origin: PageOrigin,
+    sessions: Sessions,
     *,
+    key: str = "",
     oidc: OIDCLogin | None = None,
-    session_seconds: int = SESSION_SECONDS,
+    limit: LoginLimit | None = None,
     sweep_seconds: float = 2.0,
     retry_seconds: float = RETRY_TELL_SECONDS,
 ) -> web.Application:
-    """The page's server. Approvers log in with a password checked against ``accounts`` (their
-    roles read from there at every request), or, with ``oidc``, at the OpenID provider (their
-    roles from its ID token, kept in the session)."""
-    if len(key) < MIN_KEY_CHARS:
+    """The page's server, reached at ``origin``, its sessions in ``sessions``. Approvers log in with a
+    password checked against ``accounts`` (their roles read from there at every request; a callable
+    gives the accounts as they are now: :class:`ApproversFile`), or, with ``oidc``, at the OpenID
+    provider (their roles from its ID token, kept in the session; ``key`` signs the login in
+    progress)."""
+    if oidc is not None and len(key) < MIN_KEY_CHARS:
         raise SystemExit(
             f"approval page: APPROVAL_PAGE_KEY must be at least {MIN_KEY_CHARS} random characters"
         )
     missing = [str(p) for p, _ in [*FILES.values(), (PAGE, "")] if not p.is_file()]
     if missing:
         raise SystemExit(f"approval page: missing {', '.join(missing)}")
+    current: Accounts = accounts if callable(accounts) else (lambda: accounts)
     headers = security_headers()
-    sessions = Sessions(key, session_seconds)
-    logins = Sessions(key, 600, b"logins in progress")
+    cookie = origin.cookie_name(COOKIE)
+    # The OpenID login in progress: its path the callback's, so not __Host-; named for the port all
+    # the same (browsers send a host's cookies to all its ports); Secure (https, or loopback).
+    login_cookie = f"{LOGIN_COOKIE}-{origin.port}"
+    logins = SignedValues(key or secrets.token_urlsafe(32), 600, b"logins in progress")
+    limit = limit or LoginLimit()
     client_session: list[aiohttp.ClientSession] = []
     sweep_now = asyncio.Event()
     # A password check costs the same for an unknown user, so timing does not tell who exists.
     decoy = hash_password(secrets.token_urlsafe(16))
 
-    def approver(request: web.Request) -> Approver | None:
-        session = sessions.read(request.cookies.get(COOKIE, "")) or {}
-        user, roles = session.get("user"), session.get("roles")
-        if not isinstance(user, str):
-            return None
-        if oidc is not None:
-            return Approver(user, frozenset(roles)) if isinstance(roles, list) else None
-        account = accounts.get(user)
-        return Approver(user, account.roles) if account else None
+    async def session_of(request: web.Request) -> Session | None:
+        return await sessions.read(request.cookies.get(cookie, ""))
 
-    def start_session(response: web.StreamResponse, request: web.Request, who: Approver) -> None:
-        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
-        value: dict[str, Any] = {"user": who.user}
-        if oidc is not None:
-            value["roles"] = sorted(who.roles)
-        response.set_cookie(
-            COOKIE,
-            sessions.issue(value),
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=secure,
-            max_age=session_seconds,
-        )
+    async def approver(request: web.Request) -> Approver | None:
+        session = await session_of(request)
+        if session is None:
+            return None
+        if session.roles is not None:
+            return Approver(session.user, session.roles)
+        account = current().get(session.user)  # the roles as the approvers file gives them now
+        return Approver(session.user, account.roles) if account else None
+
+    async def start_session(response: web.StreamResponse, who: Approver) -> None:
+        roles = who.roles if oidc is not None else None
+        value = await sessions.start(who.user, roles)
+        response.headers["Set-Cookie"] = origin.session_cookie(COOKIE, value, max_age=sessions.seconds)
+
+    def from_the_page(request: web.Request) -> bool:
+        return origin.allows(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"))
 
     def deny(status: int, error: str, reason: str | None = None) -> web.Response:
         body = {"error": error} if reason is None else {"error": error, "reason": reason}
@@ -472,20 +552,31 @@ def make_app(
     async def login(request: web.Request) -> web.StreamResponse:
         if oidc is not None:
             return deny(404, "log in at the identity provider: /login/oidc")
-        if not same_origin(request):
+        if not from_the_page(request):
             return deny(403, "only the approval page may log in")
         given = await body(request)
         user, password = (given or {}).get("user"), (given or {}).get("password")
         if not isinstance(user, str) or not isinstance(password, str) or len(password) > 1024:
             return deny(400, "user and password, please")
-        account = accounts.get(user)
-        ok = await asyncio.to_thread(check_password, password, account.password_hash if account else decoy)
+        account = current().get(user)
+        client = origin.client(request.remote, request.headers)
+        try:
+            limit.admit(client, user[:64])
+            async with limit.checking():
+                stored = account.password_hash if account else decoy
+                ok = await asyncio.to_thread(check_password, password, stored)
+        except TooMany as exc:
+            log.warning("approval page: a login refused unchecked (too many)")
+            answer = deny(429, "too many logins: try again later")
+            answer.headers["Retry-After"] = str(int(exc.retry_after + 0.999))
+            return answer
         if not ok or account is None:
             log.warning("approval page: a failed login")
+            limit.failed(client, user[:64])
             await asyncio.sleep(0.5)
             return deny(401, "wrong user name or password")
         response = web.json_response({"user": user, "roles": sorted(account.roles)}, headers=headers)
-        start_session(response, request, Approver(user, account.roles))
+        await start_session(response, Approver(user, account.roles))
         return response
 
     async def oidc_start(request: web.Request) -> web.StreamResponse:
@@ -495,14 +586,14 @@ def make_app(
         response = web.HTTPFound(target, headers=headers)
         # Lax: the browser comes back from the provider by a top-level navigation.
         response.set_cookie(
-            LOGIN_COOKIE, logins.issue(pending), path="/callback", httponly=True, samesite="Lax"
+            login_cookie, logins.issue(pending), path="/callback", httponly=True, samesite="Lax", secure=True
         )
         return response
 
     async def oidc_callback(request: web.Request) -> web.StreamResponse:
         if oidc is None:
             return deny(404, "this page logs in with a password")
-        pending = logins.read(request.cookies.get(LOGIN_COOKIE, ""))
+        pending = logins.read(request.cookies.get(login_cookie, ""))
         code, state = request.query.get("code"), request.query.get("state")
         if pending is None or not code or not isinstance(state, str):
             return deny(400, "no login in progress here: start again at /")
@@ -514,36 +605,37 @@ def make_app(
             log.warning("approval page: a login at the provider failed: %s", exc)
             return deny(401, "the login could not be verified")
         response = web.HTTPFound("/", headers=headers)
-        response.del_cookie(LOGIN_COOKIE, path="/callback")
-        start_session(response, request, who)
+        response.del_cookie(login_cookie, path="/callback", secure=True)
+        await start_session(response, who)
         log.info("approval page: %s logged in (roles: %s)", who.user, ", ".join(sorted(who.roles)) or "none")
         return response
 
     async def logout(request: web.Request) -> web.StreamResponse:
-        if not same_origin(request):
+        if not from_the_page(request):
             return deny(403, "only the approval page may log out")
+        await sessions.end(request.cookies.get(cookie, ""))  # the cookie, kept elsewhere, opens nothing now
         response = web.json_response({"ok": True}, headers=headers)
-        response.del_cookie(COOKIE, path="/")
+        response.headers["Set-Cookie"] = origin.cleared_cookie(COOKIE)
         return response
 
     async def me(request: web.Request) -> web.StreamResponse:
-        who = approver(request)
+        who = await approver(request)
         if who is None:
             login = "oidc" if oidc is not None else "password"
             return web.json_response({"error": "not logged in", "login": login}, status=401, headers=headers)
         return web.json_response({"user": who.user, "roles": sorted(who.roles)}, headers=headers)
 
     async def pending(request: web.Request) -> web.StreamResponse:
-        who = approver(request)
+        who = await approver(request)
         if who is None:
             return deny(401, "not logged in")
         waiting = await approvals.pending(who)
         return web.json_response({"pending": [_public(r) for r in waiting]}, headers=headers)
 
     async def decide(request: web.Request) -> web.StreamResponse:
-        if not same_origin(request):
+        if not from_the_page(request):
             return deny(403, "only the approval page may decide")
-        who = approver(request)
+        who = await approver(request)
         if who is None:
             return deny(401, "not logged in")
         given = await body(request) or {}
@@ -604,6 +696,7 @@ def make_app(
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(task, *telling, return_exceptions=True)
         await approvals.store.aclose()
+        await sessions.store.aclose()
         await client_session[0].close()
 
     app = web.Application(client_max_size=16 * 1024)
@@ -624,7 +717,11 @@ def make_app(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The page's options (``mcp-bridge approval-page --help``)."""
-    parser.add_argument("--rasa-url", help="Rasa's HTTP API (started with --enable-api)")
+    parser.add_argument(
+        "--actions-url",
+        help="the action server's base URL as this page reaches it: it tells the requester's "
+        "conversation of a decision (APPROVAL_TELL_TOKEN; the same value on the action servers)",
+    )
     parser.add_argument("--approvers", type=Path, help="the approvers file (password logins)")
     parser.add_argument(
         "--oidc-issuer",
@@ -632,7 +729,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "from the ID token's `roles` claim)",
     )
     parser.add_argument(
-        "--public-url", help="this page's URL as browsers reach it (default http://HOST:PORT)"
+        "--public-url",
+        help="this page's URL as browsers reach it (default: http://127.0.0.1:PORT and its loopback "
+        "names; required when not listening on loopback, and then https)",
+    )
+    parser.add_argument(
+        "--behind-proxy",
+        action="store_true",
+        help="a proxy in front appends the client's address to X-Forwarded-For (read for the login "
+        "limit only with this)",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
@@ -660,13 +765,30 @@ def run(args: argparse.Namespace) -> int:
 
         print(hash_password(getpass.getpass("password: ")))
         return 0
-    if not args.rasa_url:
-        raise SystemExit("approval page: give --rasa-url, Rasa's HTTP API (started with --enable-api)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.actions_url:
+        raise SystemExit(
+            "approval page: give --actions-url, the action server's base URL: it tells the requester's "
+            "conversation of a decision"
+        )
     env = os.environ
-    token = env.get("RASA_AUTH_TOKEN", "")
-    if not token:
-        raise SystemExit("approval page: RASA_AUTH_TOKEN (Rasa's --auth-token) is not set")
+    held = [name for name in CONVERSATION_SECRETS if env.get(name)]
+    if held:
+        raise SystemExit(
+            f"approval page: not started: {', '.join(held)} is set in its environment. The page needs "
+            "none of them (the action server tells conversations), and a process that holds one can "
+            "write to any conversation: start it without"
+        )
+    token = env.get("APPROVAL_TELL_TOKEN", "")
+    if len(token) < MIN_KEY_CHARS:
+        raise SystemExit(
+            f"approval page: APPROVAL_TELL_TOKEN must be at least {MIN_KEY_CHARS} random characters (the "
+            "same value as the action servers')"
+        )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        origin = PageOrigin.for_page(args.public_url, args.host, args.port, trust_proxy=args.behind_proxy)
+    except ValueError as exc:
+        raise SystemExit(f"approval page: {exc}") from None
     public = (args.public_url or f"http://{args.host}:{args.port}").rstrip("/")
     oidc = None
     if args.oidc_issuer:
@@ -683,25 +805,31 @@ def run(args: argparse.Namespace) -> int:
             "approval page: give --approvers: its people: say who is who (and, without --oidc-issuer, "
             "its approvers: who logs in with a password)"
         )
-    accounts = load_approvers(args.approvers, env) if oidc is None else {}
-    people = load_people(args.approvers, accounts)
     audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
     try:
-        location = database_location(env)
+        database = database_location(env)
     except ConfigError as exc:
         raise SystemExit(f"approval page: {exc}") from None
-    approvals = Approvals(open_store(location), audit, people=people)
+    approvals = Approvals(open_store(database), audit)
+    approvers = ApproversFile(args.approvers, env, approvals, passwords=oidc is None)
+    try:
+        store = open_sessions(env.get("APPROVAL_PAGE_SESSIONS"), database)
+    except ValueError as exc:
+        raise SystemExit(f"approval page: {exc}") from None
     app = make_app(
         approvals,
-        accounts,
-        RasaNotifier(args.rasa_url, token),
-        env.get("APPROVAL_PAGE_KEY", ""),
+        approvers,
+        ActionServerNotifier(args.actions_url, token),
+        origin,
+        Sessions(store, args.session_seconds),
+        key=env.get("APPROVAL_PAGE_KEY", ""),
         oidc=oidc,
-        session_seconds=args.session_seconds,
         sweep_seconds=args.sweep_seconds,
         retry_seconds=args.retry_seconds,
     )
-    print(f"approval page on http://{args.host}:{args.port}/ (Rasa at {args.rasa_url})", flush=True)
+    print(
+        f"approval page on http://{args.host}:{args.port}/ (action server at {args.actions_url})", flush=True
+    )
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
 

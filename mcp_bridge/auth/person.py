@@ -18,9 +18,13 @@ the flow's state where every replica finds it:
   ``scopes_supported``, else none;
 * the sign-in link shown in the chat is the action server's own callback route with a sealed *start
   ticket* (``?start=``; Fernet: encrypted and signed, with its time: it expires) naming the
-  conversation, the person, the server, the skill and a nonce. Opening it is good once (the first
-  browser to open it takes it, :meth:`PersonOAuth.start`): the route sets a cookie holding a random
-  browser secret, and only then is the authorization URL made, with the SDK's
+  conversation, the person, the server, the skill, a nonce and a short *code*, which the chat shows
+  beside the link and nowhere else. Opening the link takes nothing (:meth:`PersonOAuth.invitation`:
+  a link previewer or a mail scanner that fetches it first owns nothing): the page says whose chat
+  the sign-in is for and asks for the code. Sending it is good once (:meth:`PersonOAuth.start`; a
+  wrong code :data:`MAX_CODE_TRIES` times spends the link): so someone lured to another's link, who
+  has not that chat's code, links nothing. Then the route sets a cookie holding a random browser
+  secret, and only then is the authorization URL made, with the SDK's
   :class:`PKCEParameters` (S256), the RFC 8707 ``resource`` the SDK's context computes, and a
   ``state`` sealed like the ticket that also carries the digest of that browser secret. The PKCE
   verifier stays in the token store under the nonce (:mod:`mcp_bridge.auth.token_store`) and is taken
@@ -95,6 +99,11 @@ SIGN_IN_SECONDS = 600
 REFRESH_BEFORE = 30.0
 # How long the "which account" page waits for "Use this account" once the sign-in came back.
 CONFIRM_SECONDS = 300
+# The code the chat shows beside a sign-in link: this many characters of CODE_ALPHABET (no 0/O, 1/I/L).
+CODE_CHARS = 6
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+# A sign-in link is spent after this many wrong codes.
+MAX_CODE_TRIES = 5
 # One route serves the three steps a browser makes: ``GET ?start=`` (the link shown in the chat),
 # ``GET ?state=&code=`` (the authorization server's redirect) and ``POST`` (the person's choice). So
 # a proxy that exposes the redirect URI exposes all of it, and the browser cookie's path is that URI.
@@ -120,6 +129,22 @@ class SignInLink:
     # Where the person signs in, as they should read it (host and port of the authorization page).
     domain: str
     server: str
+    # What the person types on the link's page: shown in the chat beside the link, and nowhere else.
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Invitation:
+    """What a sign-in link's page shows before anything is taken: whose chat it serves (the person
+    as the channel named them, the skill that asked, when), and where they will sign in."""
+
+    person: str
+    server: str
+    skill: str | None
+    domain: str
+    asked_at: float
+    # The authorization page's origin (scheme, host and port), where the page's form leads.
+    authorization_origin: str = ""
 
 
 class SignInRequiredError(NotAuthorisedError):
@@ -169,6 +194,17 @@ class Linked:
     account: str | None
     domain: str
     ticket: str
+
+
+def normal_code(typed: str) -> str:
+    """A code as the person may type it (lower case, spaces, a dash) as the chat showed it."""
+    return "".join(ch for ch in typed.upper() if ch.isalnum())[: CODE_CHARS * 2]
+
+
+def shown_code(code: str) -> str:
+    """The code as the chat shows it: two groups of three."""
+    half = len(code) // 2
+    return f"{code[:half]}-{code[half:]}"
 
 
 def browser_digest(secret: str) -> str:
@@ -350,9 +386,10 @@ class PersonOAuth:
         assert oauth is not None and oauth.redirect_uri is not None and context.oauth_metadata is not None
         pkce = PKCEParameters.generate()
         nonce = secrets.token_urlsafe(24)
+        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_CHARS))
         expires = self._clock() + SIGN_IN_SECONDS
         await self._store.begin_sign_in(nonce, pkce.code_verifier, expires)
-        await self._store.begin_sign_in(_START + nonce, "unopened", expires)
+        await self._store.begin_sign_in(_START + nonce, "0", expires)  # the wrong codes sent so far
         ticket = self._seal(
             {
                 "t": "start",
@@ -362,24 +399,66 @@ class PersonOAuth:
                 "k": skill,
                 "n": nonce,
                 "x": pkce.code_challenge,
+                "d": code,
+                "e": expires,
             }
         )
         endpoint = str(context.oauth_metadata.authorization_endpoint)
         separator = "&" if "?" in oauth.redirect_uri else "?"
         url = f"{oauth.redirect_uri}{separator}{urlencode({'start': ticket})}"
-        return SignInLink(url, urlparse(endpoint).netloc, server)
+        return SignInLink(url, urlparse(endpoint).netloc, server, shown_code(code))
 
-    async def start(self, ticket: str, browser: str) -> Started:
-        """A start link opened by a browser whose cookie will hold ``browser``: the authorization URL,
-        its state bound to that secret. Good once: a second browser (or a second opening) is refused."""
+    async def invitation(self, ticket: str) -> Invitation:
+        """What a sign-in link's page shows, taking nothing (a link fetched by a previewer stays
+        good); SignInError when the ticket is not ours or has expired."""
         opened = self._open(ticket, "start", SIGN_IN_SECONDS)
         server = str(opened["s"])
         if server not in self._servers:
             raise SignInError("this sign-in link is for a server this bot no longer acts on")
-        if await self._store.take_sign_in(_START + str(opened["n"])) is None:
+        provider, _ = await self._provider(server)
+        metadata = provider.context.oauth_metadata
+        endpoint = urlparse(str(metadata.authorization_endpoint) if metadata is not None else "")
+        asked_at = float(opened.get("e", self._clock())) - SIGN_IN_SECONDS
+        origin = f"{endpoint.scheme}://{endpoint.netloc}" if endpoint.netloc else ""
+        return Invitation(str(opened["p"]), server, opened.get("k"), endpoint.netloc, asked_at, origin)
+
+    def callback_origins(self) -> frozenset[str]:
+        """The origins of the redirect URIs: where the sign-in pages' forms are posted from."""
+        found = set()
+        for config in self._servers.values():
+            if config.oauth is not None and config.oauth.redirect_uri:
+                parts = urlparse(config.oauth.redirect_uri)
+                found.add(f"{parts.scheme}://{parts.netloc}".lower())
+        return frozenset(found)
+
+    async def start(self, ticket: str, browser: str, code: str) -> Started:
+        """The code the chat showed, sent from a start link's page by a browser whose cookie will hold
+        ``browser``: the authorization URL, its state bound to that secret. Good once: a second
+        browser (or a second sending) is refused; a wrong code is refused, and spends the link after
+        :data:`MAX_CODE_TRIES` of them."""
+        opened = self._open(ticket, "start", SIGN_IN_SECONDS)
+        server = str(opened["s"])
+        if server not in self._servers:
+            raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        key = _START + str(opened["n"])
+        tries = await self._store.take_sign_in(key)
+        if tries is None:
             raise SignInError(
-                "this sign-in link was opened already (in this or another browser) or has expired; "
+                "this sign-in link was used already (in this or another browser) or has expired; "
                 "ask again in the chat for a new one"
+            )
+        if not hmac.compare_digest(normal_code(code).encode(), str(opened.get("d", "")).encode()):
+            wrong = int(tries) + 1 if tries.isdigit() else MAX_CODE_TRIES
+            log.warning("sign-in to MCP server %r: a wrong code (%d of %d)", server, wrong, MAX_CODE_TRIES)
+            if wrong >= MAX_CODE_TRIES:
+                raise SignInError(
+                    "too many wrong codes: this sign-in link no longer works; ask again in the chat"
+                )
+            expires = float(opened.get("e", self._clock() + SIGN_IN_SECONDS))
+            await self._store.begin_sign_in(key, str(wrong), expires)
+            raise SignInError(
+                "that is not the code the chat showed beside this link. Only the chat that asked you to "
+                "sign in has it: if it is not your chat, do not sign in here"
             )
         provider, _ = await self._provider(server)
         context = provider.context
@@ -517,6 +596,8 @@ class PersonOAuth:
             return None
         if signed.server not in self._servers:
             raise SignInError("this sign-in link is for a server this bot no longer acts on")
+        if isinstance(opened.get("a"), str):
+            record["account"] = opened["a"]  # what the chat says when asked which account is in use
         await self._store.put(signed.person, signed.server, record)
         log.info("a person signed in to MCP server %r (conversation %s)", signed.server, signed.conversation)
         return signed
@@ -543,6 +624,8 @@ class PersonOAuth:
             if record is not None and record["token"].get("refresh_token"):
                 refreshed = await self._refresh(server, record)
                 if refreshed is not None:
+                    if "account" in record:
+                        refreshed["account"] = record["account"]
                     await self._store.put(person, server, refreshed)
                     return str(refreshed["token"]["access_token"])
             if record is not None:
@@ -555,6 +638,17 @@ class PersonOAuth:
             link,
             again=again,
         )
+
+    async def accounts(self, person: str) -> dict[str, str | None]:
+        """The servers ``person`` is signed in to through the bridge, each with the account the sign-in
+        page showed (None when the authorization server said nothing of it)."""
+        found: dict[str, str | None] = {}
+        for server in self._servers:
+            record = await self._store.get(person, server)
+            if record is not None:
+                account = record.get("account")
+                found[server] = account if isinstance(account, str) else None
+        return found
 
     async def forget(self, server: str, person: str) -> None:
         """The server refused the person's token: drop it, so the next call asks them to sign in."""

@@ -9,7 +9,8 @@ rasa_sdk (``python -m rasa_sdk --actions actions``, which ``rasa run actions`` r
 ``action_confirm_tool`` (the confirmation loop), ``action_deny_tool``, ``action_approval_decided`` (a
 second approver's decision, :mod:`mcp_bridge.approvals.second_approver`) and one action per skill file
 in ``SKILLS_DIR`` (the file's ``action:``), and for servers that act as the person
-``action_mcp_resume`` and ``action_mcp_disconnect`` (:mod:`mcp_bridge.rasa.person_actions`).
+``action_mcp_resume``, ``action_mcp_account`` and ``action_mcp_disconnect``
+(:mod:`mcp_bridge.rasa.person_actions`).
 Its start-up checks, the token check on ``/webhook`` and a
 loopback default address come through rasa_sdk's plugin hook (:mod:`mcp_bridge.rasa.server`), which
 this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plugins`` package.
@@ -36,13 +37,14 @@ from mcp_bridge.rasa.actions import (
 )
 from mcp_bridge.rasa.adapter import apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import build_executor, executor
-from mcp_bridge.rasa.person_actions import DisconnectPerson, ResumeAfterSignIn
+from mcp_bridge.rasa.person_actions import AccountInUse, DisconnectPerson, ResumeAfterSignIn
 
 server.install()
 serve_skills(os.environ.get("SKILLS_DIR", "skills"))
 
 __all__ = [
     "CONFIRMATION_LOOP",
+    "AccountInUse",
     "ApprovalDecided",
     "ConfirmTool",
     "DenyTool",

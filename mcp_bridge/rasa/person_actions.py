@@ -1,12 +1,19 @@
-"""The plugin's actions for servers that act as the person: going on after a sign-in, disconnecting.
+"""The plugin's actions for servers that act as the person: going on after a sign-in, which account is
+in use, disconnecting.
 
 ``action_mcp_resume`` answers the intent the sign-in callback triggers (``mcp_signed_in``,
 :mod:`mcp_bridge.rasa.sign_in`): it checks the sealed entity (ours, recent, this conversation) and
 runs the skill again from its slots, as the person who signed in, so it asks its confirmation
 question as usual. The sign-in never counts as the confirmation: the skill only *asks*.
 
-``action_mcp_disconnect`` ("disconnect my CRM") removes the person's tokens for every server that
-acts as the person, and revokes them at the authorization server where it can.
+``action_mcp_account`` ("which CRM account are you using?") says, for each server the person is
+signed in to through the bridge, the account the sign-in page showed them; ``action_mcp_disconnect``
+("disconnect my CRM", "sign me out") removes the person's tokens for every server that acts as the
+person, and revokes them at the authorization server where it can.
+
+When a server needs the person's sign-in, the bot says the link with its domain in plain sight
+(``utter_mcp_sign_in``), then the code the link's page asks for (``utter_mcp_sign_in_code``): only
+this chat shows it, so only the person in it can go on from the link.
 """
 
 from __future__ import annotations
@@ -21,7 +28,14 @@ from rasa_sdk.types import DomainDict
 
 from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
 from mcp_bridge.confirmation.executor import Decision, Say
-from mcp_bridge.contract import DISCONNECT_ACTION, PENDING_SLOT, RESPONSES, RESUME_ACTION, RESUME_ENTITY
+from mcp_bridge.contract import (
+    ACCOUNT_ACTION,
+    DISCONNECT_ACTION,
+    PENDING_SLOT,
+    RESPONSES,
+    RESUME_ACTION,
+    RESUME_ENTITY,
+)
 from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor
 from mcp_bridge.rasa.sign_in import open_resume
@@ -39,7 +53,8 @@ def sign_in_decision(exc: SignInRequiredError, *, answering: bool = False) -> De
         return Decision("unavailable", [Say(RESPONSES.nobody_to_act_as, {"server": exc.server})], slots)
     response = RESPONSES.sign_in_again if exc.again else RESPONSES.sign_in
     variables = {"server": exc.server, "domain": exc.link.domain, "link": exc.link.url}
-    return Decision("unavailable", [Say(response, variables)], slots)
+    code = Say(RESPONSES.sign_in_code, {"server": exc.server, "code": exc.link.code})
+    return Decision("unavailable", [Say(response, variables), code], slots)
 
 
 def person_oauth() -> PersonOAuth | None:
@@ -98,6 +113,34 @@ class ResumeAfterSignIn(Action):
             loop_active=turn.loop_active,
             typed=answers_typed(turn.input_channel),
         )
+
+
+class AccountInUse(Action):
+    def name(self) -> str:
+        return ACCOUNT_ACTION
+
+    async def run(
+        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
+    ) -> list[dict[str, Any]]:
+        turn = turn_from_tracker(tracker)
+        person = person_oauth()
+        if turn.user is None or person is None:
+            dispatcher.utter_message(response=RESPONSES.nobody_to_act_as)
+            return []
+        try:
+            accounts = await person.accounts(turn.user)
+        except Exception:
+            log.exception("%s failed in conversation %s", ACCOUNT_ACTION, turn.conversation_id)
+            dispatcher.utter_message(response=RESPONSES.tool_unavailable)
+            return []
+        if not accounts:
+            dispatcher.utter_message(response=RESPONSES.signed_in_nowhere)
+            return []
+        named = [
+            f"{server} as {account or 'an account it did not name'}" for server, account in accounts.items()
+        ]
+        dispatcher.utter_message(response=RESPONSES.signed_in_as, accounts=", ".join(named))
+        return []
 
 
 class DisconnectPerson(Action):

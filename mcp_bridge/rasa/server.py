@@ -16,6 +16,10 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
 * the Host header, on loopback: a request that names another host is refused (421), so a web page
   the bot owner visits cannot reach the action server through a DNS name rebound to 127.0.0.1
   (ACTION_SERVER_ALLOWED_HOSTS adds names; the host of ACTION_SERVER_PUBLIC_URL is allowed);
+* the approval page's route: with APPROVAL_TELL_TOKEN set (the page's value), ``POST
+  /mcp-bridge/approvals/tell`` tells a requester's conversation of a decision
+  (:mod:`mcp_bridge.rasa.approval_tell`), through Rasa's HTTP API (RASA_URL, RASA_AUTH_TOKEN, which
+  must then be set); it checks that token, not ACTION_SERVER_TOKEN;
 * the channel key: MCP_BRIDGE_CHANNEL_KEY checks who sent each message
   (:mod:`mcp_bridge.channels.proof`); without it the server does not start, unless
   MCP_BRIDGE_DEVELOPMENT=1 says it is a trial, which it warns about at every start, and which it refuses
@@ -53,7 +57,7 @@ from sanic.response import HTTPResponse
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics
-from mcp_bridge.rasa import sign_in
+from mcp_bridge.rasa import approval_tell, rasa_api, sign_in
 from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG, executor, weakness
 
@@ -70,6 +74,8 @@ GRPC_REFUSAL = (
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# An APPROVAL_TELL_TOKEN shorter than this is refused at start.
+MIN_TELL_TOKEN_CHARS = 32
 PUBLIC_WITHOUT_TOKEN = (
     "ACTION_SERVER_HOST={host} is not a loopback address and ACTION_SERVER_TOKEN is not set: anyone "
     "who reaches the port could post a conversation and answer its question. Set ACTION_SERVER_TOKEN "
@@ -118,6 +124,11 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     os.environ["SANIC_HOST"] = host  # rasa_sdk reads it right after this hook
+    tell_token = os.environ.get("APPROVAL_TELL_TOKEN") or None
+    refusal = tell_refusal(tell_token)
+    if refusal:
+        print(f"action server not started: {refusal}", file=sys.stderr, flush=True)
+        sys.exit(2)
     warn_unsigned(check)
     if host in LOOPBACK:
         require_loopback_host(app, allowed_hosts(os.environ))
@@ -126,6 +137,11 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     runtime = executor().tools.runtime
     if runtime is not None and runtime.person_oauth is not None:
         sign_in.attach(app, runtime.person_oauth)  # its state authenticates it, not the token
+    approvals = executor().approvals
+    if tell_token and approvals is not None:
+        approval_tell.attach(
+            app, approvals, executor().seal, tell_token
+        )  # its own token, not the action server's
     metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 
@@ -168,6 +184,18 @@ def check_deployment(env: Mapping[str, str], host: str) -> None:
                 f"nobody) is set beside {' and '.join(beside)}, which only a deployment has. Unset "
                 f"{DEVELOPMENT_FLAG} in a deployment (a trial runs on loopback with neither)"
             )
+def tell_refusal(tell_token: str | None) -> str | None:
+    """Why the approval page's route cannot be served as configured, or None."""
+    if tell_token is None:
+        return None
+    if len(tell_token) < MIN_TELL_TOKEN_CHARS:
+        return f"APPROVAL_TELL_TOKEN must be at least {MIN_TELL_TOKEN_CHARS} random characters"
+    if not rasa_api.configured():
+        return (
+            "APPROVAL_TELL_TOKEN is set, but RASA_URL or RASA_AUTH_TOKEN is not: the approval page's "
+            "decisions could not be told to their conversations (Rasa's HTTP API)"
+        )
+    return None
 
 
 def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:
@@ -200,8 +228,10 @@ def require_loopback_host(app: Sanic[Any, Any], names: frozenset[str]) -> None:
 def require_token(app: Sanic[Any, Any], token: str) -> None:
     @app.middleware("request")
     async def check_token(request: Request) -> HTTPResponse | None:
-        if request.path in ("/health", CALLBACK_PATH):
-            return None  # the sign-in callback: a browser's, authenticated by its sealed state
+        if request.path in ("/health", CALLBACK_PATH, approval_tell.TELL_PATH):
+            # The sign-in callback: a browser's, authenticated by its sealed state; the approval
+            # page's route checks its own token.
+            return None
         supplied = request.args.get("token") or _bearer(request.headers.get("authorization", ""))
         if supplied and hmac.compare_digest(supplied.encode(), token.encode()):
             return None

@@ -10,6 +10,7 @@ one is added instead.
 2. The action server's record (:mod:`mcp_bridge.record.store`): the questions it asked and how each
    ended, the signed messages it used, the permissions people gave and withdrew, and the key it seals
    with when no ``CONFIRMATION_SECRET`` is set.
+3. The approval page's sessions (:mod:`mcp_bridge.approvals.sessions`), when not kept in Redis.
 """
 
 from __future__ import annotations
@@ -129,6 +130,15 @@ MIGRATIONS = (
             "ON record_permissions (conversation_id, person, state)",
             "CREATE TABLE record_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL, "
             "created_at DOUBLE PRECISION NOT NULL)",
+        ),
+    ),
+    Migration(
+        3,
+        "the approval page's sessions",
+        (
+            # A login's session: the digest of its cookie (never the cookie), who, their OpenID roles.
+            "CREATE TABLE IF NOT EXISTS approval_page_sessions (digest TEXT PRIMARY KEY, "
+            "user_name TEXT NOT NULL, roles TEXT, expires_at DOUBLE PRECISION NOT NULL)",
         ),
     ),
 )

@@ -108,7 +108,8 @@ def test_rasa_sdk_serves_exactly_the_plugin_and_bot_actions(
         "action_deny_tool",
         "action_log_interaction",  # one per skill file, named by its `action:`
         "action_lookup_contact",
-        "action_mcp_disconnect",  # the plugin's, for servers that act as the person
+        "action_mcp_account",  # the plugin's, for servers that act as the person
+        "action_mcp_disconnect",
         "action_mcp_resume",
         "action_revoke_permissions",  # the plugin's, for a skill that allows remembering
         "action_show_notes",

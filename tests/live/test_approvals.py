@@ -18,16 +18,19 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import secrets
+import sqlite3
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mcp_bridge.approvals.page import hash_password
+from mcp_bridge.approvals.page import CONVERSATION_SECRETS, TELL_PATH, hash_password
 from scripts.services import descendants
 from tests.support import procs
 from tests.support.conversation import notes_for, skills_with_source
@@ -53,10 +56,13 @@ class Stack(LoggedStack):
         self.crm: procs.ServiceProcess | None = None
         self.actions: procs.ServiceProcess | None = None
         self.action_server: Callable[[], procs.ServiceProcess] | None = None
+        self.tell_token = ""
+        self.actions_url = ""
 
     def start(self) -> None:
         token = secrets.token_urlsafe(24)
         action_port = procs.free_port()
+        self.actions_url = f"http://{procs.HOST}:{action_port}"
         endpoints = procs.write_endpoints(
             self.workdir / "endpoints.yml", f"http://{procs.HOST}:{action_port}/webhook"
         )
@@ -71,6 +77,14 @@ class Stack(LoggedStack):
         note_skill.write_text(text.replace("expires_after: 30m", f"expires_after: {EXPIRES_AFTER}s"))
         # A run's lease (approvals rule 5) of a few seconds, so a lost run is resumed soon.
         shared = {"APPROVALS_DATABASE": str(self.approvals_db), "APPROVAL_RUN_LEASE_SECONDS": str(RUN_LEASE)}
+        # The page asks the action server to tell a decision; the action server tells it through Rasa.
+        assert self.rasa is not None  # its URL is known before it has loaded
+        self.tell_token = secrets.token_urlsafe(32)
+        shared |= {
+            "APPROVAL_TELL_TOKEN": self.tell_token,
+            "RASA_URL": self.rasa.url,
+            "RASA_AUTH_TOKEN": self.access.api_token,
+        }
         self.crm = crm
         self.action_server = lambda: procs.action_server(
             endpoints=endpoints,
@@ -96,11 +110,11 @@ class Stack(LoggedStack):
             '  operator: {chat: ["rest:operator"], approval_page: [operator, olsen]}\n'
             "  carol: {approval_page: [carol]}\n"
         )
-        rasa_url = self.wait_for_rasa()
+        self.wait_for_rasa()
         self.page = self.start_logged(
             procs.approval_page(
-                rasa_url=rasa_url,
-                rasa_token=self.access.api_token,
+                actions_url=f"http://{procs.HOST}:{action_port}",
+                tell_token=self.tell_token,
                 page_key=secrets.token_urlsafe(32),
                 approvers=approvers,
                 database=str(self.approvals_db),
@@ -166,9 +180,10 @@ class Page:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
-        )
+        # Secure cookies go back to the loopback over http too, as a browser sends them.
+        policy = http.cookiejar.DefaultCookiePolicy(secure_protocols=("https", "wss", "http"))
+        self.jar = http.cookiejar.CookieJar(policy)
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -189,6 +204,20 @@ class Page:
         status, body = self.call("GET", "/api/pending")
         assert status == 200, body
         return list(body["pending"])
+
+
+def _status_json(
+    method: str, url: str, body: Any = None, *, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    """The status and JSON body of a request, whatever the status."""
+    try:
+        return 200, _json(method, url, body, headers=headers)
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text or b"{}")
+        except ValueError:
+            return exc.code, text
 
 
 def _json(method: str, url: str, body: Any = None, *, headers: dict[str, str] | None = None) -> Any:
@@ -262,6 +291,64 @@ def test_a_supervisor_approves_on_the_page_and_the_note_is_written_once(stack: S
     assert decided[0]["decided_by"] == "sam"
 
 
+def _tell(stack: Stack, body: Any, token: str) -> tuple[int, Any]:
+    """The action server's route the approval page tells conversations through."""
+    return _status_json(
+        "POST", f"{stack.actions_url}{TELL_PATH}", body, headers={"Authorization": f"Bearer {token}"}
+    )
+
+
+def test_the_page_holds_nothing_that_writes_to_a_conversation_and_its_token_asks_only_to_tell(
+    stack: Stack,
+) -> None:
+    """The page's process has no Rasa token (nor any other secret that writes to a conversation) in
+    its environment, and the approvals above went through all the same. Its tell token is no token
+    for Rasa's API; at the action server's tell route it has a request told only when there is
+    something to tell, and then only in the request's own conversation."""
+    assert stack.page is not None and stack.page.pid is not None
+    environ = Path(f"/proc/{stack.page.pid}/environ").read_bytes().split(b"\0")
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
+    assert "APPROVAL_TELL_TOKEN" in names
+    assert names.isdisjoint(CONVERSATION_SECRETS), names & set(CONVERSATION_SECRETS)
+
+    assert stack.rasa is not None
+    trigger = f"{stack.rasa.url}/conversations/tell-1/trigger_intent?token={stack.tell_token}"
+    assert _status_json("POST", trigger, {"name": "greet"})[0] == 401
+
+    note = f"Dana asked for a refund of invoice 4472 ({secrets.token_hex(4)})."
+    held(stack, "tell-1", note)
+    request_id = _pending_id(stack, "tell-1")
+    said = stack.said("tell-1")
+    assert _tell(stack, {"id": request_id}, "not-the-token")[0] == 401
+    assert _tell(stack, {"id": request_id}, stack.access.api_token)[0] == 401  # nor Rasa's
+    assert _tell(stack, {"id": "../tell-1"}, stack.tell_token)[0] == 400
+    assert _tell(stack, {"id": "f" * 32}, stack.tell_token)[0] == 404
+    assert _tell(stack, {"id": request_id}, stack.tell_token)[0] == 409  # undecided: nothing to tell
+    time.sleep(1.0)
+    assert stack.said("tell-1") == said and note not in notes_for(stack.db, DANA)
+
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    assert sam.call("POST", "/api/decide", {"id": request_id, "approve": False})[0] == 200
+    stack.wait_said("tell-1", "utter_approval_refused")
+    assert _tell(stack, {"id": request_id}, stack.tell_token)[0] == 409  # told already
+    assert note not in notes_for(stack.db, DANA)
+
+    # A writer of the approval store (the page has its access) moves a request to another
+    # conversation and approves it there: its sealed question names the first, so nobody is told.
+    other = f"Dana asked for a refund of invoice 4473 ({secrets.token_hex(4)})."
+    held(stack, "tell-2", other)
+    moved = _pending_id(stack, "tell-2")
+    with closing(sqlite3.connect(stack.approvals_db)) as conn, conn:
+        conn.execute(
+            "UPDATE approval_requests SET conversation_id = 'tell-victim', status = 'approved' WHERE id = ?",
+            (moved,),
+        )
+    assert _tell(stack, {"id": moved}, stack.tell_token)[0] == 409
+    time.sleep(1.0)
+    assert stack.said("tell-victim") == [] and other not in notes_for(stack.db, DANA)
+
+
 def test_a_refused_request_writes_nothing(stack: Stack) -> None:
     note = f"Issue a credit note of 40 EUR to Dana ({secrets.token_hex(4)})."
     held(stack, "refuse-1", note)
@@ -326,10 +413,34 @@ def test_the_approval_page_in_a_browser_quotes_the_call_as_text_and_approves_it(
             item.get_by_role("button", name="Approve").click()
             expect(page.locator("#notice")).to_contain_text("Approved")
             expect(page.locator(".request").filter(has_text=note)).to_have_count(0)
+            # The session: the page's own __Host- cookie, for its port, kept by Chromium over http
+            # on loopback; no script reads it; logging out ends it on the server too.
+            port = urllib.parse.urlsplit(stack.page.url).port
+            [cookie] = page.context.cookies()
+            assert cookie["name"] == f"__Host-approver_session-{port}"
+            assert (cookie["httpOnly"], cookie["secure"], cookie["sameSite"], cookie["path"]) == (
+                True,
+                True,
+                "Strict",
+                "/",
+            )
+            assert page.evaluate("document.cookie") == ""
+            page.click("#logout")
+            expect(page.locator("#login")).to_be_visible()
+            copied = Page(stack.page.url)
+            copied.jar.set_cookie(_cookie(cookie["name"], cookie["value"]))
+            assert copied.call("GET", "/api/pending")[0] == 401
         finally:
             browser.close()
     stack.wait_said("browser-1", "utter_note_saved")
     assert notes_for(stack.db, DANA).count(note) == 1
+
+
+def _cookie(name: str, value: str) -> http.cookiejar.Cookie:
+    """A cookie for 127.0.0.1, as a browser had it."""
+    return http.cookiejar.Cookie(
+        0, name, value, None, False, procs.HOST, False, False, "/", True, True, None, False, None, None, {}
+    )
 
 
 def _approve(stack: Stack, conversation: str) -> None:
@@ -400,8 +511,8 @@ def oidc_page(stack: Stack) -> Iterator[str]:
     )
     page = stack.start_logged(
         procs.approval_page(
-            rasa_url=stack.rasa.url,
-            rasa_token=stack.access.api_token,
+            actions_url=stack.actions_url,
+            tell_token=stack.tell_token,
             page_key=secrets.token_urlsafe(32),
             approvers=stack.workdir / "approvers.yml",
             database=str(stack.approvals_db),

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import mcp_bridge
+from tests.live.browser import conftest as browser
 from tests.support import procs
 
 RASA_PYTHON = procs.REPO_ROOT / ".venv-rasa" / "bin" / "python"
@@ -56,16 +57,19 @@ def in_rasas_environment(code: str, env: dict[str, str] | None = None, python: P
 
 IMPORT_ALL = (
     "import json, sys\n"
-    "import mcp_bridge.channels.rest, mcp_bridge.channels.socketio\n"
+    "import mcp_bridge.channels.rest, mcp_bridge.channels.socketio as s\n"
     + "".join(f"import mcp_bridge.channels.{name}\n" for name in PLATFORMS)
     + "print(json.dumps({'plugin': sorted(m for m in sys.modules if m.split('.')[0] == 'mcp_bridge'),\n"
-    "  'deps': sorted(m for m in ('mcp', 'mcp_types', 'pydantic_core') if m in sys.modules)}))"
+    "  'deps': sorted(m for m in ('mcp', 'mcp_types', 'pydantic_core') if m in sys.modules),\n"
+    "  'socket': [s.CLOCK_SKEW_SECONDS, s.DEFAULT_AUDIENCE, s.RENEW_EVENT]}))"
 )
 
 
 def test_the_channels_import_in_rasas_environment_without_the_plugins_dependencies() -> None:
     loaded = in_rasas_environment(IMPORT_ALL)
     assert loaded["deps"] == []
+    # The browser tests' copies of the socket.io channel's constants (they cannot import it).
+    assert loaded["socket"] == [browser.CLOCK_SKEW_SECONDS, browser.DEFAULT_AUDIENCE, browser.RENEW_EVENT]
     assert loaded["plugin"] == [
         "mcp_bridge",
         "mcp_bridge.channels",

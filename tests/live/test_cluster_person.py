@@ -74,13 +74,13 @@ def test_a_sign_in_at_one_replica_is_used_by_the_other_and_a_disconnect_signs_ou
     first, second = cluster.action_ports
     log_a_call = ("action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
     shown = ask(second, *log_a_call)
-    assert said(shown) == ["utter_mcp_sign_in"], shown
-    link = shown["responses"][0]["link"]
+    assert said(shown) == ["utter_mcp_sign_in", "utter_mcp_sign_in_code"], shown
+    link, code = shown["responses"][0]["link"], shown["responses"][1]["code"]
     # The chat's link is the start route through nginx; the browser's cookie binds the sign-in to it
     # whichever replica takes each step (start, callback, "Use this account").
     assert link.startswith(f"{person.redirect_uri}?start="), link
 
-    _, page, _ = asyncio.run(sign_in_in_browser(link, "dana-agent", person.redirect_uri))
+    _, page, _ = asyncio.run(sign_in_in_browser(link, "dana-agent", person.redirect_uri, code=code))
     assert page.status_code == 200 and "Signed in" in page.text, page.text
     took = int(page.headers["X-Upstream"].rsplit(":", 1)[1])  # the replica that stored the token
     other = second if took == first else first
@@ -97,7 +97,7 @@ def test_a_sign_in_at_one_replica_is_used_by_the_other_and_a_disconnect_signs_ou
     gone = ask(other, "action_mcp_disconnect", "disconnect my CRM", "disconnect_crm")
     assert said(gone) == ["utter_mcp_disconnected"], gone
     again = ask(took, *log_a_call)  # the replica that took the sign-in has lost it too
-    assert said(again) == ["utter_mcp_sign_in"], again
+    assert said(again) == ["utter_mcp_sign_in", "utter_mcp_sign_in_code"], again
     assert authors_of(cluster, note) == ["dana-agent"]
 
 

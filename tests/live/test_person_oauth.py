@@ -32,6 +32,7 @@ import pytest
 
 from mcp_bridge.auth.person import (
     CALLBACK_PATH,
+    MAX_CODE_TRIES,
     Acting,
     PersonOAuth,
     SignInError,
@@ -126,19 +127,50 @@ async def closing() -> AsyncIterator[list[MCPRuntime]]:
         await runtime.aclose()
 
 
+def origin_of(url: str) -> dict[str, str]:
+    """The Origin header a browser sends with a form posted from a page at ``url``."""
+    parts = urlparse(url)
+    return {"Origin": f"{parts.scheme}://{parts.netloc}"}
+
+
+def code_in(texts: list[str]) -> str:
+    """The code the chat showed beside a sign-in link (utter_mcp_sign_in_code)."""
+    found = re.search(r"code: ([A-Z2-9]{3}-[A-Z2-9]{3})", "\n".join(texts))
+    assert found is not None, texts
+    return found.group(1)
+
+
 async def log_in(
-    link: str, account: str, redirect_uri: str, browser: httpx2.AsyncClient | None = None
+    link: str,
+    account: str,
+    redirect_uri: str,
+    browser: httpx2.AsyncClient | None = None,
+    code: str | None = None,
 ) -> dict[str, str]:
-    """What a person does in the browser: open the link (through the action server's start route
-    when it is the chat's link), sign in on oidc-provider's login page; the query of the redirect
-    back to ``redirect_uri`` (code, state, iss). ``browser`` keeps its cookies (one browser)."""
+    """What a person does in the browser: open the link (the chat's link is the action server's page,
+    where they type the ``code`` the chat showed), sign in on oidc-provider's login page; the query of
+    the redirect back to ``redirect_uri`` (code, state, iss). ``browser`` keeps its cookies (one
+    browser)."""
     if browser is None:
         async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as own:
-            return await log_in(link, account, redirect_uri, own)
+            return await log_in(link, account, redirect_uri, own, code)
     url = link
     for _ in range(12):
         query = {key: values[0] for key, values in parse_qs(urlparse(url).query).items()}
-        if url.startswith(redirect_uri) and "start" not in query:
+        if "start" in query:
+            shown = await browser.get(url)
+            assert shown.status_code == 200 and "name=start" in shown.text, shown.text[-800:]
+            assert code is not None, "the chat's link asks for the code the chat showed"
+            # Posted where the page is, from the origin browsers reach the action server at.
+            posted = await browser.post(
+                url.split("?", 1)[0],
+                data={"start": query["start"], "code": code},
+                headers=origin_of(redirect_uri),
+            )
+            assert posted.status_code == 303, posted.text[-800:]
+            url = urljoin(url, posted.headers["location"])
+            continue
+        if url.startswith(redirect_uri):
             return query
         page = await browser.get(url)
         if page.is_redirect:
@@ -155,31 +187,39 @@ async def log_in(
 
 
 async def sign_in_in_browser(
-    link: str, account: str, redirect_uri: str, choice: str = "use", browser: httpx2.AsyncClient | None = None
+    link: str,
+    account: str,
+    redirect_uri: str,
+    choice: str = "use",
+    browser: httpx2.AsyncClient | None = None,
+    *,
+    code: str,
 ) -> tuple[httpx2.Response, httpx2.Response, dict[str, str]]:
-    """The whole sign-in in one browser, against the action server's route: the chat's link, the
-    login, the callback's "which account" page, then the person's choice. The callback page, the
-    page after the choice, and the callback's query."""
+    """The whole sign-in in one browser, against the action server's route: the chat's link and the
+    code the chat showed, the login, the callback's "which account" page, then the person's choice.
+    The callback page, the page after the choice, and the callback's query."""
     if browser is None:
         async with httpx2.AsyncClient(follow_redirects=False, timeout=60) as own:
-            return await sign_in_in_browser(link, account, redirect_uri, choice, own)
-    answer = await log_in(link, account, redirect_uri, browser)
+            return await sign_in_in_browser(link, account, redirect_uri, choice, own, code=code)
+    answer = await log_in(link, account, redirect_uri, browser, code)
     shown = await browser.get(f"{redirect_uri}?{urllib.parse.urlencode(answer)}")
     ticket = re.search(r'name=ticket value="([^"]+)"', shown.text)
     if ticket is None:
         return shown, shown, answer
     chosen = await browser.post(
-        redirect_uri, data={"ticket": html.unescape(ticket.group(1)), "choice": choice}
+        redirect_uri,
+        data={"ticket": html.unescape(ticket.group(1)), "choice": choice},
+        headers=origin_of(redirect_uri),
     )
     return shown, chosen, answer
 
 
 async def begin(person: PersonOAuth, link: SignInLink) -> tuple[str, str]:
-    """What the start route does when a browser opens the chat's link: the authorization URL, and the
-    browser secret its cookie would hold."""
+    """What the start route does when a browser sends the chat's code from the link's page: the
+    authorization URL, and the browser secret its cookie would hold."""
     ticket = parse_qs(urlparse(link.url).query)["start"][0]
     browser = secrets.token_urlsafe(32)
-    return (await person.start(ticket, browser)).url, browser
+    return (await person.start(ticket, browser, link.code)).url, browser
 
 
 async def _note(runtime: MCPRuntime, stack: Stack, text: str, person: str | None = DANA) -> dict[str, Any]:
@@ -225,7 +265,7 @@ async def test_the_link_then_the_callback_store_the_token_encrypted_and_the_note
     assert link.url.startswith(f"{stack.person.redirect_uri}?start=")
     assert runtime.person_oauth is not None
     url, browser = await begin(runtime.person_oauth, link)
-    with pytest.raises(SignInError, match="opened already"):
+    with pytest.raises(SignInError, match="used already"):
         await begin(runtime.person_oauth, link)  # a second browser (or a second opening)
     query = parse_qs(urlparse(url).query)
     assert url.startswith(f"{stack.auth.url}/auth?")  # discovered: PRM, then the AS metadata
@@ -400,11 +440,54 @@ async def test_a_forged_or_expired_state_is_refused(stack: Stack, closing: list[
     with pytest.raises(SignInError, match="not valid"):  # a start ticket is no state, nor the reverse
         await person.complete(start_ticket, answer["code"], answer.get("iss"), browser=browser)
     with pytest.raises(SignInError, match="not valid"):
-        await person.start(state, browser)
+        await person.start(state, browser, needed.value.link.code)
     now[0] += 11 * 60  # the link was good for ten minutes
     with pytest.raises(SignInError, match="expired"):
         await person.complete(state, answer["code"], answer.get("iss"), browser=browser)
     assert await person.store.get(DANA, "crm") is None
+
+
+async def test_a_link_takes_nothing_when_opened_and_only_the_chats_code_starts_it(
+    stack: Stack, closing: list[MCPRuntime]
+) -> None:
+    """Opening the link (its page) takes nothing, however often; the page names whose chat it serves.
+    A wrong code is refused and leaves the link to its person, up to MAX_CODE_TRIES; the code as typed
+    (lower case, a space) starts the sign-in, once. Five wrong codes spend a link for good."""
+    runtime = stack.runtime()
+    closing.append(runtime)
+    person = runtime.person_oauth
+    assert person is not None
+    links = []
+    for _ in range(2):
+        with pytest.raises(SignInRequiredError) as needed:
+            await _note(runtime, stack, "never")
+        assert needed.value.link is not None
+        links.append(needed.value.link)
+    link, other = links
+    assert re.fullmatch(r"[A-Z2-9]{3}-[A-Z2-9]{3}", link.code) and link.code not in link.url
+    ticket = parse_qs(urlparse(link.url).query)["start"][0]
+    for _ in range(3):
+        invited = await person.invitation(ticket)
+    assert (invited.person, invited.server, invited.skill) == (DANA, "crm", "log_interaction")
+    assert invited.domain == link.domain and abs(invited.asked_at - time.time()) < 60
+    wrong = "ABC-DEF" if link.code != "ABC-DEF" else "DEF-ABC"
+    for _ in range(MAX_CODE_TRIES - 1):
+        with pytest.raises(SignInError, match="not the code the chat showed"):
+            await person.start(ticket, secrets.token_urlsafe(32), wrong)
+    typed = link.code.lower().replace("-", " ")
+    started = await person.start(ticket, secrets.token_urlsafe(32), typed)
+    assert started.url.startswith(f"{stack.auth.url}/auth?")
+    with pytest.raises(SignInError, match="used already"):
+        await person.start(ticket, secrets.token_urlsafe(32), link.code)
+
+    spent = parse_qs(urlparse(other.url).query)["start"][0]
+    for _ in range(MAX_CODE_TRIES - 1):
+        with pytest.raises(SignInError, match="not the code"):
+            await person.start(spent, secrets.token_urlsafe(32), wrong)
+    with pytest.raises(SignInError, match="too many wrong codes"):
+        await person.start(spent, secrets.token_urlsafe(32), wrong)
+    with pytest.raises(SignInError, match="used already"):
+        await person.start(spent, secrets.token_urlsafe(32), other.code)
 
 
 async def test_not_me_stores_nothing_and_undoes_the_sign_in(stack: Stack, closing: list[MCPRuntime]) -> None:
@@ -576,7 +659,7 @@ def test_the_action_server_uses_a_sign_in_stored_elsewhere_and_a_yes_whose_refre
     tracker.user("yes", "affirm", 1.0)
     vouch(tracker, person)
     status, answered, _ = call_action(actions.url, "action_confirm_tool", tracker)
-    assert status == 200 and said(answered) == ["utter_mcp_sign_in_again"], answered
+    assert status == 200 and said(answered) == ["utter_mcp_sign_in_again", "utter_mcp_sign_in_code"], answered
     assert {"event": "slot", "name": "pending_confirmation", "value": None} in [
         {key: event.get(key) for key in ("event", "name", "value")} for event in answered["events"]
     ]
@@ -689,7 +772,7 @@ async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tok
             return dict(answer)
 
         shown = ask(two, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
-        assert said(shown) == ["utter_mcp_sign_in"], shown
+        assert said(shown) == ["utter_mcp_sign_in", "utter_mcp_sign_in_code"], shown
         # The link names replica two's address (ACTION_SERVER_PUBLIC_URL is shared); the browser
         # opens it at replica one, signs in, lands on replica two, and confirms at replica one.
         link = shown["responses"][0]["link"]
@@ -697,12 +780,15 @@ async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tok
         callback_two = two.removesuffix("/webhook") + CALLBACK_PATH
         async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as browser:
             start = link.replace(stack.person.redirect_uri, callback_one)
-            answer = await log_in(start, "dana-agent", stack.person.redirect_uri, browser)
+            code = shown["responses"][1]["code"]
+            answer = await log_in(start, "dana-agent", stack.person.redirect_uri, browser, code)
             choice = await browser.get(f"{callback_two}?{urllib.parse.urlencode(answer)}")
             ticket = re.search(r'name=ticket value="([^"]+)"', choice.text)
             assert choice.status_code == 200 and ticket is not None, choice.text
             page = await browser.post(
-                callback_one, data={"ticket": html.unescape(ticket.group(1)), "choice": "use"}
+                callback_one,
+                data={"ticket": html.unescape(ticket.group(1)), "choice": "use"},
+                headers=origin_of(stack.person.redirect_uri),
             )
         assert page.status_code == 200 and "Signed in" in page.text, page.text
 
@@ -716,5 +802,5 @@ async def test_two_action_servers_on_one_postgresql_store_share_sign_ins_and_tok
         gone = ask(two, "action_mcp_disconnect", "disconnect my CRM", "disconnect_crm")
         assert said(gone) == ["utter_mcp_disconnected"], gone
         again = ask(one, "action_log_interaction", f"log a call with {DANA_EMAIL}: {note}", "log_interaction")
-        assert said(again) == ["utter_mcp_sign_in"], again
+        assert said(again) == ["utter_mcp_sign_in", "utter_mcp_sign_in_code"], again
         assert crm_db.authors_of(stack.db, note) == ["dana-agent"]

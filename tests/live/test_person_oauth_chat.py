@@ -32,7 +32,7 @@ from mcp_bridge.approvals.store import open_store as open_approval_store
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.auth.token_store import Keys, TokenStore
 from tests.live.proof.chat import RasaChat
-from tests.live.test_person_oauth import KEY, SERVICE, sign_in_in_browser
+from tests.live.test_person_oauth import KEY, SERVICE, code_in, sign_in_in_browser
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.crm_db import authors_of
@@ -156,11 +156,13 @@ async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_pe
     # shows the account; "Use this account". No action server token: a browser has none.
     callback = live["person"].redirect_uri
     async with httpx2.AsyncClient(follow_redirects=False, timeout=60) as browser:
-        shown, page, answer = await sign_in_in_browser(link.group(1), "dana-agent", callback, browser=browser)
+        shown, page, answer = await sign_in_in_browser(
+            link.group(1), "dana-agent", callback, browser=browser, code=code_in(said)
+        )
         assert shown.status_code == 200 and "as <strong id=account>dana-agent</strong>" in shown.text, (
             shown.text
         )
-        for header, value in (("cache-control", "no-store"), ("referrer-policy", "no-referrer")):
+        for header, value in (("cache-control", "no-store"), ("referrer-policy", "same-origin")):
             assert shown.headers[header] == value
         assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
         assert page.status_code == 200 and "Signed in; go back to the chat." in page.text, page.text
@@ -185,10 +187,15 @@ async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_pe
     assert record is not None
     secrets = [record["token"]["access_token"], record["token"]["refresh_token"], answer["code"]]
 
+    # The chat says which account it writes as, and signs out.
+    said = chat.send(sender, "which CRM account are you using?")
+    assert any("signed in through me to crm as dana-agent" in text for text in said), said
     said = chat.send(sender, "disconnect my CRM")
     assert any("forgotten your CRM sign-in" in text for text in said), said
     assert await store.get(PERSON, "crm") is None
     assert '"event":"grant_revoked"' in live["auth"].output()
+    said = chat.send(sender, "which account am I signed in as?")
+    assert any("not signed in to the CRM through me" in text for text in said), said
 
     # No token, refresh token or code in the tracker, the audit trail or any process's output.
     stack: LoggedStack = live["stack"]
@@ -208,7 +215,9 @@ async def _sign_in(live: dict[str, Any], said: list[str], account: str = "dana-a
     prompt = next(text for text in said if "sign in at" in text)
     link = re.search(r"(http://\S+)", prompt)
     assert link is not None
-    _, page, _ = await sign_in_in_browser(link.group(1), account, live["person"].redirect_uri)
+    _, page, _ = await sign_in_in_browser(
+        link.group(1), account, live["person"].redirect_uri, code=code_in(said)
+    )
     assert page.status_code == 200 and "Signed in" in page.text, page.text
 
 

@@ -179,11 +179,11 @@ async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(t
         )
         tracker.user(f"log a call with {DANA}: {note}", "log_interaction", 0.97)
         status, asked, _ = call_action(webhook, "action_log_interaction", tracker, headers=headers)
-        assert status == 200 and said(asked) == ["utter_mcp_sign_in"], asked
-        link = asked["responses"][0]["link"]
+        assert status == 200 and said(asked) == ["utter_mcp_sign_in", "utter_mcp_sign_in_code"], asked
+        link, code = asked["responses"][0]["link"], asked["responses"][1]["code"]
         callback = f"http://127.0.0.1:{ports['ACTION_SERVER_PORT']}{CALLBACK_PATH}"
         assert link.startswith(f"{callback}?start=")  # bound to the browser that opens it
-        shown, page, _ = await sign_in_in_browser(link, "dana-agent", callback)
+        shown, page, _ = await sign_in_in_browser(link, "dana-agent", callback, code=code)
         assert "dana-agent" in shown.text, shown.text  # the account, shown before it is used
         assert page.status_code == 200 and "Signed in" in page.text, page.text
         store = tmp_path / "mcp_tokens.sqlite3"

@@ -470,7 +470,7 @@ mcp_servers:
 
 
 def test_a_server_that_acts_as_the_person_brings_the_sign_in_pieces(bot: Path) -> None:
-    """Only then: the resume intent, the two actions, the responses, and the rule that goes on after
+    """Only then: the resume intent, the three actions, the responses, and the rule that goes on after
     the sign-in (with examples, so Rasa accepts the intent); a second run changes nothing."""
     with (bot / "endpoints.yml").open("a") as endpoints:
         endpoints.write(PERSON_SERVER)
@@ -483,9 +483,12 @@ def test_a_server_that_acts_as_the_person_brings_the_sign_in_pieces(bot: Path) -
         "action_confirm_tool",
         "action_deny_tool",
         "action_mcp_resume",
+        "action_mcp_account",
         "action_mcp_disconnect",
     ]
     assert set(person["responses"]) <= set(domain["responses"])
+    # Every response the plugin says for such a server (the sign-in's code, the account in use too).
+    assert RESPONSES.for_acting_as_the_person() <= set(domain["responses"])
     assert (bot / "data" / "mcp_bridge_person.yml").read_text() == fragment_text("person_rules.yml")
     first = snapshot(bot)
     again = init(bot)

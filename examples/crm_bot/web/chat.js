@@ -1,15 +1,22 @@
 /*
  * The CRM assistant's chat page, on the signed socket.io channel (mcp_bridge/channels/socketio.py):
  *
- *   page -> page server  GET token (the session cookie)  page server -> page  {token}
+ *   page -> page server  POST session (once, on load)    page server -> page  cookie, {proof}
+ *   page -> page server  POST token {proof} (the cookie) page server -> page  {token, expiresIn}
  *   page -> Rasa  connect {auth: {token}}                (refused without a valid token)
+ *   page -> Rasa  renew_token {token}                    (before the last one expires)
  *   page -> Rasa  session_request {}                     Rasa -> page  session_confirm <conversation id>
  *   page -> Rasa  user_uttered {message}                 Rasa -> page  bot_uttered {text, quick_replies}
  *
  * The rules, first:
- *  - The page never names a conversation. Its server gives it a short-lived token for the browser
- *    session that loaded it (an HttpOnly cookie), and the channel takes the conversation from the
- *    token. Every connection, reconnections included, asks for a fresh token.
+ *  - The page never names a conversation. Its server gives it a short-lived token for its browser
+ *    session (an HttpOnly cookie and the session's proof, which only this page's script holds, in
+ *    localStorage), and the channel takes the conversation from the token. Every connection,
+ *    reconnections included, asks for a fresh token, and the open socket gets a new one before the
+ *    last expires (the channel closes a socket whose token has expired; the page then reconnects).
+ *  - A session is started by the page's script when it loads (POST session), never taken from a
+ *    cookie the page did not get together with its proof: a session cookie planted in the browser
+ *    has no proof here, so the page starts its own and the planted one is replaced.
  *  - Whatever the assistant or the person wrote is shown with textContent, never parsed as HTML:
  *    a note that contains <script> or <b> shows as those characters.
  *  - A question's buttons work once. A click disables them (and records that) before the payload
@@ -28,6 +35,7 @@
   "use strict";
 
   var STORE_KEY = "crm-assistant-chat";
+  var PROOF_KEY = "crm-assistant-session-proof"; // localStorage: this origin's script alone reads it
   var noAnswerMs = 20000; // config.json's noAnswerSeconds replaces it
 
   var log = document.getElementById("log");
@@ -44,6 +52,9 @@
   var noAnswerTimer = null;
   var socket = null; // made once config.json says where Rasa is
   var noSession = false; // the page's server knows no browser session: only a reload starts one
+  var mayStartSession = true; // until the first token: a page load may start a browser session
+  var tokenSeconds = 0; // how long the last token is good for
+  var renewTimer = null;
 
   function load() {
     try {
@@ -178,23 +189,91 @@
       setStatus("unreachable", "The page could not load its settings: " + error.message);
     });
 
+  function post(path, body) {
+    return fetch(path, {
+      method: "POST",
+      cache: "no-store",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  }
+
+  function proof() {
+    try {
+      return localStorage.getItem(PROOF_KEY) || "";
+    } catch (ignored) {
+      return "";
+    }
+  }
+
+  // A new browser session from the page's server: its cookie comes with the answer, its proof in it.
+  function startSession(sessionPath) {
+    return post(sessionPath, {})
+      .then(function (response) {
+        if (!response.ok) throw new Error("session: HTTP " + response.status);
+        return response.json();
+      })
+      .then(function (body) {
+        localStorage.setItem(PROOF_KEY, String(body.proof || ""));
+      });
+  }
+
+  // A token for this browser session; on a page load without a session of its own, one is started.
+  function getToken(config) {
+    var sessionPath = config.sessionPath || "session";
+    var tokenPath = config.tokenPath || "token";
+    function ask() {
+      return post(tokenPath, { proof: proof() });
+    }
+    return ask()
+      .then(function (response) {
+        if (response.status === 401 && mayStartSession) {
+          return startSession(sessionPath).then(ask);
+        }
+        return response;
+      })
+      .then(function (response) {
+        if (response.status === 401) noSession = true;
+        if (!response.ok) throw new Error("token: HTTP " + response.status);
+        return response.json();
+      })
+      .then(function (body) {
+        noSession = false;
+        mayStartSession = false;
+        tokenSeconds = Number(body.expiresIn) || 0;
+        return String(body.token);
+      });
+  }
+
   // socket.io-client calls this before every connection attempt: a fresh token each time.
-  function fetchToken(tokenPath) {
+  function fetchToken(config) {
     return function (callback) {
-      fetch(tokenPath, { cache: "no-store", credentials: "same-origin" })
-        .then(function (response) {
-          if (response.status === 401) noSession = true;
-          if (!response.ok) throw new Error("token: HTTP " + response.status);
-          return response.json();
-        })
-        .then(function (body) {
-          noSession = false;
-          callback({ token: String(body.token) });
+      getToken(config)
+        .then(function (token) {
+          callback({ token: token });
         })
         .catch(function () {
           callback({}); // refused by the channel, and retried
         });
     };
+  }
+
+  // Before the socket's token expires, the channel gets a new one on the same socket.
+  function scheduleRenewal(config) {
+    clearTimeout(renewTimer);
+    if (!tokenSeconds) return;
+    renewTimer = setTimeout(function () {
+      getToken(config)
+        .then(function (token) {
+          socket.emit("renew_token", { token: token }, function (accepted) {
+            if (accepted === true) scheduleRenewal(config);
+          });
+        })
+        .catch(function () {
+          // Not renewed: the channel closes the socket when the token expires, and the page reconnects.
+        });
+    }, tokenSeconds * 600);
   }
 
   function forget(conversationId) {
@@ -211,7 +290,7 @@
     // WebSocket only: no cross-origin HTTP polling, so Rasa needs no CORS opening (see docs/getting-started/example-bot.md).
     socket = io(config.socketUrl, {
       path: config.socketPath,
-      auth: fetchToken(config.tokenPath || "token"),
+      auth: fetchToken(config),
       transports: ["websocket"],
       reconnectionDelay: 500,
       reconnectionDelayMax: 4000,
@@ -234,6 +313,7 @@
       ready = true;
       clearNotice();
       setStatus("connected", "Connected");
+      scheduleRenewal(config);
     });
 
     socket.on("bot_uttered", function (message) {
@@ -265,12 +345,16 @@
       if (!socket.active) setTimeout(function () { socket.connect(); }, 2000);
     });
 
-    socket.on("disconnect", function () {
+    socket.on("disconnect", function (reason) {
       ready = false;
       clearTimeout(noAnswerTimer);
+      clearTimeout(renewTimer);
       // Drop anything socket.io-client buffered: it must not be delivered on reconnection.
       socket.sendBuffer = [];
       setStatus("unreachable", "Lost the connection to the assistant. Reconnecting…");
+      // Closed by the channel (its token expired unrenewed): socket.io-client does not reconnect by
+      // itself then; a new connection asks for a new token.
+      if (reason === "io server disconnect") setTimeout(function () { socket.connect(); }, 500);
     });
   }
 })();

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+
+from mcp_bridge.auth.browser import is_loopback
 
 __all__ = ["ApprovalPage", "ApproverError", "PageAnswer", "password_for"]
 
@@ -131,10 +133,11 @@ class ApprovalPage:
         lock = self._locks.setdefault(user, asyncio.Lock())
         async with lock:
             if user not in self._sessions:
-                # unsafe: keep cookies of an IP address host (127.0.0.1), as a browser does.
-                session = aiohttp.ClientSession(
-                    timeout=self._timeout, cookie_jar=aiohttp.CookieJar(unsafe=True)
-                )
+                # unsafe: keep cookies of an IP address host (127.0.0.1); the page's Secure session
+                # cookie goes back to it over http on loopback: both as a browser does.
+                secure = [self.url] if is_loopback(urlsplit(self.url).hostname or "") else None
+                jar = aiohttp.CookieJar(unsafe=True, treat_as_secure_origin=secure)
+                session = aiohttp.ClientSession(timeout=self._timeout, cookie_jar=jar)
                 try:
                     await self._login(session, user)
                 except BaseException:

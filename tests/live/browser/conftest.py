@@ -41,6 +41,10 @@ SCREENSHOTS = procs.REPO_ROOT / "test-results" / "browser"
 # A turn can take a few seconds on a busy machine (NLU, action server, MCP, CRM); never a minute.
 REPLY_TIMEOUT_MS = 30_000
 STORE_KEY = "crm-assistant-chat"  # web/chat.js
+# mcp_bridge.channels.socketio's (that module imports Rasa, which the tests' environment has not).
+CLOCK_SKEW_SECONDS = 10
+DEFAULT_AUDIENCE = "mcp_bridge.channels.socketio"
+RENEW_EVENT = "renew_token"
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class ChatStack:
     action_url: str
     action_token: str
 
-    def page_server(self, rasa_url: str, **options: float) -> procs.ServiceProcess:
+    def page_server(self, rasa_url: str, **options: Any) -> procs.ServiceProcess:
         """A chat page server on the spare port, talking to `rasa_url` (the Rasa server, or a proxy)."""
         return procs.chat_page(
             rasa_url=rasa_url, chat_key=self.access.chat_key, port=self.spare_page_port, **options

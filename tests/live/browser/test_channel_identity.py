@@ -7,8 +7,9 @@ page, or a script pretending to be one, and plain HTTP plays an operator of the 
 What must hold (docs/concepts/who-may-answer.md):
 
 * the REST channel refuses a request without its bearer token (or with the token in the URL);
-* a socket without a valid token (none, another key, expired, unsigned) is refused, and so is one
-  from a web page of another origin, even with a valid token;
+* a socket without a valid token (none, another key, expired, unsigned, for another audience, from
+  another issuer than its page) is refused, and so is one from a web page of another origin, even
+  with a valid token; a socket is closed when its token expires, unless renewed on the socket;
 * a socket whose token names conversation B cannot reach conversation A: not by asking for A's
   session, not by naming A in a message;
 * a Yes button payload for A's pending question, sent by anyone but the person asked (the REST
@@ -34,7 +35,13 @@ import pytest
 import socketio
 
 from mcp_bridge.channels import USER_KEY
-from tests.live.browser.conftest import ChatStack, user_texts
+from tests.live.browser.conftest import (
+    CLOCK_SKEW_SECONDS,
+    DEFAULT_AUDIENCE,
+    RENEW_EVENT,
+    ChatStack,
+    user_texts,
+)
 from tests.live.proof.store import StoredNote
 
 DANA = "dana@example.com"
@@ -51,8 +58,16 @@ def question_for(note: str) -> str:
 
 
 def token(chat_stack: ChatStack, conversation: str, *, key: str | None = None, **claims: Any) -> str:
-    """A token as the chat page's server signs one (or with another `key`, or other claims)."""
-    body = {"sub": conversation, "exp": int(time.time()) + 120, **claims}
+    """A token as the chat page's server signs one (or with another `key`, or other claims; a claim
+    given as None is left out)."""
+    body = {
+        "sub": conversation,
+        "exp": int(time.time()) + 120,
+        "iss": page_origin(chat_stack),
+        "aud": DEFAULT_AUDIENCE,
+        **claims,
+    }
+    body = {name: value for name, value in body.items() if value is not None}
     return jwt.encode(body, key or chat_stack.access.chat_key, algorithm="HS256")
 
 
@@ -69,8 +84,10 @@ class Socket:
         self.client = socketio.AsyncClient(reconnection=False)
         self.heard: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.confirmed: asyncio.Queue[Any] = asyncio.Queue()
+        self.closed = asyncio.Event()
         self.client.on("bot_uttered", self.heard.put_nowait)
         self.client.on("session_confirm", self.confirmed.put_nowait)
+        self.client.on("disconnect", lambda *reason: self.closed.set())
 
     async def connect(self, auth: dict[str, Any] | None, origin: str | None = None) -> None:
         headers = {"Origin": origin if origin is not None else page_origin(self.chat_stack)}
@@ -102,6 +119,9 @@ class Socket:
             seen.append(str(message.get("text")))
             if text in str(message.get("text")):
                 return message
+
+    async def renew(self, token: str) -> bool:
+        return bool(await self.client.call(RENEW_EVENT, {"token": token}, timeout=REPLY_SECONDS))
 
     async def silent_for(self, seconds: float) -> list[dict[str, Any]]:
         """Whatever the assistant says within `seconds` (expected: nothing)."""
@@ -234,7 +254,16 @@ async def test_a_socket_without_a_valid_token_is_refused(
         "unsigned": {
             "token": jwt.encode({"sub": conversation, "exp": int(time.time()) + 60}, None, algorithm="none")
         },
-        "no subject": {"token": jwt.encode({"exp": int(time.time()) + 60}, chat_stack.access.chat_key)},
+        "no subject": {"token": token(chat_stack, None)},  # type: ignore[arg-type]
+        # Signed with the right key, but not for this channel or not by the page.
+        "no audience": {"token": token(chat_stack, conversation, aud=None)},
+        "another audience": {"token": token(chat_stack, conversation, aud="rasa-http-api")},
+        "no issuer": {"token": token(chat_stack, conversation, iss=None)},
+        "an issuer not allowed": {"token": token(chat_stack, conversation, iss="http://evil.example")},
+        # An allowed page's, but not the one that connects (the chat page's spare port is allowed).
+        "another page's": {
+            "token": token(chat_stack, conversation, iss=f"http://127.0.0.1:{chat_stack.spare_page_port}")
+        },
     }
     for what, auth in refused.items():
         with pytest.raises(socketio.exceptions.ConnectionError):
@@ -265,6 +294,33 @@ async def test_a_socket_from_another_origin_is_refused_even_with_a_valid_token(
     page = sockets()
     await page.connect(auth)
     assert await page.session() == conversation
+
+
+async def test_a_socket_is_closed_when_its_token_expires_unless_the_page_renews_it(
+    chat_stack: ChatStack, sockets: Callable[[], Socket]
+) -> None:
+    """A token that expired 7 s ago still opens a socket (10 s of clock skew are allowed), and the
+    channel closes it 3 s later. Renewed on the open socket, with a
+    token for the same conversation and user, it stays open; a renewal for another conversation or
+    user, or an unusable token, is refused and changes nothing."""
+    conversation = conversation_id()
+    almost = int(time.time()) + 3 - CLOCK_SKEW_SECONDS  # good for 3 more seconds
+    ending, renewed = sockets(), sockets()
+    await ending.connect({"token": token(chat_stack, conversation, exp=almost)})
+    await renewed.connect({"token": token(chat_stack, conversation, exp=almost + 1)})
+    assert await ending.session() == conversation and await renewed.session() == conversation
+    assert not await renewed.renew(token(chat_stack, conversation_id()))  # another conversation
+    assert not await renewed.renew(token(chat_stack, conversation, user="mallory"))  # another user
+    assert not await renewed.renew(token(chat_stack, conversation, aud="rasa-http-api"))
+    assert await renewed.renew(token(chat_stack, conversation))
+
+    await asyncio.wait_for(ending.closed.wait(), REPLY_SECONDS)  # closed by the channel
+    assert not ending.client.connected
+    await asyncio.sleep(max(0.0, almost + 1 + CLOCK_SKEW_SECONDS + 1 - time.time()))  # past the first expiry
+    assert renewed.client.connected and not renewed.closed.is_set()
+    await renewed.say("help")
+    await renewed.expect("Here's what I can do")
+    assert user_texts(chat_stack, conversation) == ["help"]
 
 
 async def test_a_socket_cannot_reach_a_conversation_its_token_does_not_name(

@@ -5,16 +5,25 @@ What must hold: a click on Yes writes the note once and the page says so; No wri
 with markup is shown as text and stored verbatim; a double click sends one answer; a reload between
 the question and the click confirms the same pending call, once; when the assistant cannot be
 reached the page says so and sends nothing (nor later, when the connection is back); a question
-about two calls shows a button per call, and "Only 1" writes only the first.
+about two calls shows a button per call, and "Only 1" writes only the first; the session cookie is
+the page's own (`__Host-`, named for its port), and one planted in the browser by another page on
+the host never becomes the person's conversation; a socket whose token expires is closed and the
+page, having renewed it, stays connected.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+import urllib.request
+from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
+import jwt
 from playwright.sync_api import Page, expect
 
-from tests.live.browser.conftest import REPLY_TIMEOUT_MS, ChatPage, ChatStack, user_texts
+from tests.live.browser.conftest import CLOCK_SKEW_SECONDS, REPLY_TIMEOUT_MS, ChatPage, ChatStack, user_texts
 from tests.live.proof.store import StoredNote
 from tests.support import procs
 from tests.support.tcp_proxy import TcpProxy
@@ -249,3 +258,116 @@ def test_a_list_of_calls_has_a_button_per_call_and_only_1_writes_only_the_first(
     expect(chat.user_bubbles.last).to_have_text("Only 1")
     expect(chat.button("Yes to all")).to_be_disabled()
     expect(chat.button("Only 1")).to_have_class("chosen")
+
+
+class CookieSetter:
+    """Another web server on the loopback, as any local program may run: its page sets a cookie for
+    127.0.0.1, which the browser then sends to every port of it, the chat page's included."""
+
+    def __init__(self, set_cookie: str) -> None:
+        header = set_cookie
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Set-Cookie", header)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<p>nothing to see</p>")
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer((procs.HOST, 0), Handler)
+        self.url = f"http://{procs.HOST}:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _attackers_session(page_url: str) -> tuple[str, str, str]:
+    """A session the chat page issued to someone else (who asked as its script would): the cookie's
+    name and value, and the conversation its token names."""
+    origin = page_url.rstrip("/")
+    answer = urllib.request.urlopen(
+        urllib.request.Request(
+            page_url + "session",
+            data=b"{}",
+            method="POST",
+            headers={"Origin": origin, "Content-Type": "application/json"},
+        ),
+        timeout=10,
+    )
+    cookie = SimpleCookie(answer.headers["Set-Cookie"])
+    [(name, morsel)] = cookie.items()
+    proof = json.loads(answer.read())["proof"]
+    asked = urllib.request.Request(
+        page_url + "token",
+        data=json.dumps({"proof": proof}).encode(),
+        method="POST",
+        headers={"Origin": origin, "Content-Type": "application/json", "Cookie": f"{name}={morsel.value}"},
+    )
+    with urllib.request.urlopen(asked, timeout=10) as reply:
+        token = json.loads(reply.read())["token"]
+    return name, morsel.value, str(jwt.decode(token, options={"verify_signature": False})["sub"])
+
+
+def test_the_session_cookie_is_the_pages_own_and_a_planted_one_never_becomes_the_persons_conversation(
+    page: Page, chat_stack: ChatStack
+) -> None:
+    """Session fixation: someone has the chat page issue them a session, and a page of theirs on
+    another port of 127.0.0.1 plants its cookie in the person's browser. The chat page there has no
+    proof for it: it starts a session of its own, which replaces the planted cookie, and the person's
+    conversation is not the one the planter can read."""
+    name, planted, theirs = _attackers_session(chat_stack.page_url)
+    setter = CookieSetter(f"{name}={planted}; Path=/; Secure; HttpOnly; SameSite=Lax")
+    try:
+        page.goto(setter.url)
+        assert [c["value"] for c in page.context.cookies() if c["name"] == name] == [planted]
+
+        chat = open_chat(page, chat_stack)
+        chat.say("help")
+        expect(chat.bot_bubbles.last).to_contain_text("Here's what I can do", timeout=REPLY_TIMEOUT_MS)
+    finally:
+        setter.close()
+    mine = chat.session_id()
+    assert mine != theirs
+    assert user_texts(chat_stack, mine) == ["help"]
+    assert user_texts(chat_stack, theirs) == []  # nothing of the person's reached the planted session
+    [cookie] = [c for c in page.context.cookies() if c["name"].startswith("__Host-chat_session")]
+    port = urlsplit(chat_stack.page_url).port
+    assert cookie["name"] == f"__Host-chat_session-{port}" and cookie["value"] != planted
+    assert (cookie["httpOnly"], cookie["secure"], cookie["sameSite"], cookie["path"], cookie["expires"]) == (
+        True,
+        True,
+        "Strict",
+        "/",
+        -1,  # ends with the browser session
+    )
+    assert page.evaluate("document.cookie") == ""  # no script reads it
+    # A reload keeps the page's own session (and its conversation).
+    page.reload()
+    chat.expect_connected()
+    assert chat.session_id() == mine
+
+
+def test_the_page_renews_its_token_on_the_open_socket_and_stays_connected(
+    page: Page, chat_stack: ChatStack, services: procs.Services
+) -> None:
+    """Tokens good for 2 s: the channel closes a socket 2 s (plus its 10 s of clock skew) after its
+    token's expiry unless the page renews it; 14 s later the page has stayed connected on the same
+    socket (its status never changed), and the conversation goes on."""
+    page_server = services.start(chat_stack.page_server(chat_stack.rasa_url, token_seconds=2))
+    chat = ChatPage(page, page_server.url).open()
+    page.evaluate(
+        "window.statuses = [];"
+        "new MutationObserver(() => window.statuses.push(document.getElementById('status').textContent))"
+        ".observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})"
+    )
+    page.wait_for_timeout(2_000 + CLOCK_SKEW_SECONDS * 1000 + 2_000)
+    assert page.evaluate("window.statuses") == []
+    chat.say("help")
+    expect(chat.bot_bubbles.last).to_contain_text("Here's what I can do", timeout=REPLY_TIMEOUT_MS)
+    assert user_texts(chat_stack, chat.session_id()) == ["help"]

@@ -50,6 +50,8 @@ class E2EStack(LoggedStack):
         self.endpoints = workdir / "endpoints.yml"
         self.approvals_db = workdir / "approvals.sqlite3"
         self.passwords = {name: secrets.token_urlsafe(12) for name in APPROVERS}
+        # The approval page's token at the action server (APPROVAL_TELL_TOKEN).
+        self.tell_token = secrets.token_urlsafe(32)
         self.page: procs.ServiceProcess | None = None
         self.crm: procs.ServiceProcess | None = None
         self.mcp: procs.ServiceProcess | None = None
@@ -108,8 +110,8 @@ class E2EStack(LoggedStack):
             + "".join(f'  {name}: {{chat: ["rest:{name}"], approval_page: [{name}]}}\n' for name in APPROVERS)
         )
         return procs.approval_page(
-            rasa_url=self.rasa.url,
-            rasa_token=self.access.api_token,
+            actions_url=f"http://{procs.HOST}:{self.action_port}",
+            tell_token=self.tell_token,
             page_key=secrets.token_urlsafe(32),
             approvers=approvers,
             database=str(self.approvals_db),
@@ -117,6 +119,15 @@ class E2EStack(LoggedStack):
             sweep_seconds=0.5,
             extra_env={f"HASH_{name.upper()}": hash_password(p) for name, p in self.passwords.items()},
         )
+
+    def tell_env(self) -> dict[str, str]:
+        """What an action server needs to tell the approval page's decisions to their conversations."""
+        assert self.rasa is not None
+        return {
+            "APPROVAL_TELL_TOKEN": self.tell_token,
+            "RASA_URL": self.rasa.url,
+            "RASA_AUTH_TOKEN": self.access.api_token,
+        }
 
     @property
     def approval_page_url(self) -> str:
@@ -161,6 +172,7 @@ class E2EStack(LoggedStack):
             extra_env={
                 **procs.oauth_env(self.client, self.auth.url),
                 "APPROVALS_DATABASE": str(self.approvals_db),
+                **self.tell_env(),
             },
         )
         if variant.actions_root is not None:
