@@ -184,6 +184,8 @@ def check_deployment(env: Mapping[str, str], host: str) -> None:
                 f"nobody) is set beside {' and '.join(beside)}, which only a deployment has. Unset "
                 f"{DEVELOPMENT_FLAG} in a deployment (a trial runs on loopback with neither)"
             )
+
+
 def tell_refusal(tell_token: str | None) -> str | None:
     """Why the approval page's route cannot be served as configured, or None."""
     if tell_token is None:

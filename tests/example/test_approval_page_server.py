@@ -35,8 +35,8 @@ from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.approvals.sessions import DatabaseSessions, Sessions
 from mcp_bridge.approvals.store import open_store
 from mcp_bridge.auth.browser import PageOrigin
-from mcp_bridge.record.database import open_database
 from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.record.database import open_database
 from tests.support import procs
 
 KEY = "k" * 16 + "an approval page key for tests"
