@@ -683,7 +683,7 @@ def run(args: argparse.Namespace) -> int:
         )
     accounts = load_approvers(args.approvers, env) if oidc is None else {}
     people = load_people(args.approvers, accounts)
-    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
+    audit = AuditLog.from_env(env)  # the action server's trail, file and key
     approvals = Approvals(open_store(env.get("APPROVALS_DATABASE")), audit, people=people)
     app = make_app(
         approvals,

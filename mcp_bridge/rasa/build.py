@@ -1,7 +1,8 @@
 """The one Executor of this action server, built from files and environment variables on first use.
 
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
-AUDIT_LOG (var/audit.jsonl), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
+AUDIT_LOG (var/audit.jsonl), AUDIT_KEY, AUDIT_EXTRA_KEYS and AUDIT_TO_LOG
+(:mod:`mcp_bridge.observability.audit`), CONFIRMATION_TTL_SECONDS (300), CONFIRMATION_SECRET (seals pending
 confirmations; give every replica the same value, or a question asked before a restart cannot be
 confirmed after it), CONFIRMATION_WORDS (a word file added to the reader's English defaults),
 MESSAGE_MAX_CHARS (5000: a longer message is refused unread), APPROVALS_DATABASE (where calls held for a
@@ -37,7 +38,7 @@ from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.contract import RESPONSES
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.observability import metrics
+from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.questions import waiting_calls as waiting_calls
 from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
@@ -109,7 +110,10 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
     )
     seal = confirmation_seal(env)
-    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
+    # Counted, turned into spans and (when configured) sent as OpenTelemetry log records, entry by entry.
+    audit = AuditLog.from_env(
+        env, observers=[metrics.count_confirmation, tracing.audit_span, otel.audit_record]
+    )
     second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
         _check_responses(
