@@ -41,6 +41,7 @@ from tests.bench import (
     reader_line,
     report,
     router,
+    tracing_line,
     webhook,
 )
 from tests.support import procs
@@ -282,6 +283,8 @@ def run(config: Config, chosen: list[ends.End]) -> int:
                     worker.close()
             _say("the confirmation reader at 1 kB, 64 kB and 1 MB")
             reader = reader_line.measure()
+            _say("the confirmation's CPU with tracing off, with no tracing hooks, and with spans")
+            traced = tracing_line.measure()
 
             skills = {
                 variant: skills_with_source(workdir / f"skills-{variant}", src)
@@ -373,6 +376,7 @@ def run(config: Config, chosen: list[ends.End]) -> int:
     }
     print(report.write(results, chosen, meta, config.out, peer_lines))
     print("\n".join(reader_line.lines(reader)))
+    print("\n".join(tracing_line.lines(traced)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 

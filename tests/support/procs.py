@@ -39,6 +39,7 @@ from scripts.services import (
     page_origins,
     rasa_server,
     seed_db,
+    trace_backend,
     write_endpoints,
 )
 
@@ -80,6 +81,7 @@ __all__ = [
     "rasa_server",
     "reminders_mcp",
     "seed_db",
+    "trace_backend",
     "write_endpoints",
 ]
 
