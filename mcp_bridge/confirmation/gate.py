@@ -163,7 +163,7 @@ async def gate(
     ``consent``. ``resolved`` is what the name resolved to (a tool, asked about itself in the call's
     ``context``, or why nothing); ``generic`` is the question for an MCP tool the skill does not
     constrain (``remote_asks``). The verdict, and the rule that gave it, is a span when tracing is on."""
-    with tracing.span("mcp_bridge.gate", skill=skill.id, tool=tool_name) as span:
+    with tracing.span("mcp-bridge gate", skill=skill.id, tool=tool_name) as span:
         verdict = await _verdict(
             skill, tool_name, resolved, arguments, consent, generic=generic, context=context
         )

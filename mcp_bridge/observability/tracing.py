@@ -78,17 +78,17 @@ ATTRIBUTES = frozenset(
     }
 )
 _PREFIX = "mcp_bridge."
-# An audit entry's decision -> the span it becomes; others become "mcp_bridge.decision".
+# An audit entry's decision -> the span it becomes; others become "mcp-bridge decision".
 _AUDIT_SPANS = {
-    "asked": "mcp_bridge.question",
-    "asked_again": "mcp_bridge.question",
-    "approval_requested": "mcp_bridge.approver_wait",
-    "approved": "mcp_bridge.approver_decision",
-    "approval_refused": "mcp_bridge.approver_decision",
-    "approval_expired": "mcp_bridge.approver_decision",
-    "permission_granted": "mcp_bridge.permission",
-    "permission_used": "mcp_bridge.permission",
-    "permission_revoked": "mcp_bridge.permission",
+    "asked": "mcp-bridge question",
+    "asked_again": "mcp-bridge question",
+    "approval_requested": "mcp-bridge approver_wait",
+    "approved": "mcp-bridge approver_decision",
+    "approval_refused": "mcp-bridge approver_decision",
+    "approval_expired": "mcp-bridge approver_decision",
+    "permission_granted": "mcp-bridge permission",
+    "permission_used": "mcp-bridge permission",
+    "permission_revoked": "mcp-bridge permission",
 }
 
 
@@ -205,7 +205,7 @@ def audit_span(entry: Mapping[str, Any]) -> None:
     if tracer is None or decision == CALLED or not isinstance(decision, str):
         return
     attributes = {key: entry.get(key) for key in ("skill", "tool", "source")}
-    with span(_AUDIT_SPANS.get(decision, "mcp_bridge.decision"), decision=decision, **attributes):
+    with span(_AUDIT_SPANS.get(decision, "mcp-bridge decision"), decision=decision, **attributes):
         pass
 
 

@@ -67,7 +67,7 @@ class ExecutorAction(Action, ABC):
         # The skill's run, under rasa-sdk's action span when tracing is on (names only: the action,
         # the skill, what the executor decided).
         with tracing.span(
-            "mcp_bridge.skill_run", action=self.action_name, skill=getattr(self, "skill_id", None)
+            "mcp-bridge skill_run", action=self.action_name, skill=getattr(self, "skill_id", None)
         ) as span:
             try:
                 # A server that acts as the person is called as the person the channel named (the

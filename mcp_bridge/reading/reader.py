@@ -758,7 +758,7 @@ class ConfirmationReader:
         alone; with it, a yes needs the NLU's affirm as well. The answer's kind (never its text) is
         a span when tracing is on.
         """
-        with tracing.span("mcp_bridge.answer") as span:
+        with tracing.span("mcp-bridge answer") as span:
             answer = self._read(text, nlu, call)
             tracing.note(span, answer=answer.kind)
             return answer
@@ -794,7 +794,7 @@ class ConfirmationReader:
         A plain yes or no answers every call (a yes with the NLU agreeing, as :meth:`read`); else the
         answer must decide each call in the per-call grammar (:mod:`mcp_bridge.reading.choices`).
         """
-        with tracing.span("mcp_bridge.answer", calls=len(calls)) as span:
+        with tracing.span("mcp-bridge answer", calls=len(calls)) as span:
             answer = self._read_calls(text, nlu, calls, names)
             tracing.note(span, answer=answer.kind)
             return answer

@@ -172,7 +172,7 @@ class Timed(Layer):
 
 @dataclass(frozen=True)
 class Traced(Layer):
-    """Every call a span of its own (``mcp_bridge.tool_call``), for the skill it was resolved for:
+    """Every call a span of its own (``mcp-bridge tool_call``), for the skill it was resolved for:
     names and outcomes only (:mod:`mcp_bridge.observability.tracing`), never the arguments."""
 
     skill_id: str
@@ -180,7 +180,7 @@ class Traced(Layer):
     async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
         server = self.source.removeprefix("mcp:") if self.source.startswith("mcp:") else None
         with tracing.span(
-            "mcp_bridge.tool_call", skill=self.skill_id, tool=self.name, source=self.source, server=server
+            "mcp-bridge tool_call", skill=self.skill_id, tool=self.name, source=self.source, server=server
         ) as span:
             try:
                 result = await self.inner.call(arguments, context)

@@ -105,17 +105,17 @@ async def test_a_confirmed_write_is_traced_by_names_only(
     assert book.notes_for(DANA)[-1] == NOTE
     spans = exported.get_finished_spans()
 
-    gates = [_attributes(span) for span in _by_name(spans, "mcp_bridge.gate")]
+    gates = [_attributes(span) for span in _by_name(spans, "mcp-bridge gate")]
     write_gates = [g for g in gates if g["mcp_bridge.tool"] == "add_timeline_note"]
     # Reached: ask (the skill declares it); after the yes: run confirmed, by the same rule.
     verdicts = [(g["mcp_bridge.verdict"], g["mcp_bridge.rule"]) for g in write_gates]
     assert verdicts[0] == ("Ask", "declared") and verdicts[-1] == ("RunConfirmed", "declared")
     assert ("RunConfirmed", "declared") not in verdicts[:-1]
-    assert [_attributes(s)["mcp_bridge.answer"] for s in _by_name(spans, "mcp_bridge.answer")] == ["yes"]
-    [question] = _by_name(spans, "mcp_bridge.question")
+    assert [_attributes(s)["mcp_bridge.answer"] for s in _by_name(spans, "mcp-bridge answer")] == ["yes"]
+    [question] = _by_name(spans, "mcp-bridge question")
     assert _attributes(question)["mcp_bridge.decision"] == "asked"
     calls = {
-        _attributes(s)["mcp_bridge.tool"]: _attributes(s) for s in _by_name(spans, "mcp_bridge.tool_call")
+        _attributes(s)["mcp_bridge.tool"]: _attributes(s) for s in _by_name(spans, "mcp-bridge tool_call")
     }
     assert calls["add_timeline_note"]["mcp_bridge.outcome"] == "ok"
     assert calls["add_timeline_note"]["mcp_bridge.may_have_run"] is True
@@ -144,7 +144,7 @@ async def test_the_mcp_server_gets_the_trace_context_of_the_call(
     [meta] = book.metas[seen:]
     [call] = [
         s
-        for s in _by_name(exported.get_finished_spans(), "mcp_bridge.tool_call")
+        for s in _by_name(exported.get_finished_spans(), "mcp-bridge tool_call")
         if _attributes(s)["mcp_bridge.tool"] == "add_timeline_note"
     ]
     version, trace_id, parent_id, flags = meta["traceparent"].split("-")
@@ -165,7 +165,7 @@ async def test_a_server_with_trace_context_off_gets_none(
     [meta] = book.metas[seen:]
     assert "traceparent" not in meta and "tracestate" not in meta
     assert meta["idempotency_key"]  # the rest of _meta still goes
-    assert _by_name(exported.get_finished_spans(), "mcp_bridge.tool_call")  # still traced here
+    assert _by_name(exported.get_finished_spans(), "mcp-bridge tool_call")  # still traced here
 
 
 async def test_tracing_off_makes_no_span_and_sends_no_context(
@@ -174,7 +174,7 @@ async def test_tracing_off_makes_no_span_and_sends_no_context(
     tracing.configure(None)  # no provider from rasa-sdk, and no global one in this process
     try:
         assert not tracing.enabled()
-        assert tracing.span("mcp_bridge.gate", tool="x") is tracing._OFF
+        assert tracing.span("mcp-bridge gate", tool="x") is tracing._OFF
         seen = len(book.metas)
         chat, executor = await _confirmed_write(f"mcp:{SERVER}", notebook_url, book, tmp_path)
         closing.append(executor)

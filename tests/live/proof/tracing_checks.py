@@ -63,14 +63,9 @@ def _named(trace: list[Span], name: str, **attributes: Any) -> list[Span]:
 
 
 def _turns_of(by_trace: dict[str, list[Span]], sender: str) -> list[list[Span]]:
-    """The traces of one conversation: those whose rasa-sdk action span names its sender."""
-    return [
-        trace
-        for trace in by_trace.values()
-        if any(
-            s["name"] == "ActionExecutor.run" and s["attributes"].get("sender_id") == sender for s in trace
-        )
-    ]
+    """The traces of one conversation: those where rasa-sdk names its sender (on its webhook span; also
+    on its action span from 3.21.1 on)."""
+    return [t for t in by_trace.values() if any(s["attributes"].get("sender_id") == sender for s in t)]
 
 
 def _mcp_major(stack: ProofStack) -> int:
@@ -93,10 +88,10 @@ def trace_checks(stack: ProofStack, confirmed: list[Outcome], phrasings: Phrasin
     expected = [
         "create_app.webhook",
         "ActionExecutor.run",
-        "mcp_bridge.skill_run",
-        "mcp_bridge.answer",
-        "mcp_bridge.gate",
-        "mcp_bridge.tool_call",
+        "mcp-bridge skill_run",
+        "mcp-bridge answer",
+        "mcp-bridge gate",
+        "mcp-bridge tool_call",
         f"tools/call {WRITE}",
     ]
     if _mcp_major(stack) >= 2:  # mcp 1.30 (Rasa Pro's environment) makes no client spans
@@ -106,7 +101,7 @@ def trace_checks(stack: ProofStack, confirmed: list[Outcome], phrasings: Phrasin
         found = spans(stack.traces.url)
         by_trace = _traces(found)
         turns = _turns_of(by_trace, outcome.sender)
-        answering = [t for t in turns if _named(t, "mcp_bridge.tool_call", **{"mcp_bridge.tool": WRITE})]
+        answering = [t for t in turns if _named(t, "mcp-bridge tool_call", **{"mcp_bridge.tool": WRITE})]
         names = {s["name"] for s in answering[0]} if answering else set()
         if answering and all(name in names for name in expected) or time.monotonic() > deadline:
             break
@@ -135,7 +130,7 @@ def screenshot(backend: str, trace_id: str, picture: Path) -> CheckResult:
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(f"{backend}/projects/{project}/traces/{trace_id}", wait_until="networkidle")
-            page.get_by_text("mcp_bridge.tool_call", exact=True).first.click(timeout=60000)
+            page.get_by_text("mcp-bridge tool_call", exact=True).first.click(timeout=60000)
             page.get_by_text("mcp_bridge.may_have_run").first.wait_for(timeout=30000)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(picture))
@@ -155,10 +150,10 @@ def _answering_trace(outcome: Outcome, answering: list[list[Span]], expected: li
         return failed(name, f"missing {missing}; the trace holds {sorted(names)}")
     by_id = {s["context"]["span_id"]: s for s in trace}
     [root] = [s for s in trace if s["parent_id"] is None]
-    [call] = _named(trace, "mcp_bridge.tool_call", **{"mcp_bridge.tool": WRITE})
+    [call] = _named(trace, "mcp-bridge tool_call", **{"mcp_bridge.tool": WRITE})
     [server] = _named(trace, f"tools/call {WRITE}")
-    gates = _named(trace, "mcp_bridge.gate", **{"mcp_bridge.tool": WRITE})
-    answers = [s["attributes"].get("mcp_bridge.answer") for s in _named(trace, "mcp_bridge.answer")]
+    gates = _named(trace, "mcp-bridge gate", **{"mcp_bridge.tool": WRITE})
+    answers = [s["attributes"].get("mcp_bridge.answer") for s in _named(trace, "mcp-bridge answer")]
 
     def ancestors(span: Span) -> list[str]:
         chain = []
@@ -179,7 +174,7 @@ def _answering_trace(outcome: Outcome, answering: list[list[Span]], expected: li
         problems.append(f"the gate's verdicts: {[g['attributes'] for g in gates]}")
     if answers != ["yes"]:
         problems.append(f"the answers read: {answers}")
-    if "mcp_bridge.tool_call" not in ancestors(server) or "mcp_bridge.skill_run" not in ancestors(call):
+    if "mcp-bridge tool_call" not in ancestors(server) or "mcp-bridge skill_run" not in ancestors(call):
         problems.append(f"the server's span is under {ancestors(server)}; the call's under {ancestors(call)}")
     if problems:
         return failed(name, "; ".join(problems))
@@ -198,14 +193,14 @@ def _asking_trace(turns: list[list[Span]], answering: list[list[Span]]) -> Check
     asking = [
         t
         for t in turns
-        if t not in answering and _named(t, "mcp_bridge.question", **{"mcp_bridge.tool": WRITE})
+        if t not in answering and _named(t, "mcp-bridge question", **{"mcp_bridge.tool": WRITE})
     ]
     if len(asking) != 1:
         return failed(name, f"{len(asking)} traces of the conversation hold the question")
     [trace] = asking
     verdicts = [
         (g["attributes"].get("mcp_bridge.verdict"), g["attributes"].get("mcp_bridge.rule"))
-        for g in _named(trace, "mcp_bridge.gate", **{"mcp_bridge.tool": WRITE})
+        for g in _named(trace, "mcp-bridge gate", **{"mcp_bridge.tool": WRITE})
     ]
     if ("Ask", "declared") not in verdicts:
         return failed(name, f"the gate's verdicts there: {verdicts}")
