@@ -167,7 +167,8 @@ async def gate(
         verdict = await _verdict(
             skill, tool_name, resolved, arguments, consent, generic=generic, context=context
         )
-        tracing.note(span, verdict=type(verdict).__name__, rule=_rule(verdict, skill, tool_name))
+        if span is not None:  # tracing on: name the rule (off, nothing is computed for it)
+            tracing.note(span, verdict=type(verdict).__name__, rule=_rule(verdict, skill, tool_name))
         return verdict
 
 
