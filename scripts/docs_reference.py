@@ -800,8 +800,12 @@ def audit_page(descriptions: Mapping[str, Any], problems: Problems) -> str:
             "# The audit trail\n\n",
             HEADER,
             "Every question, answer and outcome of a confirmation, and every tool call, is one JSON line of"
-            " the audit trail (`AUDIT_LOG`, default `var/audit.jsonl`), with digests of the arguments, "
-            "never their values. Read it with `python -m mcp_bridge.observability.audit var/audit.jsonl`. "
+            " the audit trail (`AUDIT_LOG`, default `var/audit.jsonl`), with digests of the arguments keyed "
+            "under `AUDIT_KEY`, never their values. Each entry also carries `kid` (the key that signed it), "
+            "`prev` (the MAC of the entry before it) and `mac` (its own), so `mcp-bridge audit verify` names "
+            "a line that was edited or follows a removed one; the rules are "
+            "`mcp_bridge.observability.audit`'s, and [tracing](../deploying/tracing.md) says how to ship "
+            "the trail. Read it with `python -m mcp_bridge.observability.audit var/audit.jsonl`. "
             "The metrics count its entries by decision ([Metrics](../deploying/metrics.md)); conversation "
             "tests read its `called` entries ([Conversation tests](../testing/conversation-tests.md)).\n\n",
             "## Decisions\n\nThe `decision` of an entry (an `event` entry has no decision).\n\n",

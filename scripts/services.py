@@ -361,6 +361,7 @@ def crm_mcp(
     scope: str | None = None,
     audience: str | None = None,
     resource: str | None = None,
+    otlp_endpoint: str | None = None,
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
@@ -370,6 +371,7 @@ def crm_mcp(
     `issuer`: an authorization server whose JWT access tokens (audience: `audience`, by default this
     server's URL; scope `scope`) the server accepts; then readiness is its protected-resource metadata.
     `resource`: the URL clients use, when not the server's own (a proxy in front of it).
+    `otlp_endpoint`: an OTLP gRPC receiver (host:port) its spans go to, joining the caller's trace.
     """
     port = port or free_port()
     base = f"http://{HOST}:{port}"
@@ -385,6 +387,7 @@ def crm_mcp(
                 "CRM_MCP_SCOPE": scope,
                 "CRM_MCP_AUDIENCE": audience,
                 "CRM_MCP_RESOURCE": resource,
+                "CRM_OTLP_ENDPOINT": otlp_endpoint,
             }
         ),
         ready_url=f"{base}/.well-known/oauth-protected-resource/mcp" if issuer else f"{base}/stats",
@@ -658,6 +661,7 @@ def action_server(
     extra_env: Mapping[str, str | None] | None = None,
     python: str | None = None,
     database: Path | str | None = None,
+    args: Sequence[str] = (),
 ) -> ServiceProcess:
     """A (not yet started) `python -m rasa_sdk --actions actions`; `.url` is its /webhook URL.
 
@@ -665,7 +669,8 @@ def action_server(
     plugin's database (its record, approvals and tokens), as MCP_BRIDGE_DATABASE: by default a file next
     to the audit trail (so a server started again on the same folder has the same record, as after a
     restart), else one of its own; none when `extra_env` names it itself (MCP_BRIDGE_DATABASE, or a
-    former name: APPROVALS_DATABASE, MCP_TOKEN_STORE)."""
+    former name: APPROVALS_DATABASE, MCP_TOKEN_STORE). `args`: more of rasa_sdk's options (rasa-sdk
+    3.21's `--endpoints FILE`, whose `tracing:` it reads)."""
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     named = any((extra_env or {}).get(name) for name in ("MCP_BRIDGE_DATABASE", *FORMER_DATABASE_NAMES))
@@ -691,7 +696,7 @@ def action_server(
     )
     return ServiceProcess(
         "action-server",
-        [python or sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port)],
+        [python or sys.executable, "-m", "rasa_sdk", "--actions", "actions", "--port", str(port), *args],
         env=env,
         ready_url=f"{base}/health",
         url=f"{base}/webhook",
@@ -744,6 +749,45 @@ def rasa_server(
 
 
 CHAT_PAGE = REPO_ROOT / "scripts" / "chat_page.py"
+# The trace backend (Arize Phoenix, from PyPI: scripts/install-trace-backend.sh makes this venv).
+TRACES_VENV = REPO_ROOT / ".venv-traces"
+
+
+def trace_backend(
+    workdir: Path,
+    *,
+    grpc_port: int,
+    port: int | None = None,
+    log_path: Path | None = None,
+    detached: bool = False,
+) -> ServiceProcess:
+    """A (not yet started) trace backend on 127.0.0.1: Arize Phoenix, which takes OTLP over gRPC (as
+    Jaeger and the OpenTelemetry Collector do, on `grpc_port`: endpoints.yml's `tracing:` endpoint) and
+    shows the traces in its web UI and REST API (`.url`); its data in `workdir`. Nothing leaves the
+    machine: its telemetry and external resources are off."""
+    port = port or free_port()
+    base = f"http://{HOST}:{port}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return ServiceProcess(
+        "trace-backend",
+        [str(TRACES_VENV / "bin" / "phoenix"), "serve"],
+        env={
+            **{key: value for key, value in os.environ.items() if not key.startswith(("PHOENIX_", "OTEL_"))},
+            "PHOENIX_HOST": HOST,
+            "PHOENIX_PORT": str(port),
+            "PHOENIX_GRPC_PORT": str(grpc_port),
+            "PHOENIX_WORKING_DIR": str(workdir),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+            "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
+            "PHOENIX_ENABLE_MCP_SERVER": "false",
+        },
+        ready_url=f"{base}/healthz",
+        url=base,
+        log_path=log_path,
+        detached=detached,
+        start_timeout=90.0,
+    )
 
 
 def chat_page(

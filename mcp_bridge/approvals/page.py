@@ -805,7 +805,7 @@ def run(args: argparse.Namespace) -> int:
             "approval page: give --approvers: its people: say who is who (and, without --oidc-issuer, "
             "its approvers: who logs in with a password)"
         )
-    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"))
+    audit = AuditLog.from_env(env)  # the action server's trail, file and key
     try:
         database = database_location(env)
     except ConfigError as exc:

@@ -45,6 +45,11 @@ SUBCOMMANDS = [
         "serve the bot's actions over gRPC (rasa-sdk 3.21), with the token check and start-up checks",
     ),
     Subcommand(
+        "audit",
+        "mcp_bridge.cli.audit",
+        "check the audit trail: `audit verify` names an edited or removed line",
+    ),
+    Subcommand(
         "approval-page",
         "mcp_bridge.cli.approval_page",
         "serve the approval page where second approvers decide held calls (or: hash a password)",

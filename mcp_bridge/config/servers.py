@@ -31,13 +31,14 @@ mcp_servers:
       from_slots: [{slot: user_id, param: user}]
     trusted: true                  # the bridge's own: docs/reference/endpoints.md
     honours_idempotency_key: true  # the bridge's own: a write whose outcome is unknown may be repeated
+    trace_context: false           # the bridge's own: send no traceparent/tracestate in _meta (default true)
 ```
 
 Rasa Pro reads the keys in ``rasa/core/config/available_endpoints.py`` (``MCPServerConfig``,
 ``MCPMetaMapConfig``), ``rasa/shared/agents/auth/`` (which key picks which header) and
 ``rasa/mantle/config/integrations.py`` (``tool_timeout``); docs/reference/endpoints.md has the table
-(generated from the lists below), docs/mcp/connecting.md the rest. ``trusted``, ``timeout`` and
-``honours_idempotency_key`` are the bridge's own.
+(generated from the lists below), docs/mcp/connecting.md the rest. ``trusted``, ``timeout``,
+``honours_idempotency_key`` and ``trace_context`` are the bridge's own.
 
 ``${VAR}`` in ``url``, ``token``, ``api_key`` and the ``oauth`` fields is expanded from the
 environment. The action server refuses a variable that is not set, naming the file, the server and
@@ -80,7 +81,7 @@ RASA_PRO_KEYS = (
     "meta_map",
     "oauth",
 )
-BRIDGE_KEYS = ("trusted", "timeout", "honours_idempotency_key")
+BRIDGE_KEYS = ("trusted", "timeout", "honours_idempotency_key", "trace_context")
 # Keys Rasa Pro 3.21 reads on a server that the bridge does not do (yet): refused, with the reason.
 NOT_SUPPORTED = {
     "module": "Rasa Pro's custom authentication class is not supported; use token or api_key",
@@ -104,6 +105,8 @@ _FROM_SLOTS_KEYS = ("slot", "param")
 RESERVED_META = {
     "idempotency_key": "the bridge sends a confirmed write's idempotency key under it",
     "progressToken": "MCP's own progress token goes there",
+    "traceparent": "the bridge sends the W3C trace context there (trace_context: false turns it off)",
+    "tracestate": "the bridge sends the W3C trace context there (trace_context: false turns it off)",
 }
 # Headers the MCP transport sets itself: an api_key sent in one of them would break every request.
 _TRANSPORT_HEADERS = {
@@ -166,6 +169,9 @@ class MCPServerConfig:
     # The server keeps one write per ``_meta.idempotency_key``: only then is a write whose outcome
     # is unknown repeated. A server that ignores the key would write twice.
     honours_idempotency_key: bool = False
+    # Send the W3C trace context (traceparent, tracestate) in every request's _meta when tracing is
+    # on, so the server's spans join the trace (mcp_bridge.observability.tracing).
+    trace_context: bool = True
     token: str | None = field(default=None, repr=False)
     header_name: str = DEFAULT_HEADER_NAME
     header_format: str = DEFAULT_HEADER_FORMAT
@@ -327,6 +333,9 @@ class _Server:
         honours_key = entry.get("honours_idempotency_key", False)
         if not isinstance(honours_key, bool):
             raise self.fail("'honours_idempotency_key' must be true or false")
+        trace_context = entry.get("trace_context", True)
+        if not isinstance(trace_context, bool):
+            raise self.fail("'trace_context' must be true or false")
         return MCPServerConfig(
             name=name,
             url=url if url is not None else str(entry["url"]),
@@ -334,6 +343,7 @@ class _Server:
             api_key=api_key,
             trusted=trusted,
             honours_idempotency_key=honours_key,
+            trace_context=trace_context,
             timeout=self._timeout(),
             token=token,
             header_name=header_name,

@@ -51,6 +51,7 @@ from typing import Any, Literal
 from mcp_bridge.approvals import second_approver
 from mcp_bridge.confirmation.permissions import Permission, covering
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
+from mcp_bridge.observability import tracing
 from mcp_bridge.skills.files import AllowsRemembering, RequiresApproval, RequiresConfirmation, Skill
 from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.sources import Tool
@@ -162,7 +163,45 @@ async def gate(
     """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
     ``consent``. ``resolved`` is what the name resolved to (a tool, asked about itself in the call's
     ``context``, or why nothing); ``generic`` is the question for an MCP tool the skill does not
-    constrain (``remote_asks``)."""
+    constrain (``remote_asks``). The verdict, and the rule that gave it, is a span when tracing is on."""
+    with tracing.span("mcp-bridge gate", skill=skill.id, tool=tool_name) as span:
+        verdict = await _verdict(
+            skill, tool_name, resolved, arguments, consent, generic=generic, context=context
+        )
+        if span is not None:  # tracing on: name the rule (off, nothing is computed for it)
+            tracing.note(span, verdict=type(verdict).__name__, rule=_rule(verdict, skill, tool_name))
+        return verdict
+
+
+def _rule(verdict: Verdict, skill: Skill, tool_name: str) -> str:
+    """The name of the rule that gave ``verdict`` (for the span)."""
+    match verdict:
+        case RunUnasked(why="switched_off"):
+            return "declared"
+        case RunUnasked(why="trusted_read_only"):
+            return "remote_asks"
+        case RunUnasked(why=why):
+            return why
+        case RunPermitted():
+            return "remembered"
+        case Hold():
+            return "second_approver"
+        case Refuse():
+            return "still_asked"
+        case _:  # Ask, RunConfirmed: the skill's own question, or the generic one
+            return "declared" if declared(skill, tool_name) is not None else "remote_asks"
+
+
+async def _verdict(
+    skill: Skill,
+    tool_name: str,
+    resolved: Tool | ToolNotFoundError,
+    arguments: Mapping[str, Any],
+    consent: Consent,
+    *,
+    generic: RequiresConfirmation,
+    context: CallContext,
+) -> Verdict:
     tool = None if isinstance(resolved, ToolNotFoundError) else resolved
     asked = await _asked(skill, tool_name, tool, generic, context)
     if isinstance(consent, Confirmed | Released):

@@ -86,7 +86,7 @@ from mcp_bridge.errors import (
 from mcp_bridge.mcp_client import transport
 from mcp_bridge.mcp_client.transport import AiohttpTransport, Delivery
 from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
-from mcp_bridge.observability import metrics
+from mcp_bridge.observability import metrics, tracing
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions import waiting_calls as waiting_calls
 from mcp_bridge.questions.elicitation import MAX_ROUNDS
@@ -231,6 +231,8 @@ class _Connection:
 
     async def _run(self) -> None:
         transport.delivery.set(self._opening)  # this task's own context: its requests only
+        # The session outlives the turn that opened it: its own requests belong to no turn's trace.
+        tracing.background(self.config.trace_context)
         try:
             async with (
                 http.AsyncClient(
@@ -330,12 +332,16 @@ class _Connection:
         session = self._require_session()
         tools: list[McpToolInfo] = []
         cursor: str | None = None
-        while True:
-            page = await session.list_tools(cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+        untraced = tracing.trace_context_off(not self.config.trace_context)
+        try:
+            while True:
+                page = await session.list_tools(cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+        finally:
+            tracing.restore(untraced)
 
     async def call_tool(
         self,
@@ -355,6 +361,7 @@ class _Connection:
         waiting = WaitingCall(self.config.name, name, dict(arguments), self._waiting) if legacy else None
         token = transport.delivery.set(delivery)
         asking = waiting_calls.current.set(waiting)
+        untraced = tracing.trace_context_off(not self.config.trace_context)
         responses, state = resume if resume is not None else (None, None)
         # A waiting call waits for the person too: the SDK's own deadline leaves room for that.
         read_timeout = timeout + self._waiting.wait_seconds * MAX_ROUNDS if legacy else timeout
@@ -370,6 +377,7 @@ class _Connection:
                 )
             )
         finally:
+            tracing.restore(untraced)
             waiting_calls.current.reset(asking)
             transport.delivery.reset(token)
         if waiting is not None:
@@ -540,6 +548,9 @@ class MCPRuntime:
         if tool.output_schema is not None:
             await checked(tool.name, tool.output_schema)
         call_meta = {**config.call_meta(slots), **(meta or {})}
+        if config.trace_context:
+            # The server's spans join this call's trace (mcp 1.30 does not send it; 2.x does too).
+            tracing.inject(call_meta)
         resume = None
         if handle is not None:
             return await self._answer_waiting(server, tool_name, args, handle, input_responses or {}, timeout)

@@ -1,1 +1,2 @@
-"""What the plugin tells its operators: the audit trail and Prometheus metrics."""
+"""What the plugin tells its operators: the audit trail (chained, keyed), Prometheus metrics, and
+OpenTelemetry spans (and, when configured, metrics and audit entries by OTLP)."""

@@ -12,7 +12,8 @@ Fed from three places, so the executor's rules stay free of bookkeeping:
 The metrics live in a registry of their own (:data:`REGISTRY`, with the process and platform
 collectors), exposed by :func:`attach` at ``/metrics`` on the action server's app, behind whatever
 request middleware guards that app. Labels carry names only (decision, tool, source, outcome,
-server), never arguments: note text stays out of metrics as it stays out of logs.
+server), never arguments: note text stays out of metrics as it stays out of logs. The same metrics
+also go out through OpenTelemetry when endpoints.yml asks for it (:mod:`mcp_bridge.observability.otel`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mcp_bridge.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from mcp_bridge.observability import otel
 from mcp_bridge.observability.audit import CALLED
 
 __all__ = [
@@ -103,16 +105,19 @@ def count_confirmation(entry: Mapping[str, Any]) -> None:
     decision = entry.get("decision")
     if isinstance(decision, str) and decision and decision != CALLED:
         CONFIRMATIONS.labels(decision=decision).inc()
+        otel.confirmation(decision)
 
 
 def opened_session(server: str) -> None:
     MCP_SESSIONS_OPENED.labels(server=server).inc()
+    otel.session_opened(server)
 
 
 def observe_tool_call(tool: str, source: str, outcome: str, seconds: float) -> None:
     """Count and time one tool call; ``source`` is where it really went: ``local`` or ``mcp``."""
     TOOL_CALL_SECONDS.labels(tool=tool, source=source).observe(seconds)
     TOOL_CALLS.labels(tool=tool, source=source, outcome=outcome).inc()
+    otel.tool_call(tool, source, outcome, seconds)
 
 
 def failure_outcome(exc: BaseException) -> str:

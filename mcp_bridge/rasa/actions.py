@@ -31,6 +31,7 @@ from mcp_bridge.contract import (
     REVOKE_ACTION,
 )
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.observability import tracing
 from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
 from mcp_bridge.rasa.build import executor, skill_files
 from mcp_bridge.rasa.person_actions import sign_in_decision
@@ -63,26 +64,32 @@ class ExecutorAction(Action, ABC):
     async def respond(
         self, turn: Turn, decide: Callable[[Turn], Awaitable[Decision]], dispatcher: CollectingDispatcher
     ) -> list[dict[str, Any]]:
-        try:
-            # A server that acts as the person is called as the person the channel named (the
-            # executor passes the turn's person with every call).
-            decision = await decide(turn)
-        except SignInRequiredError as exc:
-            # Nothing was sent: the person signs in first (the link), then the skill goes on.
-            decision = sign_in_decision(exc, answering=self.action_name == CONFIRMATION_LOOP)
-        except Exception:
-            log.exception(
-                "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id
+        # The skill's run, under rasa-sdk's action span when tracing is on (names only: the action,
+        # the skill, what the executor decided).
+        with tracing.span(
+            "mcp-bridge skill_run", action=self.action_name, skill=getattr(self, "skill_id", None)
+        ) as span:
+            try:
+                # A server that acts as the person is called as the person the channel named (the
+                # executor passes the turn's person with every call).
+                decision = await decide(turn)
+            except SignInRequiredError as exc:
+                # Nothing was sent: the person signs in first (the link), then the skill goes on.
+                decision = sign_in_decision(exc, answering=self.action_name == CONFIRMATION_LOOP)
+            except Exception:
+                log.exception(
+                    "%s failed in conversation %s; nothing was written", self.name(), turn.conversation_id
+                )
+                decision = Decision("failed", slots={PENDING_SLOT: None})
+                dispatcher.utter_message(response="utter_tool_unavailable")
+            tracing.note(span, outcome=decision.outcome)
+            return apply_decision(
+                decision,
+                dispatcher,
+                action=self.name(),
+                loop_active=turn.loop_active,
+                typed=answers_typed(turn.input_channel),
             )
-            decision = Decision("failed", slots={PENDING_SLOT: None})
-            dispatcher.utter_message(response="utter_tool_unavailable")
-        return apply_decision(
-            decision,
-            dispatcher,
-            action=self.name(),
-            loop_active=turn.loop_active,
-            typed=answers_typed(turn.input_channel),
-        )
 
 
 class ConfirmTool(ExecutorAction):

@@ -1,8 +1,9 @@
 """The one Executor of this action server, built from files and environment variables on first use.
 
 ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
-AUDIT_LOG (var/audit.jsonl), MCP_BRIDGE_DATABASE (the action server's record, the calls held for a
-second approver and the people's tokens: a SQLite file, default var/mcp_bridge.sqlite3, or a
+AUDIT_LOG (var/audit.jsonl), AUDIT_KEY, AUDIT_EXTRA_KEYS and AUDIT_TO_LOG
+(:mod:`mcp_bridge.observability.audit`), MCP_BRIDGE_DATABASE (the action server's record, the calls held
+for a second approver and the people's tokens: a SQLite file, default var/mcp_bridge.sqlite3, or a
 postgresql:// URL every replica shares; :mod:`mcp_bridge.record.database`), CONFIRMATION_TTL_SECONDS
 (300), CONFIRMATION_SECRET (seals questions and permissions; unset, a key the record keeps, which a
 PostgreSQL database does not allow: replicas share the secret), CONFIRMATION_WORDS (a word file added
@@ -40,7 +41,7 @@ from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.contract import RESPONSES
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.observability import metrics
+from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.questions import waiting_calls as waiting_calls
 from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
@@ -117,7 +118,10 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         deny_margin=policy.deny_margin,
         max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
     )
-    audit = AuditLog(env.get("AUDIT_LOG", "var/audit.jsonl"), observers=[metrics.count_confirmation])
+    # Counted, turned into spans and (when configured) sent as OpenTelemetry log records, entry by entry.
+    audit = AuditLog.from_env(
+        env, observers=[metrics.count_confirmation, tracing.audit_span, otel.audit_record]
+    )
     second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
         _check_responses(

@@ -27,6 +27,10 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
   deployment);
 * tokens: a short or placeholder ACTION_SERVER_TOKEN or RASA_AUTH_TOKEN stops the server;
 * Prometheus metrics at /metrics (:mod:`mcp_bridge.observability.metrics`), behind the token check;
+* OpenTelemetry: the plugin's spans go to the tracer provider rasa-sdk 3.21 builds from the
+  ``tracing:`` block of endpoints.yml (:mod:`mcp_bridge.observability.tracing`), and a ``metrics:``
+  block or ``AUDIT_OTLP_LOGS=1`` sends metrics and audit entries by OTLP too
+  (:mod:`mcp_bridge.observability.otel`); without them, nothing of it runs;
 * every tool call is attributed to the conversation of the webhook request it answers (the audit
   trail records it under that conversation, whichever action made the call);
 * MCP sessions are closed when the server stops;
@@ -56,7 +60,7 @@ from sanic.response import HTTPResponse
 
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.observability import metrics
+from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.rasa import approval_tell, rasa_api, sign_in
 from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
 from mcp_bridge.rasa.build import DEVELOPMENT_FLAG, executor, weakness
@@ -120,6 +124,8 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         check_deployment(os.environ, host)
         executor()
         check = channel_check()
+        endpoints = os.environ.get("ENDPOINTS", "endpoints.yml")
+        otel.collectors(endpoints)  # a bad metrics: or tracing: block stops the start, saying why
     except ConfigError as exc:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -145,9 +151,22 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     metrics.attach(app)  # behind the token check: the middleware guards every route
     log.info("mcp_bridge: listening on %s (%s)", host, "token required" if token else "no token configured")
 
+    async def start_telemetry(app: Sanic[Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+        # After rasa-sdk's own listener, which builds its tracer provider from endpoints.yml (3.21).
+        tracing.configure(getattr(app.ctx, "tracer_provider", None))
+        try:
+            started = otel.start(endpoints)
+        except ConfigError as exc:
+            log.error("mcp_bridge: OpenTelemetry not started: %s", exc)
+            return
+        parts = (["spans"] if tracing.enabled() else []) + started
+        log.info("mcp_bridge: OpenTelemetry: %s", "; ".join(parts) if parts else "off (no tracing: block)")
+
     async def close_mcp_sessions(app: Sanic[Any, Any], loop: asyncio.AbstractEventLoop) -> None:
         await executor().aclose()
+        otel.shutdown()
 
+    app.register_listener(start_telemetry, "before_server_start")
     app.register_listener(close_mcp_sessions, "after_server_stop")
 
 

@@ -84,6 +84,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mcp_bridge.config.yamlfile import load_yaml, schema_error
 from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.observability import tracing
 from mcp_bridge.reading import choices
 
 DEFAULT_WORDS = Path(__file__).with_name("confirmation_words.yml")
@@ -754,8 +755,17 @@ class ConfirmationReader:
         """Read ``text``, the answer to a question about ``call`` (the pending call's arguments).
 
         ``nlu`` is the NLU's reading of the same message. Without it (offline) the text decides
-        alone; with it, a yes needs the NLU's affirm as well.
+        alone; with it, a yes needs the NLU's affirm as well. The answer's kind (never its text) is
+        a span when tracing is on.
         """
+        with tracing.span("mcp-bridge answer") as span:
+            answer = self._read(text, nlu, call)
+            tracing.note(span, answer=answer.kind)
+            return answer
+
+    def _read(
+        self, text: str, nlu: NluOpinion | None = None, call: Mapping[str, Any] | None = None
+    ) -> Answer:
         too_long = self.too_long(text)
         if too_long is not None:
             return too_long
@@ -784,6 +794,18 @@ class ConfirmationReader:
         A plain yes or no answers every call (a yes with the NLU agreeing, as :meth:`read`); else the
         answer must decide each call in the per-call grammar (:mod:`mcp_bridge.reading.choices`).
         """
+        with tracing.span("mcp-bridge answer", calls=len(calls)) as span:
+            answer = self._read_calls(text, nlu, calls, names)
+            tracing.note(span, answer=answer.kind)
+            return answer
+
+    def _read_calls(
+        self,
+        text: str,
+        nlu: NluOpinion | None,
+        calls: Sequence[Mapping[str, Any]],
+        names: Sequence[str] = (),
+    ) -> CallsAnswer:
         count = len(calls)
         too_long = self.too_long(text)
         if too_long is not None:
@@ -798,7 +820,7 @@ class ConfirmationReader:
         if edit is not None:
             return edit
         # As one answer to all of them. No call's numbers count as known: "yes 1" names a call.
-        whole = self.read(stripped, nlu, {})
+        whole = self._read(stripped, nlu, {})
         if isinstance(whole, Grant):
             return Unclear("a permission for several calls at once")
         if isinstance(whole, YesThisTime):

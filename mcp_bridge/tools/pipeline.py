@@ -5,8 +5,10 @@ A skill's tool name is resolved once (:class:`mcp_bridge.skills.toolbox.ToolBox`
 a local function or a tool of an MCP server, and wrapped in layers that each add one concern and
 implement the same interface, the way pydantic-ai's ``ApprovalRequiredToolset`` wraps a toolset::
 
-    ExactlyOnce(Audited(Timed(tool)))     # outermost first
+    Traced(ExactlyOnce(Audited(Timed(tool))))     # outermost first
 
+* :class:`Traced`: every call is a span (when tracing is on): the tool, where it went, its outcome
+  and whether it may have run; a repeat under the same key shows as a second MCP request under it.
 * :class:`ExactlyOnce`: a call whose outcome is unknown is repeated once, with the same
   idempotency key, only when the tool honours the key; otherwise its outcome stays unknown.
 * :class:`Audited`: every attempt is an entry of the audit trail (``decision: "called"``), of the
@@ -33,14 +35,14 @@ from mcp_bridge.errors import (
     ToolNotFoundError,
     ToolResultInvalidError,
 )
-from mcp_bridge.observability import metrics
+from mcp_bridge.observability import metrics, tracing
 from mcp_bridge.observability.audit import AuditLog, AuditWriteError
 from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.schema import validate_arguments
 from mcp_bridge.tools.sources import Annotations, Tool
 
-__all__ = ["Audited", "ExactlyOnce", "Layer", "Timed", "check_arguments", "layered"]
+__all__ = ["Audited", "ExactlyOnce", "Layer", "Timed", "Traced", "check_arguments", "layered"]
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +170,38 @@ class Timed(Layer):
             metrics.observe_tool_call(self.name, source, outcome, time.perf_counter() - started)
 
 
+@dataclass(frozen=True)
+class Traced(Layer):
+    """Every call a span of its own (``mcp-bridge tool_call``), for the skill it was resolved for:
+    names and outcomes only (:mod:`mcp_bridge.observability.tracing`), never the arguments."""
+
+    skill_id: str
+
+    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
+        server = self.source.removeprefix("mcp:") if self.source.startswith("mcp:") else None
+        with tracing.span(
+            "mcp-bridge tool_call", skill=self.skill_id, tool=self.name, source=self.source, server=server
+        ) as span:
+            try:
+                result = await self.inner.call(arguments, context)
+            except ToolCallError as exc:
+                tracing.note(span, outcome=metrics.failure_outcome(exc), may_have_run=exc.may_have_run)
+                raise
+            except ToolArgumentsError:
+                tracing.note(span, outcome="bad_arguments", may_have_run=False)
+                raise
+            except BaseException as exc:
+                tracing.note(span, outcome=metrics.failure_outcome(exc), may_have_run=True)
+                raise
+            tracing.note(span, outcome="ok" if result.ok else "error", may_have_run=True)
+            return result
+
+
 def layered(tool: Tool, *, skill_id: str, audit: AuditLog | None) -> Tool:
-    """``tool`` with every layer: exactly once, audited (with ``audit``, for ``skill_id``), timed."""
+    """``tool`` with every layer: traced, exactly once, audited (with ``audit``, for ``skill_id``),
+    timed."""
     name, source = tool.name, tool.source
     inner: Tool = Timed(tool, name, source)
     if audit is not None:
         inner = Audited(inner, name, source, skill_id, audit)
-    return ExactlyOnce(inner, name, source)
+    return Traced(ExactlyOnce(inner, name, source), name, source, skill_id)

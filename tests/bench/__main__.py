@@ -42,6 +42,7 @@ from tests.bench import (
     report,
     router,
     schema_line,
+    tracing_line,
     webhook,
 )
 from tests.support import procs
@@ -285,6 +286,8 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             reader = reader_line.measure()
             _say("a hostile server's schema: jsonschema alone, the bridge, the event loop's lag")
             schemas = schema_line.measure()
+            _say("the confirmation's CPU with tracing off, with no tracing hooks, and with spans")
+            traced = tracing_line.measure()
 
             skills = {
                 variant: skills_with_source(workdir / f"skills-{variant}", src)
@@ -377,6 +380,7 @@ def run(config: Config, chosen: list[ends.End]) -> int:
     print(report.write(results, chosen, meta, config.out, peer_lines))
     print("\n".join(reader_line.lines(reader)))
     print("\n".join(schema_line.lines(schemas)))
+    print("\n".join(tracing_line.lines(traced)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 

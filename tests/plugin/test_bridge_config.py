@@ -333,7 +333,7 @@ def test_unknown_field(tmp_path: Path) -> None:
     assert load_error(path) == (
         f"{path}: mcp_servers[0] (crm): unknown key(s) 'tokn', 'header'; a server takes name, url, type, "
         "token, api_key, header_name, header_format, tool_timeout, meta_map, oauth (Rasa Pro's) and trusted, "
-        "timeout, honours_idempotency_key (the bridge's)"
+        "timeout, honours_idempotency_key, trace_context (the bridge's)"
     )
 
 

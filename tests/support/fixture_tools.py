@@ -103,6 +103,8 @@ class Notebook:
     notes: list[tuple[int, str, str | None]] = field(default_factory=list)
     # Every call as received: (tool, idempotency key).
     calls: list[tuple[str, str | None]] = field(default_factory=list)
+    # The _meta of every write received over MCP (trace context and idempotency key among it).
+    metas: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def notes_for(self, email: str) -> list[str]:
@@ -167,7 +169,9 @@ def mcp_server(book: Notebook) -> Any:
 
     async def add_timeline_note(ctx: Context, contact_id: ContactId, text: NoteText) -> NoteResult:
         """Add a note to a contact's timeline."""
-        key = _meta(ctx).get("idempotency_key")
+        meta = _meta(ctx)
+        book.metas.append(dict(meta))
+        key = meta.get("idempotency_key")
         return book.add(contact_id, text, key if isinstance(key, str) else None)
 
     async def list_timeline_notes(contact_id: ContactId) -> NotesResult:

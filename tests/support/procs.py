@@ -40,6 +40,7 @@ from scripts.services import (
     page_origins,
     rasa_server,
     seed_db,
+    trace_backend,
     write_endpoints,
 )
 
@@ -82,6 +83,7 @@ __all__ = [
     "rasa_server",
     "reminders_mcp",
     "seed_db",
+    "trace_backend",
     "write_endpoints",
 ]
 

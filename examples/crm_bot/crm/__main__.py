@@ -16,7 +16,7 @@ import uvicorn
 import uvloop
 from aiohttp import web
 
-from crm import config, mcp_server, oauth, rest, tools
+from crm import config, mcp_server, oauth, rest, tools, tracing
 from crm.store import describe_store, open_store
 
 log = logging.getLogger("crm")
@@ -99,6 +99,7 @@ def _resource_settings(host: str, port: int) -> oauth.ResourceSettings | None:
 
 
 async def _serve_mcp(host: str, port: int) -> None:
+    tracing.configure()  # with CRM_OTLP_ENDPOINT, the server's spans join the caller's trace
     token = config.mcp_token()
     stateless = config.mcp_stateless()
     resource = _resource_settings(host, port)

@@ -11,6 +11,10 @@ checking a static token: the SDK publishes its protected-resource metadata and r
 without a valid access token, and each note or task written is stored with its author: the
 verified token's subject (the person who signed in, or the service client's id for client
 credentials), passed to the CRM's REST API; with a static token nobody is named.
+
+Every request is a span of the SDK's (its server middleware), continuing the trace context the
+request's ``_meta`` carries (``traceparent``, ``tracestate``): with ``CRM_OTLP_ENDPOINT`` set
+(crm.tracing) the server's spans join the bridge's trace of the call.
 """
 
 from __future__ import annotations

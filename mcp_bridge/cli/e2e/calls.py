@@ -3,7 +3,8 @@
 
 Each call entry names the tool, where it ran, the conversation, whether the request could have
 reached the tool, and one digest per argument, never the values. An expected argument is
-checked by computing its digest the same way.
+checked by computing its digest the same way, under the audit key the entry names (the action
+server's ``AUDIT_KEY``, which the runner reads from its own environment too).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.observability.audit import CALLED, argument_digest
+from mcp_bridge.observability.audit import CALLED, AuditKeys
 
 # The audit entry of a call held for a second approver (mcp_bridge.approvals.second_approver).
 APPROVAL_REQUESTED = "approval_requested"
@@ -28,15 +29,22 @@ class Call:
     sent: bool
     confirmation: str | None = None
     arguments: Mapping[str, str] = field(default_factory=dict)  # name -> digest
+    # The audit key the entry was written under (None: an entry from before keys were named).
+    kid: str | None = None
+    # The keys its digests are checked with (the runner's AUDIT_KEY and AUDIT_EXTRA_KEYS).
+    keys: AuditKeys = field(default_factory=AuditKeys, compare=False, repr=False)
 
     def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
         """The expected arguments this call did not have (by name), empty when all match."""
+        keys = self.keys
         wrong = []
         for name, value in expected.items():
             digest = self.arguments.get(name)
             if digest is None:
                 wrong.append(f"{name} (not passed)")
-            elif digest != argument_digest(name, value):
+            elif keys.key(self.kid) is None:
+                wrong.append(f"{name} (written under audit key {self.kid}, which AUDIT_KEY does not hold)")
+            elif digest != keys.argument_digest(name, value, self.kid):
                 wrong.append(f"{name} (other value)")
         return wrong
 
@@ -49,8 +57,9 @@ class Call:
 class CallLog:
     """The call entries of one audit trail file, by conversation, read again on every look."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: AuditKeys | None = None) -> None:
         self.path = path
+        self.keys = keys or AuditKeys()
 
     def conversations(self) -> set[str]:
         """Every conversation with an entry of any kind (question, answer, call)."""
@@ -105,6 +114,8 @@ class CallLog:
                     sent=bool(entry.get("sent", True)),
                     confirmation=entry.get("confirmation"),
                     arguments=dict(entry.get("arguments") or {}),
+                    kid=str(entry["kid"]) if entry.get("kid") else None,
+                    keys=self.keys,
                 )
             )
         return calls

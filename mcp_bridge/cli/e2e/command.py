@@ -13,6 +13,8 @@ from mcp_bridge.cli.e2e.approvals import ApproverError, password_for
 from mcp_bridge.cli.e2e.cases import CaseFileError, load_paths
 from mcp_bridge.cli.e2e.report import text_report, write_junit
 from mcp_bridge.cli.e2e.runner import RunnerError, Target, audit_warning, run_cases
+from mcp_bridge.errors import ConfigError
+from mcp_bridge.observability.audit import AuditKeys
 
 DEFAULT_STATE = Path("var/run/stack.json")
 
@@ -90,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
     except ApproverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        audit_keys = AuditKeys.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     target = Target(
         rasa_url=args.rasa_url or _rasa_from_state(args.state) or "http://127.0.0.1:5005",
         rasa_token=args.rasa_token or _from_state(args.state, "rasa_token"),
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         approval_page=args.approval_page or _service_url(args.state, "approval_page"),
         approver_passwords=passwords,
+        audit_keys=audit_keys,
     )
     try:
         results = asyncio.run(run_cases(cases, target, concurrency=args.concurrency))

@@ -30,6 +30,7 @@ from mcp_bridge.cli.e2e.approvals import ApprovalPage, ApproverError
 from mcp_bridge.cli.e2e.calls import Call, CallLog
 from mcp_bridge.cli.e2e.cases import ACTION_STEPS, Step, TestCase, show
 from mcp_bridge.contract import APPROVAL_INTENT
+from mcp_bridge.observability.audit import AuditKeys
 
 BOT_CHECKS = ("utter", "bot")
 TOOL_CHECKS = ("tool_called", "no_tool_called")
@@ -53,6 +54,8 @@ class Target:
     # The approval page (approval steps), and the approvers' passwords by name.
     approval_page: str | None = None
     approver_passwords: Mapping[str, str] = field(default_factory=dict)
+    # The action server's audit keys (AUDIT_KEY, AUDIT_EXTRA_KEYS), to match argument digests.
+    audit_keys: AuditKeys = field(default_factory=AuditKeys)
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ async def run_cases(
     )
     async with aiohttp.ClientSession(timeout=timeout) as http:
         client = _Rasa(http, target)
-        calls = CallLog(target.audit_log) if target.audit_log is not None else None
+        calls = CallLog(target.audit_log, target.audit_keys) if target.audit_log is not None else None
 
         async def one(index: int, case: TestCase) -> CaseResult:
             async with gate:

@@ -30,6 +30,7 @@ from tests.live.proof.runner import Runner
 from tests.live.proof.stack import ProofStack
 from tests.live.proof.store import StoreReader
 from tests.live.proof.tool_checks import tool_checks
+from tests.live.proof.tracing_checks import audit_checks, trace_checks
 
 # What the action server's interpreter has, as that interpreter reads it.
 ENVIRONMENT_PROBE = """
@@ -64,6 +65,7 @@ def run(stack: ProofStack, report: Report) -> None:
     report.section("starting the CRM REST API, the CRM MCP server and the Rasa server on 127.0.0.1")
     stack.start_backends()
     stack.start_rasa_in_background(stack.endpoints)
+    stack.start_traces()  # while Rasa loads
     store = StoreReader(stack.db)
 
     report.section("CRM tools over MCP (raw mcp SDK client)")
@@ -105,6 +107,14 @@ def run(stack: ProofStack, report: Report) -> None:
 
     report.section("a constrained tool imported from an MCP server that does not serve it")
     report.add(unresolvable_tool(ctx))
+
+    report.section("what an operator sees: a confirmed MCP write's trace, the audit trail's chain")
+    started = time.monotonic()
+    for result in trace_checks(stack, over_mcp, phrasings):
+        report.add(result)
+    for result in audit_checks(stack):
+        report.add(result)
+    report.section(f"  (these checks took {time.monotonic() - started:.1f} s)")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

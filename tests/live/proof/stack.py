@@ -5,7 +5,9 @@ authorization server, oidc-provider, issues the action server's bridge its token
 credentials, as `make up` does), a plain MCP server
 named `archive` that serves no CRM tool, one Rasa server (started once: it is the slow one), and
 one action server on a fixed port that is restarted with different skill files between phases,
-so Rasa's action endpoint never changes.
+so Rasa's action endpoint never changes. Where the action server's rasa-sdk traces (3.21), a trace
+backend (Arize Phoenix) takes the spans of the action server and of the CRM MCP server, by OTLP, from
+the ``tracing:`` block of the endpoints.yml Rasa reads too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import subprocess
+import sys
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -41,6 +45,12 @@ class ProofStack(LoggedStack):
         self.actions: procs.ServiceProcess | None = None
         self.endpoints = workdir / "endpoints.yml"
         self.skills: dict[str, Path] = {}
+        # The audit trail's key, so `mcp-bridge audit verify` can check the chain afterwards.
+        self.audit_key = secrets.token_urlsafe(32)
+        # rasa-sdk 3.21 reads `tracing:` from its --endpoints file; 3.6 has no tracing.
+        self.tracing = _has_tracing(action_python or sys.executable)
+        self.traces: procs.ServiceProcess | None = None
+        self.traces_grpc = procs.free_port()
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -77,6 +87,7 @@ class ProofStack(LoggedStack):
         procs.seed_db(self.db)
         self.crm = self.start_logged(procs.crm_rest(self.db))
         self.mcp_port = procs.free_port()
+        tracing = {"type": "otlp", "endpoint": self.otlp_endpoint, "insecure": True} if self.tracing else None
         self.auth = self.start_logged(procs.authorization_server(self.mcp_url, self.client))
         self.start_mcp()
         archive = self.start_logged(procs.plain_dict_mcp())
@@ -88,6 +99,7 @@ class ProofStack(LoggedStack):
             [archive_entry],
             crm_oauth=procs.OAUTH_BLOCK,
             action_token=self.action_token,
+            tracing=tracing,
         )
         self.skills = {
             "mcp": variants.write_skills(self.workdir / "skills-mcp", variants.every_tool("mcp:crm")),
@@ -120,10 +132,23 @@ class ProofStack(LoggedStack):
                 extra_env={
                     **procs.oauth_env(self.client, self.auth_url),
                     "ACTION_SERVER_TOKEN": self.action_token,
+                    "AUDIT_KEY": self.audit_key,
                 },
+                args=["--endpoints", str(self.endpoints)] if self.tracing else (),
             )
         )
         return self.actions
+
+    @property
+    def otlp_endpoint(self) -> str:
+        return f"{procs.HOST}:{self.traces_grpc}"
+
+    def start_traces(self) -> None:
+        """Start the trace backend (while Rasa loads), where the action server traces."""
+        if self.tracing:
+            self.traces = self.start_logged(
+                procs.trace_backend(self.workdir / "traces", grpc_port=self.traces_grpc)
+            )
 
     def stop_mcp(self) -> None:
         assert self.mcp is not None
@@ -131,5 +156,13 @@ class ProofStack(LoggedStack):
 
     def start_mcp(self) -> procs.ServiceProcess:
         """Start the CRM MCP server, on the same port every time."""
-        self.mcp = self.start_logged(procs.crm_mcp(self.crm_url, port=self.mcp_port, issuer=self.auth_url))
+        otlp = self.otlp_endpoint if self.tracing else None
+        self.mcp = self.start_logged(
+            procs.crm_mcp(self.crm_url, port=self.mcp_port, issuer=self.auth_url, otlp_endpoint=otlp)
+        )
         return self.mcp
+
+
+def _has_tracing(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import rasa_sdk.tracing"], capture_output=True, timeout=120)
+    return probe.returncode == 0

@@ -70,10 +70,12 @@ def write_endpoints(
     *,
     crm_oauth: Mapping[str, str] | None = None,
     action_token: str | None = None,
+    tracing: Mapping[str, object] | None = None,
 ) -> Path:
     """The repository's endpoints.yml with ``action_url`` and ``extra_servers`` added to mcp_servers;
     with ``crm_oauth``, the crm server authenticates with that ``oauth:`` block instead of its token;
-    with ``action_token``, Rasa sends it to the action server (a header, never in the URL).
+    with ``action_token``, Rasa sends it to the action server (a header, never in the URL); with
+    ``tracing``, a ``tracing:`` block (rasa-sdk 3.21 reads it; Rasa 3.6 ignores it).
 
     Every value is double-quoted, so Rasa leaves ``${...}`` alone for the bridge to expand.
     """
@@ -87,6 +89,8 @@ def write_endpoints(
                 server.pop("api_key", None)
                 server["oauth"] = dict(crm_oauth)
     document["mcp_servers"] = [*document.get("mcp_servers", []), *extra_servers]
+    if tracing is not None:
+        document["tracing"] = dict(tracing)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(document, default_style='"', sort_keys=False), encoding="utf-8")
     return path
