@@ -67,7 +67,9 @@ def _syntax(exc: yaml.YAMLError, offset: int = 0) -> str:
     text = f"line {mark.line + 1 + offset}, column {mark.column + 1}: {exc.problem}"
     if exc.context:
         started = exc.context_mark
-        at = f" that starts at line {started.line + 1 + offset}, column {started.column + 1}" if started else ""
+        at = ""
+        if started:
+            at = f" that starts at line {started.line + 1 + offset}, column {started.column + 1}"
         text += f" ({exc.context}{at})"
     return text
 

@@ -1,5 +1,6 @@
-"""A step's ``requires``: Rasa Pro Mantle's condition grammar over the slots (mcp_bridge/skills/conditions.py),
-refused when a skill is read unless it is one, and a call that it does not allow never runs."""
+"""A step's ``requires``: Rasa Pro Mantle's condition grammar over the slots
+(mcp_bridge/skills/conditions.py), refused when a skill is read unless it is one; a call that it does
+not allow never runs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills.conditions import MAX_CONDITION_CHARS, check_condition, holds, parameter_reference
-from mcp_bridge.skills.files import Step, load_skills, step_arguments
+from mcp_bridge.skills.files import SlotArgument, Step, load_skills, step_arguments
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation
 from tests.support.fixture_tools import Notebook, local_tools
@@ -82,7 +83,8 @@ def test_a_parameter_is_a_reference_only_when_it_is_exactly_one() -> None:
 
 
 def test_a_requires_that_does_not_hold_stops_the_step_naming_what_is_empty() -> None:
-    step = Step(execute_tool="pay", arguments={"to": {"slot": "payee"}}, requires="session.pay.amount <= 100")
+    payee = SlotArgument(slot="payee")
+    step = Step(execute_tool="pay", arguments={"to": payee}, requires="session.pay.amount <= 100")
     assert step_arguments(step, {"payee": "Dana", "amount": 50}) == ({"to": "Dana"}, [])
     assert step_arguments(step, {"payee": "Dana"}) == ({"to": "Dana"}, ["amount"])
     assert step_arguments(step, {"payee": "Dana", "amount": 500}) == (
