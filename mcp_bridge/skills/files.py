@@ -424,17 +424,42 @@ def check_skills(
     """Check read skill files against the tools, servers and responses there are; raise
     :class:`ConfigError` on the first problem."""
     skills: dict[str, Skill] = {}
-    for path, parsed in files:
-        if isinstance(parsed, ConfigError):
-            raise parsed
-        skill = _check(path, parsed, local_tools, mcp_servers, responses)
-        if skill.id in skills:
-            raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {skills[skill.id].path}")
-        clash = next((other for other in skills.values() if other.action == skill.action), None)
-        if clash is not None:
-            raise ConfigError(f"{path}: action: {skill.action!r} is already the action of {clash.path}")
-        skills[skill.id] = skill
+    for _, checked in check_each(
+        files, local_tools=local_tools, mcp_servers=mcp_servers, responses=responses
+    ):
+        if isinstance(checked, ConfigError):
+            raise checked
+        skills[checked.id] = checked
     return skills
+
+
+def check_each(
+    files: SkillFiles,
+    *,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> list[tuple[Path, Skill | ConfigError]]:
+    """Each read skill file, checked as :func:`check_skills` checks it: its skill, or why it does not
+    load (a skill whose id or action a file before it has does not load either)."""
+    checked: list[tuple[Path, Skill | ConfigError]] = []
+    loaded: dict[str, Skill] = {}
+    for path, parsed in files:
+        try:
+            if isinstance(parsed, ConfigError):
+                raise parsed
+            skill = _check(path, parsed, local_tools, mcp_servers, responses)
+            if skill.id in loaded:
+                raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {loaded[skill.id].path}")
+            clash = next((other for other in loaded.values() if other.action == skill.action), None)
+            if clash is not None:
+                raise ConfigError(f"{path}: action: {skill.action!r} is already the action of {clash.path}")
+        except ConfigError as exc:
+            checked.append((path, exc))
+            continue
+        loaded[skill.id] = skill
+        checked.append((path, skill))
+    return checked
 
 
 def load_skill(
