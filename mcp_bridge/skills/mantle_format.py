@@ -350,26 +350,45 @@ def read_document(path: Path, text: str) -> Document:
         raise fail("top", "skill.md must start with YAML frontmatter (--- ... ---)")
     front_line, body_line = skipped + 2, skipped + closing + 2
     raw = parse_yaml("\n".join(lines[1:closing]), path, where="front matter", first_line=front_line) or {}
+    try:
+        front_matter = read_front_matter(raw)
+    except FrontMatterRefused as exc:
+        raise fail(f"front matter{exc.place}", str(exc)) from None
+    body = "\n".join(lines[closing + 1 :])
+    blocks, prose = _blocks(body, body_line, fail, path)
+    return Document(front_matter, blocks, prose)
+
+
+class FrontMatterRefused(ValueError):
+    """Mantle refuses the front matter: its reason, in Mantle's words, and where (``: import_tools[0]``,
+    or nothing for the front matter as a whole)."""
+
+    def __init__(self, reason: str, place: str = "") -> None:
+        super().__init__(reason)
+        self.place = place
+
+
+def read_front_matter(raw: Any) -> MantleFrontMatter:
+    """The parsed front matter ``raw`` as Mantle reads it (its compiler's front matter stage: the keys,
+    then the ``import_tools`` entries); :class:`FrontMatterRefused` for what Mantle refuses."""
     if not isinstance(raw, dict):
-        raise fail("front matter", "skill.md frontmatter must be a YAML mapping.")
+        raise FrontMatterRefused("skill.md frontmatter must be a YAML mapping.")
     if "requires" in raw:
-        raise fail(
-            "front matter: requires",
+        raise FrontMatterRefused(
             "Skill-level requires is no longer supported. Use precondition to park the skill until a "
             "resolver runs, or hidden: true to omit it from routing. Tool-level requires under "
             "tool_constraints is unchanged.",
+            ": requires",
         )
     try:
         front_matter = MantleFrontMatter.model_validate(raw)
     except ValidationError as exc:
-        raise fail("front matter", _front_matter_message(exc.errors()[0])) from None
+        raise FrontMatterRefused(_front_matter_message(exc.errors()[0])) from None
     for index, entry in enumerate(front_matter.import_tools):
         reason = import_problem(entry)
         if reason is not None:
-            raise fail(f"front matter: import_tools[{index}]", reason)
-    body = "\n".join(lines[closing + 1 :])
-    blocks, prose = _blocks(body, body_line, fail, path)
-    return Document(front_matter, blocks, prose)
+            raise FrontMatterRefused(reason, f": import_tools[{index}]")
+    return front_matter
 
 
 def import_problem(entry: str) -> str | None:
