@@ -263,15 +263,19 @@ browser-test: setup train
 proof: setup train
 	@$(PY) -m tests.live.proof
 
+# proof-sdk36 and proof-pro each run one phase with the Mantle twin of log_interaction
+# ($(BOT)/mantle/skills/log_interaction/: skill.md and its sidecar) in place of its YAML file, and check 5
+# then compares its transcripts with the YAML file's, word for word: over MCP tools here, over local
+# tools in proof-pro. The conversations are the same as ever, so this costs no time.
 proof-sdk36: setup train
-	@echo "==> the live proof on rasa-sdk 3.6, Python 3.10"
-	@$(PY_OLD) -m tests.live.proof
+	@echo "==> the live proof on rasa-sdk 3.6, Python 3.10 (log_interaction over MCP: the Mantle skill.md twin)"
+	@PROOF_MANTLE=mcp $(PY_OLD) -m tests.live.proof
 
 # The action server on Rasa Pro's environment (.venv-pro's Python, mcp 1.30), called by Rasa 3.6; the CRM
 # and its MCP server run from .venv, as a server someone else runs would.
 proof-pro: setup train
-	@echo "==> the live proof with the action server in Rasa Pro 3.21's environment (mcp 1.30, Python 3.12)"
-	@PROOF_ACTION_PYTHON=$(CURDIR)/$(PY_PRO) PROOF_ACTION_MCP=1.30 $(PY) -m tests.live.proof
+	@echo "==> the live proof with the action server in Rasa Pro 3.21's environment (mcp 1.30, Python 3.12; log_interaction over local tools: the Mantle skill.md twin)"
+	@PROOF_ACTION_PYTHON=$(CURDIR)/$(PY_PRO) PROOF_ACTION_MCP=1.30 PROOF_MANTLE=local $(PY) -m tests.live.proof
 
 e2e: setup train
 	@E2E_CASES="$(E2E_CASES)" $(PY) -m tests.live.e2e

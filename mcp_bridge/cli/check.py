@@ -6,6 +6,11 @@ builds the executor from ``endpoints.yml``, ``skills/`` and the domain (ENDPOINT
 DOMAIN override them, as for the action server), and adds what only matters to Rasa: each skill's
 ``action:``, and the plugin's own actions, slot and intents, are in the domain.
 
+Every skill is reported on its own, after the summary: the skills that load (the file, its action, each
+tool and where it comes from, and which it asks about first), and, when one does not, each that does
+not with the file, the place and the reason (then the exit status is 1). A Rasa Pro Mantle skill
+(``skills/<id>/skill.md``) is reported as any skill file is.
+
 Offline, an MCP server's url, token or api_key may use a ``${VAR}`` that is not set: the check
 needs no server and no secret, so CI passes without them. It names the variables the action
 server will need (never their values); the action server and ``--live`` refuse an unset one.
@@ -40,7 +45,7 @@ import jsonschema
 from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.cli.tools import as_operator, before_sign_in, with_operator
-from mcp_bridge.config.servers import MCPServerConfig
+from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
@@ -54,7 +59,16 @@ from mcp_bridge.contract import (
 )
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.mcp_client.runtime import MCPRuntime, ServerDescription
-from mcp_bridge.skills.files import ResultArgument, Skill, SlotArgument, domain_documents
+from mcp_bridge.skills.files import (
+    MANTLE_SKILL_FILE,
+    ResultArgument,
+    Skill,
+    SlotArgument,
+    check_each,
+    domain_documents,
+    domain_responses,
+    read_skill_dir,
+)
 from mcp_bridge.skills.toolbox import registered_local_tools
 
 _FILES = ("ENDPOINTS", "SKILLS_DIR", "DOMAIN")
@@ -274,10 +288,49 @@ def _check_steps(skill: Skill, tool_name: str, schema: dict[str, Any]) -> list[s
     return problems
 
 
+def skill_report(files: Mapping[str, str], bot: Path) -> tuple[list[str], bool]:
+    """One line per skill file of the bot's skills folder: what loads (its action, its tools and their
+    sources, ``asks first`` for a declared confirmation) and what does not (file, place, reason); and
+    whether every one loads. ``files`` names the endpoints, skills and domain (as
+    :func:`bot_environment` does); they are read and checked as the action server checks them."""
+    endpoints, skills_dir, domain = (files[name] for name in _FILES)
+    servers = load_mcp_servers(endpoints, files, allow_unset=True)
+    checked = check_each(
+        read_skill_dir(skills_dir),
+        local_tools=registered_local_tools(),
+        mcp_servers=servers,
+        responses=domain_responses(domain),
+    )
+    lines = []
+    for path, skill in checked:
+        if isinstance(skill, ConfigError):
+            lines.append(f"  does not load: {skill}")
+            continue
+        kind = " (a Mantle skill)" if path.name == MANTLE_SKILL_FILE else ""
+        tools = ", ".join(
+            f"{name} ({source}{', asks first' if _declared(skill, name) else ''})"
+            for name, source in skill.tools.items()
+        )
+        shown = path.relative_to(bot) if path.is_relative_to(bot) else path
+        lines.append(f"  loads: {skill.id}{kind}, {shown}: {skill.action}; {tools}")
+    return lines, all(isinstance(skill, Skill) for _, skill in checked)
+
+
+def _declared(skill: Skill, tool: str) -> bool:
+    constraint = skill.constraints.get(tool)
+    rule = constraint.requires_confirmation if constraint is not None else None
+    return rule is not None and rule.enabled
+
+
 async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
-    """Run the checks for the bot in ``bot``; the summary line, or ConfigError with the first problem."""
+    """Run the checks for the bot in ``bot``; the summary line and a line per skill, or ConfigError
+    with the first problem (every skill's line when a skill does not load)."""
     env = bot_environment(bot, os.environ)
     load_bot(bot, package)
+    report, every_one_loads = skill_report(env, bot)
+    if not every_one_loads:
+        loads = sum(line.startswith("  loads:") for line in report)
+        raise ConfigError(f"{loads} of {len(report)} skill(s) load:\n" + "\n".join(report))
     # Imported here, not at the top: it imports rasa_sdk, which `mcp-bridge init` does not need.
     from mcp_bridge.rasa.build import build_executor
 
@@ -305,6 +358,7 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
     )
     needed = needed_variables(runtime.servers.values() if runtime is not None else [], env)
     lines = [summary] + [f"the action server needs these environment variables: {needed}"] * bool(needed)
+    lines += ["skills:", *report]
     for server in described:
         lines += ["", *server.lines()]
     return "\n".join(lines + not_listed)

@@ -20,7 +20,9 @@ It adds only what is missing, from the fragments in ``mcp_bridge/cli/bot/``:
   actions and responses of the sign-in (``person_domain.yml``) and the rule that goes on after it
   (``data/mcp_bridge_person.yml``), unless the bot has that rule already;
 * a sample skill, ``skills/save_reminder.yml.example``, when ``skills/`` holds no skill yet (the
-  suffix keeps it from being loaded until it is renamed).
+  suffix keeps it from being loaded until it is renamed);
+* with ``--from-mantle MANTLE``, the skills of a Rasa Pro Mantle project the plugin can run, with the
+  slots, responses and MCP servers they need (:mod:`mcp_bridge.cli.from_mantle`).
 
 Existing files keep every byte they had: new entries are inserted as text after the last entry
 of their section (see :mod:`mcp_bridge.cli.yaml_splice`). A bot's own rewording of a response is kept.
@@ -47,6 +49,7 @@ from typing import Any
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mcp_bridge.cli.command import add_command, bot_folder
+from mcp_bridge.cli.from_mantle import MantleImport, existing_servers, read_mantle
 from mcp_bridge.cli.yaml_splice import (
     Splice,
     block_of,
@@ -54,6 +57,7 @@ from mcp_bridge.cli.yaml_splice import (
     entry_name,
     leading_comment_line,
     load,
+    reindent,
     top_level,
 )
 from mcp_bridge.config.servers import AUTHORIZATION_CODE
@@ -70,7 +74,14 @@ from mcp_bridge.contract import (
     REVOKE_INTENT,
 )
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.skills.files import ACTION_NAME, answer_buttons_problem
+from mcp_bridge.skills.files import (
+    ACTION_NAME,
+    MANTLE_SKILL_FILE,
+    SkillFile,
+    answer_buttons_problem,
+    skill_paths,
+)
+from mcp_bridge.skills.mantle import read_mantle_skill
 
 DOMAIN_FILE = "mcp_bridge.yml"
 RULE_FILE = Path("data") / "mcp_bridge.yml"
@@ -158,6 +169,9 @@ class Plan:
     bot: Path
     files: dict[Path, str] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
+    # --from-mantle: the skills not carried over (file, place, reason), and what was left out of others
+    refused: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def write(self) -> None:
         """Each file whole or not at all: written beside it, then renamed over it (a crash midway
@@ -223,9 +237,15 @@ def skill_actions(skills_dir: Path) -> list[tuple[Path, str]]:
 
     A name that is not ``action_`` and letters, digits and underscores is refused (ConfigError)
     before anything is written: it is spliced into the bot's domain.yml, where a newline or a colon
-    would write YAML of its own."""
+    would write YAML of its own. A Mantle ``skills/<id>/skill.md`` that does not read is left to
+    `mcp-bridge check` to report, as a broken skill file is."""
     found = []
-    for path in sorted([*skills_dir.glob("*.yml"), *skills_dir.glob("*.yaml")]):
+    for path in skill_paths(skills_dir):
+        if path.name == MANTLE_SKILL_FILE:
+            mantle = _mantle_skill(path)
+            if mantle is not None:
+                found.append((path, mantle.action_name))
+            continue
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError, ConfigError):
@@ -242,20 +262,37 @@ def skill_actions(skills_dir: Path) -> list[tuple[Path, str]]:
     return found
 
 
-def plan(bot: Path, domain: Path | None = None) -> Plan:
-    """Everything init would write for the bot in ``bot``; raises InitClash or ConfigError."""
+def _mantle_skill(path: Path) -> SkillFile | None:
+    try:
+        return read_mantle_skill(path)
+    except ConfigError:
+        return None
+
+
+def plan(bot: Path, domain: Path | None = None, mantle: Path | None = None) -> Plan:
+    """Everything init would write for the bot in ``bot`` (with ``mantle``, taking over that Mantle
+    project's skills); raises InitClash or ConfigError."""
     bot = bot.resolve()
     if not bot.is_dir():
         raise ConfigError(f"{bot}: no such folder")
     result = Plan(bot)
     problems: list[str] = []
-    approving = approving_skills(bot / "skills")
-    remembering = skills_using(bot / "skills", "allows_remembering")
-    _plan_domain(bot, domain_location(bot, domain), result, problems, approving, remembering)
+    taken = read_mantle(mantle, bot) if mantle is not None else MantleImport()
+    result.files.update(taken.files)
+    for folder in dict.fromkeys(path.parent for path in taken.files):
+        names = ", ".join(path.name for path in taken.files if path.parent == folder)
+        result.added.append(f"{_rel(bot, folder)}/: the Mantle skill ({names})")
+    result.refused, result.notes = taken.refused, taken.notes
+    constraints = [c for skill in taken.skills.values() for e in skill.tool_constraints for c in e.values()]
+    approving = approving_skills(bot / "skills") or any(c.requires_approval_from for c in constraints)
+    remembering = skills_using(bot / "skills", "allows_remembering") or any(
+        c.allows_remembering for c in constraints
+    )
+    _plan_domain(bot, domain_location(bot, domain), result, problems, approving, remembering, taken)
     _plan_data(bot, result, problems, approving, remembering)
-    _plan_endpoints(bot, result, problems)
+    _plan_endpoints(bot, result, problems, taken.servers)
     skills = bot / "skills"
-    has_skills = bool([*skills.glob("*.yml"), *skills.glob("*.yaml")])
+    has_skills = bool(skill_paths(skills)) or bool(taken.skills)
     if not has_skills and not (bot / SAMPLE_SKILL).exists():
         result.files[bot / SAMPLE_SKILL] = fragment_text("skill.yml")
         result.added.append(f"{SAMPLE_SKILL}: a sample skill (rename it to .yml to use it)")
@@ -284,7 +321,13 @@ def approving_skills(skills_dir: Path) -> bool:
 
 def skills_using(skills_dir: Path, key: str) -> bool:
     """Some skill file of ``skills_dir`` has the constraint option ``key`` on a tool."""
-    for path in sorted([*skills_dir.glob("*.yml"), *skills_dir.glob("*.yaml")]):
+    for path in skill_paths(skills_dir):
+        if path.name == MANTLE_SKILL_FILE:
+            mantle = _mantle_skill(path)
+            constraints = mantle.tool_constraints if mantle is not None else []
+            if any(getattr(c, key) for entry in constraints for c in entry.values()):
+                return True
+            continue
         try:
             document = load(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError, ConfigError):
@@ -317,7 +360,13 @@ _REMEMBERING_PIECES = {
 
 
 def _plan_domain(
-    bot: Path, location: Path, result: Plan, problems: list[str], approving: bool, remembering: bool
+    bot: Path,
+    location: Path,
+    result: Plan,
+    problems: list[str],
+    approving: bool,
+    remembering: bool,
+    taken: MantleImport,
 ) -> None:
     fragment = Fragment.read("domain.yml", _SECTIONS, entry_name)
     files = _read_domain(location)
@@ -341,7 +390,15 @@ def _plan_domain(
         for section in _SECTIONS:
             wanted[section].update(person.blocks.get(section, {}))
     for path, action in skill_actions(bot / "skills"):
-        wanted["actions"].setdefault(action, f"- {action}  # the skill in skills/{path.name}\n")
+        where = path.relative_to(bot / "skills").as_posix()
+        wanted["actions"].setdefault(action, f"- {action}  # the skill in skills/{where}\n")
+    for section, taken_blocks in (
+        ("actions", taken.actions),
+        ("slots", taken.slots),
+        ("responses", taken.responses),
+    ):
+        for name, block in taken_blocks.items():
+            wanted[section].setdefault(name, block)
     missing = {
         section: {name: block for name, block in blocks.items() if name not in defined[section]}
         for section, blocks in wanted.items()
@@ -574,11 +631,13 @@ action_endpoint:
 """
 
 
-def _plan_endpoints(bot: Path, result: Plan, problems: list[str]) -> None:
+def _plan_endpoints(bot: Path, result: Plan, problems: list[str], servers: dict[str, str]) -> None:
     path = bot / "endpoints.yml"
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     root = compose(text, str(path))
     splice = Splice(text, str(path))
+    have = existing_servers(load(text, str(path)) if text.strip() else None)
+    added = {name: block for name, block in servers.items() if name not in have}
     if top_level(root, "action_endpoint") is None:
         splice.append(_ACTION_ENDPOINT)
         result.added.append(
@@ -586,13 +645,24 @@ def _plan_endpoints(bot: Path, result: Plan, problems: list[str]) -> None:
             "it there and start the action server with --port)"
         )
     found = top_level(root, "mcp_servers")
-    if found is None:
+    if found is None and added:
+        fragment = fragment_text("endpoints.yml")
+        header = fragment[: fragment.index("mcp_servers:")]
+        splice.append(header + "mcp_servers:\n" + "".join(reindent(block, 2) for block in added.values()))
+    elif found is None:
         splice.append(fragment_text("endpoints.yml"))
         result.added.append("endpoints.yml: mcp_servers (none yet)")
     elif not isinstance(found[1], SequenceNode) and not (
         isinstance(found[1], ScalarNode) and found[1].value in ("", "null", "~")
     ):
         problems.append(f"{path}: mcp_servers: must be a list of servers")
+    elif added:
+        try:
+            splice.add_list_items("mcp_servers", list(added.values()))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if added:
+        result.added.append(f"endpoints.yml: mcp_servers {', '.join(added)} (from Mantle's integrations.yml)")
     if splice.changed:
         result.files[path] = splice.result()
 
@@ -607,7 +677,8 @@ def _rel(bot: Path, path: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     bot = Path(args.dir)
     try:
-        planned = plan(bot, Path(args.domain) if args.domain else None)
+        mantle = Path(args.from_mantle) if args.from_mantle else None
+        planned = plan(bot, Path(args.domain) if args.domain else None, mantle)
     except InitClash as clash:
         print("mcp-bridge init: nothing was written; the bot defines these differently:", file=sys.stderr)
         for problem in clash.problems:
@@ -616,9 +687,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mcp-bridge init: nothing was written: {exc}", file=sys.stderr)
         return 1
+    for note in planned.notes:
+        print(f"note: {note}")
+    for refusal in planned.refused:
+        print(f"mcp-bridge init: not carried over: {refusal}", file=sys.stderr)
+    status = 1 if planned.refused else 0
     if not planned.files:
         print(f"mcp-bridge init: {bot} is ready for mcp_bridge; nothing to change")
-        return 0
+        return status
     planned.write()
     for line in planned.added:
         print(f"added {line}")
@@ -626,7 +702,7 @@ def run(args: argparse.Namespace) -> int:
         "next: a skill in skills/, `import mcp_bridge.rasa` in actions/__init__.py, `mcp-bridge check` "
         "(docs/ADOPTING.md, steps 3 to 7)"
     )
-    return 0
+    return status
 
 
 def register(commands: Any, summary: str) -> None:
@@ -639,3 +715,9 @@ def register(commands: Any, summary: str) -> None:
     )
     bot_folder(parser)
     parser.add_argument("--domain", help="domain.yml or a domain directory (default: found in DIR)")
+    parser.add_argument(
+        "--from-mantle",
+        metavar="MANTLE",
+        help="a Rasa Pro Mantle project (or its skills/ folder): take over the skills the plugin can run, "
+        "with their slots, responses and MCP servers",
+    )

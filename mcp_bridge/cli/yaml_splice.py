@@ -87,6 +87,8 @@ class Splice:
     where: str
     inserts: list[tuple[int, str]] = field(default_factory=list)
     appended: list[str] = field(default_factory=list)
+    # (start, end, text): text[start:end] replaced (an empty flow list by a block list)
+    replaced: list[tuple[int, int, str]] = field(default_factory=list)
 
     def root(self) -> Node | None:
         return compose(self.text, self.where)
@@ -108,6 +110,14 @@ class Splice:
             empty = not value.value
             names = ", ".join(item.strip().removeprefix("- ").strip() for item in items)
             self.inserts.append((close, names if empty else f", {names}"))
+        elif isinstance(value, SequenceNode) and value.flow_style and not value.value:
+            # `key: []` and items of several lines: the [] goes, the items follow on the next lines
+            # (a comment after [] stays on the key's line).
+            start, end = value.start_mark.index, value.end_mark.index
+            while start > 0 and self.text[start - 1] == " ":
+                start -= 1
+            self.replaced.append((start, end, ""))
+            self._insert_under(key_node, items)
         elif _is_empty(self.text, value):
             self._insert_under(key_node, items)
         else:
@@ -162,14 +172,16 @@ class Splice:
 
     @property
     def changed(self) -> bool:
-        return bool(self.inserts or self.appended)
+        return bool(self.inserts or self.appended or self.replaced)
 
     def result(self) -> str:
         text = self.text
-        for at, insert in sorted(self.inserts, key=lambda item: item[0], reverse=True):
-            if at > 0 and text[at - 1] != "\n" and insert.startswith(" ") and not text[at - 1].isspace():
-                insert = "\n" + insert
-            text = text[:at] + insert + text[at:]
+        edits = [(at, at, insert) for at, insert in self.inserts] + self.replaced
+        for at, end, insert in sorted(edits, key=lambda item: item[0], reverse=True):
+            if at == end and at > 0 and text[at - 1] != "\n" and insert.startswith(" "):
+                if not text[at - 1].isspace():
+                    insert = "\n" + insert
+            text = text[:at] + insert + text[end:]
         if self.appended:
             if text and not text.endswith("\n"):
                 text += "\n"

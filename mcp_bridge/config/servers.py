@@ -40,6 +40,13 @@ Rasa Pro reads the keys in ``rasa/core/config/available_endpoints.py`` (``MCPSer
 (generated from the lists below), docs/mcp/connecting.md the rest. ``trusted``, ``timeout``,
 ``honours_idempotency_key`` and ``trace_context`` are the bridge's own.
 
+Rasa Pro Mantle's ``integrations.yml`` has the same list, read as Mantle reads it
+(``rasa/mantle/config/integrations.py``) when the file is named so (:data:`MANTLE_FILE`): ``type``
+may be left out and is the url's scheme as written (``http`` or ``https``), so the url must begin with
+one before any ``${VAR}``; ``token``, ``api_key`` and ``oauth.client_secret`` must be written as a
+``${VAR}``; the name is letters, digits, ``_``, ``.`` and ``-`` (``mcp/<name>:<tool>`` imports it); and
+``meta_map.from_slots``, which Mantle refuses there, is refused too.
+
 ``${VAR}`` in ``url``, ``token``, ``api_key`` and the ``oauth`` fields is expanded from the
 environment. The action server refuses a variable that is not set, naming the file, the server and
 the variable;
@@ -65,6 +72,10 @@ from mcp_bridge.errors import ConfigError
 
 _TYPES = ("http", "https")
 DEFAULT_TIMEOUT = 10.0
+# Rasa Pro Mantle's file of MCP servers (and LLMs, channels): its mcp_servers are read in Mantle's way.
+MANTLE_FILE = "integrations.yml"
+_MANTLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_WRITTEN_AS_VARIABLE = re.compile(r"\$\{\w+\}")  # Rasa Pro's SECRET_DATA_FORMAT_PATTERN, matched at the start
 # Rasa Pro's defaults for api_key (rasa/shared/agents/auth/auth_strategy/api_key_auth_strategy.py).
 DEFAULT_HEADER_NAME = "Authorization"
 DEFAULT_HEADER_FORMAT = "Bearer {key}"
@@ -255,17 +266,31 @@ class MCPServerConfig:
 def load_mcp_servers(
     path: str | Path, env: Mapping[str, str] | None = None, *, allow_unset: bool = False
 ) -> dict[str, MCPServerConfig]:
-    """Read and check the ``mcp_servers`` list; a file without one configures no servers."""
+    """Read and check the ``mcp_servers`` list; a file without one configures no servers. A file
+    named ``integrations.yml`` is read as Rasa Pro Mantle reads it (the module's docstring)."""
     path = Path(path)
     document = load_yaml(path) or {}
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    return parse_mcp_servers(document.get("mcp_servers"), source=str(path), env=env, allow_unset=allow_unset)
+    return parse_mcp_servers(
+        document.get("mcp_servers"),
+        source=str(path),
+        env=env,
+        allow_unset=allow_unset,
+        mantle=path.name == MANTLE_FILE,
+    )
 
 
 def parse_mcp_servers(
-    entries: Any, source: str, env: Mapping[str, str] | None = None, *, allow_unset: bool = False
+    entries: Any,
+    source: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    allow_unset: bool = False,
+    mantle: bool = False,
 ) -> dict[str, MCPServerConfig]:
+    """The servers of an ``mcp_servers`` list from ``source``; with ``mantle``, as Rasa Pro Mantle
+    reads its ``integrations.yml``."""
     env = os.environ if env is None else env
     if entries is None:
         return {}
@@ -273,7 +298,7 @@ def parse_mcp_servers(
         raise ConfigError(f"{source}: mcp_servers must be a list of servers")
     servers: dict[str, MCPServerConfig] = {}
     for index, entry in enumerate(entries):
-        server = _Server(entry, f"{source}: mcp_servers[{index}]", env, allow_unset).parse()
+        server = _Server(entry, f"{source}: mcp_servers[{index}]", env, allow_unset, mantle).parse()
         if server.name in servers:
             raise ConfigError(f"{source}: mcp_servers[{index}]: duplicate server name {server.name!r}")
         servers[server.name] = server
@@ -283,11 +308,14 @@ def parse_mcp_servers(
 class _Server:
     """One entry of ``mcp_servers``, checked key by key; every message starts with its place."""
 
-    def __init__(self, entry: Any, where: str, env: Mapping[str, str], allow_unset: bool) -> None:
+    def __init__(
+        self, entry: Any, where: str, env: Mapping[str, str], allow_unset: bool, mantle: bool = False
+    ) -> None:
         self.entry = entry
         self.where = where
         self.env = env
         self.allow_unset = allow_unset
+        self.mantle = mantle
         self.variables: list[str] = []
         self.unset: list[tuple[str, str]] = []
 
@@ -305,6 +333,9 @@ class _Server:
             raise self.fail("'name' must be a non-empty string")
         self.where = f"{self.where} ({name})"
         self._known_keys()
+        if self.mantle:
+            self._as_mantle_reads_it(name)
+            entry = self.entry
         for required in ("url", "type"):
             if entry.get(required) in (None, ""):
                 raise self.fail(f"missing field {required!r}")
@@ -355,6 +386,44 @@ class _Server:
             variables=tuple(dict.fromkeys(self.variables)),
             unset=tuple(self.unset),
         )
+
+    def _as_mantle_reads_it(self, name: str) -> None:
+        """Rasa Pro Mantle's rules for an entry of ``integrations.yml``; a missing ``type`` is the
+        url's scheme as written (``self.entry`` is then a copy with it)."""
+        entry = self.entry = dict(self.entry)
+        if not _MANTLE_NAME.fullmatch(name):
+            raise self.fail(
+                "'name' must be letters, digits, '_', '.' and '-', starting with a letter or digit "
+                "(skills import its tools as mcp/<name>:<tool>)"
+            )
+        url = entry.get("url")
+        if url in (None, ""):
+            raise self.fail("missing field 'url'")
+        scheme = urlparse(str(url)).scheme.lower()
+        if scheme not in _TYPES:
+            raise self.fail(
+                f"url must begin with http:// or https:// as written, got {url!r}: Rasa Pro reads "
+                f"{MANTLE_FILE} without expanding ${{...}} and takes the server's type from that scheme "
+                "(write it out, e.g. http://${CRM_HOST}/mcp)"
+            )
+        if entry.get("type") in (None, ""):
+            entry["type"] = scheme
+        secrets = {key: entry[key] for key in ("token", "api_key") if key in entry}
+        oauth = entry.get("oauth")
+        if isinstance(oauth, dict) and "client_secret" in oauth:
+            secrets["oauth.client_secret"] = oauth["client_secret"]
+        for key, value in secrets.items():
+            if not (isinstance(value, str) and _WRITTEN_AS_VARIABLE.match(value)):
+                raise self.fail(
+                    f"{key!r} must be written as ${{VARIABLE}} in {MANTLE_FILE}: Rasa Pro refuses a secret "
+                    "written out in it (and it would sit in the file)"
+                )
+        meta_map = entry.get("meta_map")
+        if isinstance(meta_map, dict) and meta_map.get("from_slots") is not None:
+            raise self.fail(
+                f"meta_map.from_slots: Rasa Pro refuses it in {MANTLE_FILE} (Mantle has no slots); send "
+                "fixed values with meta_map.static, or configure the server in endpoints.yml"
+            )
 
     def _known_keys(self) -> None:
         for key in self.entry:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from mcp_bridge.errors import ConfigError
 
-__all__ = ["YAMLFileError", "load_yaml", "place", "schema_error"]
+__all__ = ["YAMLFileError", "load_yaml", "parse_yaml", "place", "schema_error"]
 
 
 class YAMLFileError(ConfigError):
@@ -45,22 +45,31 @@ def load_yaml(path: str | Path) -> Any:
         raise YAMLFileError(path, "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise YAMLFileError(path, f"cannot read the file: {exc}") from None
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, path: str | Path, *, where: str = "", first_line: int = 1) -> Any:
+    """The document in ``text``, a part of the file ``path`` (``where`` in it) that starts at line
+    ``first_line`` of the file, read with YAML's safe loader; the lines of a syntax error are the file's."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise YAMLFileError(path, f"not valid YAML: {_syntax(exc)}") from None
+        place = f"{where}: " if where else ""
+        raise YAMLFileError(Path(path), f"{place}not valid YAML: {_syntax(exc, first_line - 1)}") from None
 
 
-def _syntax(exc: yaml.YAMLError) -> str:
+def _syntax(exc: yaml.YAMLError, offset: int = 0) -> str:
     """``line 2, column 6: expected ',' or ']', but got ':' (while parsing a flow sequence that
     starts at line 1, column 8)``; PyYAML's own text spans several lines and names no file."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
         return " ".join(str(exc).split())
     mark = exc.problem_mark
-    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    text = f"line {mark.line + 1 + offset}, column {mark.column + 1}: {exc.problem}"
     if exc.context:
         started = exc.context_mark
-        at = f" that starts at line {started.line + 1}, column {started.column + 1}" if started else ""
+        at = ""
+        if started:
+            at = f" that starts at line {started.line + 1 + offset}, column {started.column + 1}"
         text += f" ({exc.context}{at})"
     return text
 

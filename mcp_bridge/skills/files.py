@@ -80,9 +80,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml, schema_error
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.skills.conditions import MAX_CONDITION_CHARS, check_condition, holds, references
 
 LOCAL = "local"
 _MCP_PREFIX = "mcp:"
+# A Rasa Pro Mantle skill: skills/<id>/skill.md (mcp_bridge/skills/mantle.py).
+MANTLE_SKILL_FILE = "skill.md"
 
 
 class _Strict(BaseModel):
@@ -256,6 +259,10 @@ class Step(_Strict):
     list_format: str | None = None
     # Said when a slot an argument needs is empty; the skill stops before calling anything.
     on_missing_argument: str | None = None
+    # Only when this condition over the slots holds (Rasa Pro Mantle's grammar,
+    # mcp_bridge/skills/conditions.py); otherwise the skill stops before calling anything, as for an
+    # empty argument (on_missing_argument).
+    requires: str | None = Field(default=None, min_length=1, max_length=MAX_CONDITION_CHARS)
 
 
 ToolSource = Annotated[str, Field(pattern=r"^(local|mcp:[A-Za-z0-9_.-]+)$")]
@@ -283,6 +290,16 @@ class SkillFile(_Strict):
     def action_name(self) -> str:
         """The Rasa action that runs this skill: ``action:``, or ``action_<skill>``."""
         return self.action or f"action_{self.skill}"
+
+    @property
+    def instructions(self) -> str:
+        """Text for people that runs nothing (a Mantle skill's prose: :mod:`mcp_bridge.skills.mantle`)."""
+        return ""
+
+    def locate(self, path: Path, where: str) -> str:
+        """``<file>: <place>`` for a place in this document (``steps[1].arguments.text``), as its
+        author finds it: here the skill file itself."""
+        return f"{path}: {where}"
 
     @field_validator("tool_constraints")
     @classmethod
@@ -314,6 +331,8 @@ class Skill:
     steps: tuple[Step, ...]
     reset_slots: tuple[str, ...]
     edits: Mapping[str, str] = field(default_factory=dict)
+    # Text for people that never changes what runs: a Mantle skill's prose, for Mantle's LLM.
+    prose: str = ""
 
     def mcp_imports(self) -> dict[str, str]:
         """``{tool_name: server}`` for this skill's ``mcp:<server>`` tool-source lines."""
@@ -340,18 +359,37 @@ def load_skills(
 SkillFiles = tuple[tuple[Path, SkillFile | ConfigError], ...]
 
 
+def skill_paths(directory: str | Path) -> list[Path]:
+    """The skill files of ``directory`` in name order: every ``*.yml`` / ``*.yaml``, and the
+    ``skill.md`` of every folder in it whose name does not start with ``_`` or ``.`` (Rasa Pro
+    Mantle's ``skills/<id>/skill.md``; Mantle skips ``_`` folders too)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    files = [*directory.glob("*.yml"), *directory.glob("*.yaml")]
+    for folder in directory.iterdir():
+        if (
+            folder.is_dir()
+            and not folder.name.startswith(("_", "."))
+            and (folder / MANTLE_SKILL_FILE).is_file()
+        ):
+            files.append(folder / MANTLE_SKILL_FILE)
+    return sorted(files)
+
+
 def read_skill_dir(directory: str | Path) -> SkillFiles:
-    """Read every ``*.yml`` / ``*.yaml`` in ``directory`` against the schema (the one parser of skill
-    files); ConfigError when it holds none.
+    """Read every skill file of ``directory`` (:func:`skill_paths`) against the schema (the one
+    parser of skill files; a ``skill.md`` is translated first, :mod:`mcp_bridge.skills.mantle`);
+    ConfigError when it holds none.
 
     A file that fails is kept as its ConfigError rather than raised, so that a caller that only
     needs the good files' names (the action classes rasa_sdk registers on import) can skip it,
     and :func:`check_skills` reports the problems in file order, as the files are read.
     """
     directory = Path(directory)
-    files = sorted([*directory.glob("*.yml"), *directory.glob("*.yaml")])
+    files = skill_paths(directory)
     if not files:
-        raise ConfigError(f"{directory}: no skill files (*.yml) found")
+        raise ConfigError(f"{directory}: no skill files (*.yml, or <skill>/{MANTLE_SKILL_FILE}) found")
     read: list[tuple[Path, SkillFile | ConfigError]] = []
     for path in files:
         try:
@@ -362,11 +400,18 @@ def read_skill_dir(directory: str | Path) -> SkillFiles:
 
 
 def read_skill_file(path: Path) -> SkillFile:
-    """One skill file, checked against the schema; ConfigError with the file, the place and the reason."""
+    """One skill file, checked against the schema; ConfigError with the file, the place and the reason.
+
+    A Mantle ``skill.md`` is read by :func:`mcp_bridge.skills.mantle.read_mantle_skill`, which builds on
+    this module's schema (hence imported here, not at the top)."""
+    if path.name == MANTLE_SKILL_FILE:
+        from mcp_bridge.skills.mantle import read_mantle_skill
+
+        return read_mantle_skill(path)
     try:
         return SkillFile.model_validate(load_yaml(path))
     except ValidationError as exc:
-        raise schema_error(path, exc, skip=_UNION_MEMBER_NAMES) from None
+        raise schema_error(path, exc, skip=UNION_MEMBER_NAMES) from None
 
 
 def check_skills(
@@ -379,17 +424,42 @@ def check_skills(
     """Check read skill files against the tools, servers and responses there are; raise
     :class:`ConfigError` on the first problem."""
     skills: dict[str, Skill] = {}
-    for path, parsed in files:
-        if isinstance(parsed, ConfigError):
-            raise parsed
-        skill = _check(path, parsed, local_tools, mcp_servers, responses)
-        if skill.id in skills:
-            raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {skills[skill.id].path}")
-        clash = next((other for other in skills.values() if other.action == skill.action), None)
-        if clash is not None:
-            raise ConfigError(f"{path}: action: {skill.action!r} is already the action of {clash.path}")
-        skills[skill.id] = skill
+    for _, checked in check_each(
+        files, local_tools=local_tools, mcp_servers=mcp_servers, responses=responses
+    ):
+        if isinstance(checked, ConfigError):
+            raise checked
+        skills[checked.id] = checked
     return skills
+
+
+def check_each(
+    files: SkillFiles,
+    *,
+    local_tools: Collection[str],
+    mcp_servers: Collection[str],
+    responses: Collection[str] | None,
+) -> list[tuple[Path, Skill | ConfigError]]:
+    """Each read skill file, checked as :func:`check_skills` checks it: its skill, or why it does not
+    load (a skill whose id or action a file before it has does not load either)."""
+    checked: list[tuple[Path, Skill | ConfigError]] = []
+    loaded: dict[str, Skill] = {}
+    for path, parsed in files:
+        try:
+            if isinstance(parsed, ConfigError):
+                raise parsed
+            skill = _check(path, parsed, local_tools, mcp_servers, responses)
+            if skill.id in loaded:
+                raise ConfigError(f"{path}: skill {skill.id!r} is already defined in {loaded[skill.id].path}")
+            clash = next((other for other in loaded.values() if other.action == skill.action), None)
+            if clash is not None:
+                raise ConfigError(f"{path}: action: {skill.action!r} is already the action of {clash.path}")
+        except ConfigError as exc:
+            checked.append((path, exc))
+            continue
+        loaded[skill.id] = skill
+        checked.append((path, skill))
+    return checked
 
 
 def load_skill(
@@ -410,7 +480,7 @@ def _check(
     responses: Collection[str] | None,
 ) -> Skill:
     def fail(where: str, reason: str) -> ConfigError:
-        return ConfigError(f"{path}: {where}: {reason}")
+        return ConfigError(f"{parsed.locate(path, where)}: {reason}")
 
     tools: dict[str, ToolSourceRef] = {}
     for name, source in parsed.tools.items():
@@ -493,10 +563,26 @@ def _check(
                     raise fail(f"{there}.describe", str(exc)) from None
         constraints[tool] = constraint
 
+    filled_before: dict[str, int] = {}  # slot -> the first step that fills it
     for index, step in enumerate(parsed.steps):
         where = f"steps[{index}]"
         if step.for_each is not None and step.for_each.slot == step.for_each.as_:
             raise fail(f"{where}.for_each", "'as' must name another slot than the list's")
+        if step.requires is not None:
+            try:
+                read = check_condition(step.requires, parsed.skill)
+            except ValueError as exc:
+                raise fail(f"{where}.requires", str(exc)) from None
+            for slot in read:
+                if slot in filled_before:
+                    raise fail(
+                        f"{where}.requires",
+                        f"reads {slot!r}, which steps[{filled_before[slot]}] fills: the condition is judged "
+                        "when the run reaches this step, before a call that is asked about has given its "
+                        "result; judge it in that step's tool, or fill the slot before the skill runs",
+                    )
+        for slot in step.fills:
+            filled_before.setdefault(slot, index)
         if step.execute_tool not in tools:
             raise fail(f"{where}.execute_tool", f"{step.execute_tool!r} is not one of this skill's tools")
         for key in ("on_success", "on_error", "on_not_found", "on_missing_argument"):
@@ -529,6 +615,7 @@ def _check(
         steps=tuple(parsed.steps),
         reset_slots=tuple(parsed.reset_slots),
         edits={str(change): slot for change, slot in parsed.edits.items()},
+        prose=parsed.instructions,
     )
 
 
@@ -555,19 +642,30 @@ def runs_when(step: Step, slots: Mapping[str, Any], results: Mapping[str, Any]) 
 def step_arguments(
     step: Step, slots: Mapping[str, Any], results: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """The step's arguments from slots and earlier results, and the names of those that were empty."""
+    """The step's arguments from slots and earlier results, and what stops the step: the names of
+    those that were empty, and a ``requires`` that does not hold (the empty slots it reads, or the
+    condition itself when none is empty)."""
     resolved: dict[str, Any] = {}
     missing: list[str] = []
     for name, source in step.arguments.items():
         if isinstance(source, SlotArgument | ResultArgument):
             key = source.slot if isinstance(source, SlotArgument) else source.result
             value = slots.get(key) if isinstance(source, SlotArgument) else (results or {}).get(key)
-            if value is None or (isinstance(value, str) and not value.strip()):
+            if _empty(value):
                 missing.append(key)
             resolved[name] = value
         else:
             resolved[name] = source
+    if step.requires is not None and not holds(step.requires, slots):
+        empty = [entry for _, entry in references(step.requires) if _empty(slots.get(entry))]
+        missing.extend(slot for slot in empty if slot not in missing)
+        if not empty:
+            missing.append(f"requires {step.requires}")
     return resolved, missing
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def domain_documents(domain_path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -632,4 +730,4 @@ def check_questions_carry_no_buttons(domain_path: str | Path, questions: Iterabl
 
 
 # pydantic's names for the members of a union: noise to a skill author.
-_UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}
+UNION_MEMBER_NAMES = {"SlotArgument", "ResultArgument", "str", "int", "float", "bool", "none"}

@@ -494,7 +494,7 @@ def test_empty_directory(tmp_path: Path, responses: set[str]) -> None:
     (tmp_path / "README.md").write_text("not a skill\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_skills(tmp_path, local_tools=TOOLS, mcp_servers=MCP_SERVERS, responses=responses)
-    assert str(info.value) == f"{tmp_path}: no skill files (*.yml) found"
+    assert str(info.value) == f"{tmp_path}: no skill files (*.yml, or <skill>/skill.md) found"
 
 
 def test_missing_directory(tmp_path: Path, responses: set[str]) -> None:

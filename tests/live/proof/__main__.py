@@ -2,6 +2,10 @@
 
 PROOF_ACTION_PYTHON runs the action server on another environment's interpreter (`make proof-pro`:
 Rasa Pro's, .venv-pro); PROOF_ACTION_MCP then names the mcp release that environment must have.
+PROOF_MANTLE ("mcp" or "local") has that phase run the Mantle twin of log_interaction
+(examples/crm_bot/mantle/skills/log_interaction/: skill.md and its sidecar) in place of its YAML file,
+so check 5 compares the twin's transcripts with the YAML file's, word for word (`make proof-sdk36`:
+the twin over MCP tools; `make proof-pro`: over local tools).
 Exit status 0 only when every check passes."""
 
 from __future__ import annotations
@@ -58,6 +62,19 @@ def action_environment(python: str, mcp_release: str | None) -> CheckResult:
     return passed(name, saw)
 
 
+def skill_loaded(stack: ProofStack, phase: str) -> CheckResult:
+    """The action server of ``phase`` serves log_interaction from the file that phase says."""
+    name = f"[{phase}] log_interaction served from its {stack.skill_format(phase)} file"
+    assert stack.actions is not None
+    expected = (
+        "log_interaction/skill.md" if stack.skill_format(phase) == "skill.md" else "log_interaction.yml"
+    )
+    loaded = [line for line in stack.actions.output().splitlines() if "skill log_interaction (" in line]
+    if not loaded or not loaded[-1].split(" from ", 1)[-1].split(":", 1)[0].endswith(expected):
+        return failed(name, loaded[-1] if loaded else "the action server logged no skill log_interaction")
+    return passed(name, loaded[-1][loaded[-1].index("skill log_interaction") :][:200])
+
+
 def run(stack: ProofStack, report: Report) -> None:
     phrasings = load_phrasings()
     responses = Responses()
@@ -82,7 +99,11 @@ def run(stack: ProofStack, report: Report) -> None:
     book = ScriptBook(phrasings, responses, contacts)
     ctx = Context(stack, Runner(chat, store, uuid.uuid4().hex[:8]), book, responses, store, report)
 
-    report.section("conversations, MCP tools (every tool-source line `mcp:crm`)")
+    report.section(
+        f"conversations, MCP tools (every tool-source line `mcp:crm`; log_interaction's "
+        f"{stack.skill_format('mcp')} file)"
+    )
+    report.add(skill_loaded(stack, "mcp"))
     over_mcp = conversations(ctx, "mcp")
     report.add(mcp_outage(ctx))
     report.section("answering the question: edits, redirects, ways out, buttons, interruptions (MCP tools)")
@@ -90,9 +111,18 @@ def run(stack: ProofStack, report: Report) -> None:
         report.add(result)
 
     stack.use_skills("local")
-    report.section("the same conversations, local tools (the same skills, tool-source lines `local`)")
+    report.section(
+        "the same conversations, local tools (the same skills, tool-source lines `local`; log_interaction's "
+        f"{stack.skill_format('local')} file)"
+    )
+    report.add(skill_loaded(stack, "local"))
     over_local = conversations(ctx, "local")
-    report.add(identical_transcripts(("MCP", over_mcp), ("local", over_local)))
+    report.add(
+        identical_transcripts(
+            (f"MCP ({stack.skill_format('mcp')})", over_mcp),
+            (f"local ({stack.skill_format('local')})", over_local),
+        )
+    )
     if os.environ.get("PROOF_TRANSCRIPTS"):
         # Every conversation's words, to compare two builds word for word (a change that should not
         # change behaviour: run the proof before and after, and diff the two files).
@@ -131,7 +161,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _terminate)
     workdir = Path(tempfile.mkdtemp(prefix="crm-proof-"))
     report = Report()
-    stack = ProofStack(workdir, os.environ.get("PROOF_ACTION_PYTHON") or None)
+    mantle = os.environ.get("PROOF_MANTLE") or None
+    if mantle not in (None, "mcp", "local"):
+        print(f"PROOF_MANTLE must be mcp or local, not {mantle!r}", file=sys.stderr)
+        return 2
+    stack = ProofStack(workdir, os.environ.get("PROOF_ACTION_PYTHON") or None, mantle)
     interrupted = False
     try:
         run(stack, report)

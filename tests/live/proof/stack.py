@@ -7,7 +7,9 @@ named `archive` that serves no CRM tool, one Rasa server (started once: it is th
 one action server on a fixed port that is restarted with different skill files between phases,
 so Rasa's action endpoint never changes. Where the action server's rasa-sdk traces (3.21), a trace
 backend (Arize Phoenix) takes the spans of the action server and of the CRM MCP server, by OTLP, from
-the ``tracing:`` block of the endpoints.yml Rasa reads too.
+the ``tracing:`` block of the endpoints.yml Rasa reads too. With ``mantle`` ("mcp" or "local"), that
+phase's skill files have the Mantle twin of log_interaction (skill.md and its sidecar) in place of its
+YAML file.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ ARCHIVE_SERVER = "archive"
 
 
 class ProofStack(LoggedStack):
-    def __init__(self, workdir: Path, action_python: str | None = None) -> None:
+    def __init__(self, workdir: Path, action_python: str | None = None, mantle: str | None = None) -> None:
         super().__init__(workdir)
+        # The phase ("mcp" or "local") whose log_interaction is the Mantle twin; None: neither.
+        self.mantle = mantle
         # The action server's interpreter (another environment's, e.g. Rasa Pro's); this one's if None.
         self.action_python = action_python
         self.db = workdir / "crm.sqlite3"
@@ -102,8 +106,12 @@ class ProofStack(LoggedStack):
             tracing=tracing,
         )
         self.skills = {
-            "mcp": variants.write_skills(self.workdir / "skills-mcp", variants.every_tool("mcp:crm")),
-            "local": variants.write_skills(self.workdir / "skills-local", variants.every_tool("local")),
+            phase: variants.write_skills(
+                self.workdir / f"skills-{phase}", variants.every_tool(source), mantle=self.mantle == phase
+            )
+            for phase, source in (("mcp", "mcp:crm"), ("local", "local"))
+        }
+        self.skills |= {
             # The constrained tool is imported from a server that exists but does not serve it.
             "unresolvable": variants.write_skills(
                 self.workdir / "skills-unresolvable",
@@ -112,6 +120,10 @@ class ProofStack(LoggedStack):
                 ),
             ),
         }
+
+    def skill_format(self, phase: str) -> str:
+        """How that phase's log_interaction is written: "skill.md" (the Mantle twin) or "YAML"."""
+        return "skill.md" if self.mantle == phase else "YAML"
 
     # -- changes during the proof -----------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 an endpoints file with one more MCP server.
 
 The skill variants are made from the repository's own skills/ so that, between the phases, the
-tool-source lines are the only difference (checked after each rewrite).
+tool-source lines are the only difference (checked after each rewrite). A variant may put the Mantle
+twin of log_interaction (examples/crm_bot/mantle/skills/log_interaction/: skill.md and its sidecar)
+in place of its YAML file, its ``import_tools`` lines rewritten the same way.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -16,7 +19,10 @@ import yaml
 from tests.support import procs
 
 SKILLS = procs.EXAMPLE_BOT / "skills"
+MANTLE_TWIN = procs.EXAMPLE_BOT / "mantle" / "skills" / "log_interaction"
 _TOOLS_KEY = re.compile(r"^tools:\s*(#.*)?$")
+_IMPORTS_KEY = re.compile(r"^import_tools:\s*(#.*)?$")
+_IMPORT_LINE = re.compile(r"^(?P<indent>\s+- )(?:mcp/(?P<server>[\w.-]+):)?(?P<tool>[A-Za-z_]\w*)\s*(#.*)?$")
 _TOOL_LINE = re.compile(r"^(?P<indent>\s+)(?P<tool>[A-Za-z_]\w*):\s*(?P<source>local|mcp:[\w.-]+)\s*(#.*)?$")
 
 # skill id, tool name -> tool-source line value ("local" or "mcp:<server>")
@@ -40,10 +46,55 @@ def rewrite_tool_sources(text: str, skill_id: str, choose: SourceChooser) -> str
     return "".join(lines)
 
 
-def write_skills(dest: Path, choose: SourceChooser, source: Path = SKILLS) -> Path:
-    """Copy every skill file of ``source`` to ``dest`` with its tool-source lines rewritten."""
+def _import_entry(tool: str, source: str) -> str:
+    """The ``import_tools`` entry for ``tool`` from ``source``: ``mcp/<server>:<tool>`` or ``<tool>``."""
+    return tool if source == "local" else f"mcp/{source.removeprefix('mcp:')}:{tool}"
+
+
+def rewrite_imports(text: str, skill_id: str, choose: SourceChooser) -> str:
+    """A Mantle ``skill.md``'s ``text`` with each line under ``import_tools:`` written for
+    ``choose(skill, tool)``; nothing else changes."""
+    lines: list[str] = []
+    in_imports = False
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if _IMPORTS_KEY.match(body):
+            in_imports = True
+        elif in_imports and body and not body[0].isspace() and not body.startswith("#"):
+            in_imports = False
+        elif in_imports and (match := _IMPORT_LINE.match(body)):
+            entry = _import_entry(match["tool"], choose(skill_id, match["tool"]))
+            line = f"{match['indent']}{entry}{line[len(body) :]}"
+        lines.append(line)
+    return "".join(lines)
+
+
+def write_mantle_twin(dest: Path, choose: SourceChooser, twin: Path = MANTLE_TWIN) -> Path:
+    """The Mantle twin's folder in ``dest``, its ``import_tools`` lines rewritten (checked: the front
+    matter differs in them only, the body not at all)."""
+    folder = dest / twin.name
+    shutil.copytree(twin, folder, dirs_exist_ok=True)
+    original = (twin / "skill.md").read_text(encoding="utf-8")
+    rewritten = rewrite_imports(original, twin.name, choose)
+    (_, front, body), (_, new_front, new_body) = original.split("---", 2), rewritten.split("---", 2)
+    before, after = yaml.safe_load(front), yaml.safe_load(new_front)
+    tools = [str(entry).rpartition(":")[2] for entry in before["import_tools"]]
+    expected = [_import_entry(tool, choose(twin.name, tool)) for tool in tools]
+    if after != {**before, "import_tools": expected} or body != new_body:
+        raise RuntimeError(f"{twin}: rewriting the import_tools lines changed more than those lines")
+    (folder / "skill.md").write_text(rewritten, encoding="utf-8")
+    return dest
+
+
+def write_skills(dest: Path, choose: SourceChooser, source: Path = SKILLS, *, mantle: bool = False) -> Path:
+    """Copy every skill file of ``source`` to ``dest`` with its tool-source lines rewritten; with
+    ``mantle``, the Mantle twin of log_interaction instead of its YAML file."""
     dest.mkdir(parents=True, exist_ok=True)
+    if mantle:
+        write_mantle_twin(dest, choose)
     for path in sorted(source.glob("*.yml")):
+        if mantle and path.stem == MANTLE_TWIN.name:
+            continue
         original = path.read_text(encoding="utf-8")
         before = yaml.safe_load(original)
         rewritten = rewrite_tool_sources(original, str(before["skill"]), choose)
