@@ -87,7 +87,7 @@ endef
 
 # Python 3.13 (3.12 if there is no 3.13: every pin has wheels for both).
 $(VENV)/.installed: constraints/venv.txt pyproject.toml
-	$(call make_venv,$(VENV),3.13 3.12,constraints/venv.txt,rasa-sdk 3.21 on Python 3.13 with the plugin and the example CRM and dev tools,example$(comma)dev$(comma)docs)
+	$(call make_venv,$(VENV),3.13 3.12,constraints/venv.txt,rasa-sdk 3.21 on Python 3.13 with the plugin and the example CRM and dev tools,example$(comma)dev$(comma)docs$(comma)approval-page)
 
 $(VENV_OLD)/.installed: constraints/venv-sdk36.txt pyproject.toml
 	$(call make_venv,$(VENV_OLD),3.10,constraints/venv-sdk36.txt,rasa-sdk 3.6 on Python 3.10: the oldest end of the supported range,example$(comma)dev)
