@@ -1,6 +1,6 @@
 """`make up` / `make down`: the whole stack in the background on 127.0.0.1, and stopping it again.
 
-    python scripts/stack.py up [--without-rasa] [--state var/run/stack.json]
+    python scripts/stack.py up [--without-rasa | --for-shell] [--state var/run/stack.json]
     python scripts/stack.py down [--state var/run/stack.json]
 
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080, the approval
@@ -16,7 +16,9 @@ people's tokens; the page asks the action server to tell a decision to its conve
 APPROVAL_TELL_TOKEN (var/approval_tell_token), and the action server tells it through Rasa's HTTP
 API. The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
-reach Rasa. The CRM's MCP server is an OAuth protected resource: an authorization server
+reach Rasa. --for-shell (make chat) starts everything but Rasa for `rasa shell`, which signs nothing:
+the action server in development mode, with no channel key and no token, taking its messages as from
+nobody. The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
 bridge tokens by client credentials, its client secret CRM_OAUTH_CLIENT_SECRET or one generated
 once into var/crm_oauth_client_secret. MCP_AUTH=person makes the bridge act as the person in the
@@ -74,7 +76,7 @@ def processes(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: info for name, info in state.items() if isinstance(info, dict) and "pid" in info}
 
 
-def up(state: Path, with_rasa: bool) -> int:
+def up(state: Path, with_rasa: bool, for_shell: bool = False) -> int:
     if state.exists():
         if any(_alive(int(info["pid"])) for info in processes(json.loads(state.read_text())).values()):
             print(f"already running (see {state}); run `make down` first", file=sys.stderr)
@@ -196,23 +198,26 @@ def up(state: Path, with_rasa: bool) -> int:
                 database=database,
                 extra_env={
                     "CONFIRMATION_SECRET": secret("CONFIRMATION_SECRET", "confirmation_secret"),
-                    # The approval page's decisions and the sign-in's resume go on through Rasa's API.
-                    "APPROVAL_TELL_TOKEN": tell_token,
+                    # The sign-in's resume goes on through Rasa's API.
                     "RASA_URL": f"http://{procs.HOST}:{rasa_port}",
                     **(
                         {
                             "ACTION_SERVER_TOKEN": action_token,
                             "MCP_BRIDGE_CHANNEL_KEY": access.channel_key,
                             "RASA_AUTH_TOKEN": access.api_token,
+                            # The approval page's decisions are told through the action server.
+                            "APPROVAL_TELL_TOKEN": tell_token,
                         }
-                        if with_rasa
+                        if not for_shell
                         # rasa shell (make chat) signs nothing: its messages are taken as from nobody,
                         # a development mode the action server allows only on loopback, with no channel
-                        # key and no token.
+                        # key and no token (so no approval page tells it anything either).
                         else {
                             "MCP_BRIDGE_DEVELOPMENT": "1",
                             "ACTION_SERVER_TOKEN": None,
                             "MCP_BRIDGE_CHANNEL_KEY": None,
+                            "RASA_AUTH_TOKEN": None,
+                            "APPROVAL_TELL_TOKEN": None,
                         }
                     ),
                     **bridge_env,
@@ -386,10 +391,16 @@ def main() -> int:
     )
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--without-rasa", action="store_true", help="start everything but the Rasa server")
+    parser.add_argument(
+        "--for-shell",
+        action="store_true",
+        help="everything but Rasa, for rasa shell: the action server in development mode (make chat)",
+    )
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help="where the PIDs are kept")
     args = parser.parse_args()
     if args.command == "up":
-        return up(args.state, with_rasa=not args.without_rasa)
+        shell = args.for_shell
+        return up(args.state, with_rasa=not (args.without_rasa or shell), for_shell=shell)
     return down(args.state)
 
 

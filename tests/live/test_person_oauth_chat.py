@@ -182,7 +182,7 @@ async def test_sign_in_from_the_chat_then_the_question_then_yes_writes_as_the_pe
     said = chat.send(sender, f"show the recent notes for {DANA_EMAIL}")
     assert any(f", by dana-agent: {note}" in text for text in said), said
 
-    store = TokenStore(str(live["tokens"]), Keys.from_secret(KEY.encode()))
+    store = TokenStore.open(str(live["tokens"]), Keys.from_secret(KEY.encode()))
     record = await store.get(PERSON, "crm")
     assert record is not None
     secrets = [record["token"]["access_token"], record["token"]["refresh_token"], answer["code"]]

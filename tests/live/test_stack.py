@@ -160,8 +160,8 @@ def test_up_starts_what_answers_and_down_stops_exactly_that(tmp_path: Path) -> N
 
 async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(tmp_path: Path) -> None:
     """MCP_AUTH=person: the action server asks the person to sign in at the stack's authorization
-    server; after the callback (on the action server) their token is in var/mcp_tokens.sqlite3,
-    encrypted under var/mcp_token_key, and a yes writes the note as them."""
+    server; after the callback (on the action server) their token is in the plugin's database,
+    var/mcp_bridge.sqlite3, encrypted under var/mcp_token_key, and a yes writes the note as them."""
     names = ("CRM_PORT", "MCP_PORT", "ACTION_SERVER_PORT", "CHAT_PAGE_PORT", "RASA_PORT", "AUTH_PORT")
     ports = {name: procs.free_port() for name in (*names, "APPROVAL_PAGE_PORT")}
     started = stack("up", tmp_path, {**ports, "MCP_AUTH": "person"})
@@ -186,7 +186,7 @@ async def test_up_with_mcp_auth_person_acts_as_the_person_with_its_token_store(t
         shown, page, _ = await sign_in_in_browser(link, "dana-agent", callback, code=code)
         assert "dana-agent" in shown.text, shown.text  # the account, shown before it is used
         assert page.status_code == 200 and "Signed in" in page.text, page.text
-        store = tmp_path / "mcp_tokens.sqlite3"
+        store = tmp_path / "mcp_bridge.sqlite3"
         assert store.exists() and (tmp_path / "mcp_token_key").stat().st_mode & 0o777 == 0o600
         status, asked, _ = call_action(webhook, "action_log_interaction", tracker, headers=headers)
         assert status == 200 and said(asked) == ["utter_confirm_note"], asked
