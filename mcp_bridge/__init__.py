@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 # The one place the release is named: pyproject.toml reads it (`[tool.setuptools.dynamic]`), so the
 # wheel's metadata and `mcp_bridge.__version__` cannot differ. CHANGELOG.md has a section for each.
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 if TYPE_CHECKING:
     from mcp_bridge.errors import (

@@ -51,7 +51,7 @@ def redis() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
-    """APPROVAL_PAGE_SESSIONS and APPROVALS_DATABASE for a fresh store of this test's own."""
+    """APPROVAL_PAGE_SESSIONS and MCP_BRIDGE_DATABASE for a fresh store of this test's own."""
     if request.param == "sqlite":
         return None, str(tmp_path / "approvals.sqlite3")
     if request.param == "postgres":
@@ -98,15 +98,8 @@ async def test_the_store_holds_no_cookie_value(
     one, _, _ = replicas
     value = await one.start("sam", None)
     store = one.store
-    if where[0] is None and not where[1].startswith("postgresql://"):
-        import sqlite3
-
-        with sqlite3.connect(where[1]) as db:
-            kept = repr(db.execute("SELECT * FROM approval_page_sessions").fetchall())
-    elif where[0] is None:
-        pool = await store._connection_pool()  # type: ignore[attr-defined]
-        async with pool.acquire() as conn:
-            kept = repr(await conn.fetch("SELECT * FROM approval_page_sessions"))
+    if where[0] is None:  # the plugin's database, SQLite or PostgreSQL
+        kept = repr(await store.database.fetch("SELECT * FROM approval_page_sessions"))  # type: ignore[attr-defined]
     else:
         client = store._redis  # type: ignore[attr-defined]
         keys = await client.keys("*")

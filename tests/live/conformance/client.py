@@ -66,11 +66,12 @@ def _entry(url: str, scenario: str, context: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _sign_in(person: PersonOAuth, needed: SignInRequiredError) -> None:
-    """What the person does with the sign-in link: open it, be redirected back, use the account."""
+    """What the person does with the sign-in link: open it, type the code the chat showed, be
+    redirected back, use the account."""
     assert needed.link is not None, needed
     ticket = parse_qs(urlparse(needed.link.url).query)["start"][0]
     browser = secrets.token_urlsafe(32)
-    url = (await person.start(ticket, browser)).url
+    url = (await person.start(ticket, browser, needed.link.code)).url  # the code the chat showed
     async with http.AsyncClient(follow_redirects=False, timeout=10) as client:
         for _ in range(5):
             if url.startswith(REDIRECT_URI):
@@ -134,7 +135,7 @@ async def run(url: str, scenario: str, context: dict[str, Any]) -> None:
     person: PersonOAuth | None = None
     with tempfile.TemporaryDirectory() as folder:
         if servers[SERVER].acts_as_person:
-            store = TokenStore(
+            store = TokenStore.open(
                 str(Path(folder) / "tokens.sqlite3"), Keys.from_secret(secrets.token_bytes(32))
             )
             person = PersonOAuth(servers, store)
