@@ -21,6 +21,7 @@ by whichever process comes first.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import sqlite3
@@ -146,6 +147,9 @@ class SQLiteDatabase:
         if not memory:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
+        # Never wait on the event loop: a statement that meets another process's write lock fails at
+        # once and is run again in a worker thread, which may wait (_waiting).
+        self._connection.execute("PRAGMA busy_timeout=0")
         # One statement or transaction at a time on the connection, whichever thread or loop asks.
         self._busy = threading.Lock()
         from mcp_bridge.record.schema import migrate_sqlite
@@ -156,8 +160,19 @@ class SQLiteDatabase:
     # waits in a worker thread.
 
     def _begin_now(self, wait: bool) -> None:
-        self._connection.execute(f"PRAGMA busy_timeout={int(LOCK_WAIT_SECONDS * 1000) if wait else 0}")
-        self._connection.execute("BEGIN IMMEDIATE")
+        if wait:
+            self._waiting(lambda: self._connection.execute("BEGIN IMMEDIATE"))
+        else:
+            self._connection.execute("BEGIN IMMEDIATE")
+
+    def _waiting(self, work: Any) -> Any:
+        """``work`` allowed to wait up to LOCK_WAIT_SECONDS for another process's write lock (in a
+        worker thread, holding ``_busy``)."""
+        self._connection.execute(f"PRAGMA busy_timeout={int(LOCK_WAIT_SECONDS * 1000)}")
+        try:
+            return work()
+        finally:
+            self._connection.execute("PRAGMA busy_timeout=0")
 
     def _locked_sync(self, work: Any) -> Any:
         with self._busy:
@@ -173,15 +188,14 @@ class SQLiteDatabase:
         await self._acquire()
         try:
             tx = _SQLiteTx(self._connection)
+            run = tx.fetch_now if fetch else tx.execute_now
             try:
-                self._connection.execute("PRAGMA busy_timeout=0")
-                return tx.fetch_now(sql, args) if fetch else tx.execute_now(sql, args)
+                return run(sql, args)
             except sqlite3.OperationalError as exc:
                 if not _locked(exc):
                     raise
             # Another process holds the write lock: wait for it off the event loop.
-            self._connection.execute(f"PRAGMA busy_timeout={int(LOCK_WAIT_SECONDS * 1000)}")
-            return await asyncio.to_thread(tx.fetch_now if fetch else tx.execute_now, sql, args)
+            return await asyncio.to_thread(self._waiting, lambda: run(sql, args))
         finally:
             self._busy.release()
 
@@ -244,6 +258,7 @@ def _create_private(path: Path) -> None:
 _PLACEHOLDER = re.compile(r"\?")
 
 
+@functools.lru_cache(maxsize=256)
 def numbered(sql: str) -> str:
     """``?`` placeholders as PostgreSQL's ``$1, $2, ...``."""
     count = iter(range(1, 10_000))
@@ -270,6 +285,10 @@ def _changed(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
+async def _nothing_to_reset(connection: Any) -> None:
+    return None
+
+
 class PostgresDatabase:
     """A PostgreSQL database (asyncpg); a small pool per process, opened and migrated on first use."""
 
@@ -292,7 +311,10 @@ class PostgresDatabase:
 
                 from mcp_bridge.record.schema import migrate_postgres
 
-                pool = await asyncpg.create_pool(self.url, min_size=1, max_size=5)
+                # reset: nothing, where asyncpg's default sends a reset query (a round trip) every
+                # time a connection goes back to the pool: the record sets no session state (no SET,
+                # LISTEN, advisory lock or cursor), and an open transaction is still rolled back.
+                pool = await asyncpg.create_pool(self.url, min_size=1, max_size=5, reset=_nothing_to_reset)
                 async with pool.acquire() as connection:
                     await migrate_postgres(connection)
                 self._pool = pool

@@ -189,16 +189,16 @@ class Record:
         now = self._clock()
         try:
             async with self.database.transaction() as tx:
-                changed = await tx.execute(
+                ended = await tx.fetch(
                     "UPDATE record_questions SET state = ?, ended_at = ?, ended_by = ?, reason = ? "
-                    "WHERE id = ? AND state = 'open'",
+                    "WHERE id = ? AND state = 'open' RETURNING conversation_id",
                     how,
                     now,
                     message.id if message is not None else None,
                     reason,
                     question_id,
                 )
-                if not changed:
+                if not ended:
                     rows = await tx.fetch("SELECT state FROM record_questions WHERE id = ?", question_id)
                     raise _Abort(
                         f"the question was {rows[0][0]} already"
@@ -206,10 +206,7 @@ class Record:
                         else "the action server never asked it"
                     )
                 if message is not None:
-                    rows = await tx.fetch(
-                        "SELECT conversation_id FROM record_questions WHERE id = ?", question_id
-                    )
-                    await self._seen(tx, str(rows[0][0]), message, now)
+                    await self._seen(tx, str(ended[0][0]), message, now)
                     used = await tx.execute(
                         "UPDATE record_messages SET answered = ? WHERE id = ? AND answered IS NULL",
                         question_id,

@@ -39,6 +39,7 @@ from tests.bench import (
     peers,
     rasa_turns,
     reader_line,
+    record_line,
     report,
     router,
     schema_line,
@@ -288,6 +289,8 @@ def run(config: Config, chosen: list[ends.End]) -> int:
             schemas = schema_line.measure()
             _say("the confirmation's CPU with tracing off, with no tracing hooks, and with spans")
             traced = tracing_line.measure()
+            _say("the record: the action server's CPU per confirmed write, 0.3.0 beside this release")
+            recorded = record_line.measure()
 
             skills = {
                 variant: skills_with_source(workdir / f"skills-{variant}", src)
@@ -381,6 +384,7 @@ def run(config: Config, chosen: list[ends.End]) -> int:
     print("\n".join(reader_line.lines(reader)))
     print("\n".join(schema_line.lines(schemas)))
     print("\n".join(tracing_line.lines(traced)))
+    print("\n".join(record_line.lines(recorded)))
     print(f"\nwritten: {config.out / 'bench.json'}, {config.out / 'bench.png'}")
     return 0
 
