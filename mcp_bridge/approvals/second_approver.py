@@ -30,12 +30,13 @@ rules, by name, in order of importance:
    they equal the store's copy (:meth:`Approvals.sealed`). A refused or expired request is told to
    its requester once.
 ``lost_run``
-   A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``; longer than any
-   call takes). If its action server dies before the outcome is recorded, the request stays
-   ``running`` until the lease passes; then the approval page's sweep tells the conversation again and
-   one action takes it up again (one conditional update, a new lease): ``resume``. The call may have
-   reached the tool, so it runs again only with the same idempotency key on a tool that honours it
-   (the tool keeps one write per key: written once either way); on any other tool, or after
+   A run holds a lease (:data:`RUN_LEASE_SECONDS`, ``APPROVAL_RUN_LEASE_SECONDS``), which its action
+   server renews every third of it while the run goes on (:meth:`Approvals.leased`), so a slow tool
+   never looks lost. If its action server dies before the outcome is recorded, the request stays
+   ``running`` until the lease passes unrenewed; then the approval page's sweep tells the conversation
+   again and one action takes it up again (one conditional update, a new lease): ``resume``. The call
+   may have reached the tool, so it runs again only with the same idempotency key on a tool that
+   honours it (the tool keeps one write per key: written once either way); on any other tool, or after
    :data:`MAX_RUNS` runs, it is never repeated: the requester hears that it may have been done, and the
    request ends with an unknown outcome.
 
@@ -46,9 +47,12 @@ call is not the sealed one, and nothing ran), with who decided (``decided_by``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -61,6 +65,8 @@ from mcp_bridge.skills.files import RequiresApproval, Skill
 
 if TYPE_CHECKING:
     from mcp_bridge.tools.sources import Tool  # the MCP runtime is not imported for a type
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_RUNS",
@@ -158,6 +164,11 @@ class ApprovalStore(Protocol):
         unexpired -> running (leased until ``now + lease``); running past its lease -> leased again;
         approved and expired -> expired and told; refused or expired -> told. The request as this
         call left it (``attempts`` counts the runs), or None when there is nothing (left) to do."""
+        ...
+
+    async def renew(self, request_id: str, attempts: int, until: float) -> bool:
+        """A running request's lease moved to ``until``, if it is still the run ``attempts`` counts;
+        True when it was."""
         ...
 
     async def finish(self, request_id: str, result: str) -> None: ...
@@ -408,6 +419,29 @@ class Approvals:
             return opened
         self._note(request, "approval_rejected", f"not run: {why}", None)
         return None
+
+    @contextlib.asynccontextmanager
+    async def leased(self, request: ApprovalRequest) -> AsyncIterator[None]:
+        """``lost_run``: while the block runs ``request`` (taken to run), its lease is renewed every third
+        of it, so only a run whose action server died is ever taken up again."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.run_lease / 3)
+                until = self._clock() + self.run_lease
+                try:
+                    if not await self.store.renew(request.id, request.attempts, until):
+                        return  # finished, or no longer this run's
+                except Exception:  # a database hiccup: the next renewal tries again
+                    log.warning("approval %s: its run's lease was not renewed", request.id, exc_info=True)
+
+        renewing = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
 
     async def finish(self, request: ApprovalRequest, result: str) -> None:
         await self.store.finish(request.id, result)

@@ -65,6 +65,12 @@ _TELL = (
     "UPDATE approval_requests SET told = 1 WHERE id = ? AND conversation_id = ? "
     f"AND status IN ('refused', 'expired') AND told = 0 RETURNING {_COLUMNS}"
 )
+# The run's action server is alive and the run still going: its lease moves on (``attempts``: only the
+# run that holds it, never one taken up again after it).
+_RENEW = (
+    "UPDATE approval_requests SET running_until = ? WHERE id = ? AND status = 'running' AND attempts = ? "
+    f"RETURNING {_COLUMNS}"
+)
 _FINISH = "UPDATE approval_requests SET status = 'done', result = ? WHERE id = ? AND status = 'running'"
 # Filled with one placeholder per role.
 _PENDING = (
@@ -176,6 +182,9 @@ class ApprovalTable:
             if taken is not None:
                 return taken
         return None
+
+    async def renew(self, request_id: str, attempts: int, until: float) -> bool:
+        return await self._one(_RENEW, until, request_id, attempts) is not None
 
     async def finish(self, request_id: str, result: str) -> None:
         await self._run(_FINISH, result, request_id)

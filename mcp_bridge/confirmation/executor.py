@@ -385,7 +385,8 @@ class Executor:
         # the requester, the person whose yes was sealed with the call; never as nobody or another.
         then = replace(turn, slots=request.slots, user=held.user)
         try:
-            run = await self._run_confirmed(skill, held, one, then)
+            async with self.approvals.leased(request):
+                run = await self._run_confirmed(skill, held, one, then)
         except SignInRequiredError:
             # The requester's sign-in is gone (disconnected, or it could not be renewed): nothing was
             # sent, and the request is done; the action shows them the link, and the skill asks anew.

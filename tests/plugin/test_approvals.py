@@ -54,7 +54,14 @@ class Clock:
 class Bench:
     """An executor with approvals over a SQLite store, the notebook it writes to, a clock."""
 
-    def __init__(self, tmp_path: Path, approval: str = APPROVAL, *, keyless: bool = False) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        approval: str = APPROVAL,
+        *,
+        keyless: bool = False,
+        slow: asyncio.Event | None = None,
+    ) -> None:
         self.book = Notebook()
         self.clock = Clock()
         self.audit = AuditLog(tmp_path / "audit.jsonl")
@@ -69,6 +76,16 @@ class Bench:
                 return await keyed(contact_id, text)  # type: ignore[no-any-return]
 
             tools["add_timeline_note"] = add_timeline_note
+        if slow is not None:  # a tool that answers only once ``slow`` is set
+            quick = tools["add_timeline_note"]
+
+            async def slow_note(
+                contact_id: ContactId, text: NoteText, idempotency_key: str | None = None
+            ) -> NoteResult:
+                await slow.wait()
+                return await quick(contact_id, text, idempotency_key=idempotency_key)  # type: ignore[no-any-return]
+
+            tools["add_timeline_note"] = slow_note
         skills = load_skills(directory, local_tools=tools, mcp_servers={}, responses=None)
         self.store = open_store(str(tmp_path / "approvals.sqlite3"))
         self.approvals = Approvals(self.store, self.audit, clock=self.clock)
@@ -375,6 +392,37 @@ async def test_a_lost_run_is_resumed_after_its_lease_under_its_key_and_writes_on
     assert again.outcome == "nothing_pending" and bench.book.notes_for(DANA) == [NOTE]
     bench.clock.now += 10 * bench.approvals.run_lease
     assert await bench.store.untold(bench.clock.now, 0) == []
+
+
+async def test_a_run_slower_than_its_lease_keeps_it_and_is_neither_taken_up_again_nor_told_twice(
+    tmp_path: Path,
+) -> None:
+    """The action server renews a run's lease while the run goes on: a tool slower than the lease is
+    not a lost run (without the renewal, the sweep would tell the conversation again and a second run
+    would say "Saved" a second time)."""
+    answer = asyncio.Event()
+    bench = Bench(tmp_path, slow=answer)
+    bench.approvals.run_lease = 0.3  # on the bench's clock; renewed every 0.1 s of real time
+    try:
+        request_id = await bench.confirmed()
+        await bench.approvals.decide(request_id, SUPERVISOR, approve=True)
+        turn = bench.conversation().turn(None)
+        running = asyncio.create_task(bench.executor.approval_decided(turn, request_id))
+        for _ in range(4):  # the run goes on for several of its leases
+            bench.clock.now += 0.2
+            await asyncio.sleep(0.5)
+            assert await bench.store.untold(bench.clock.now, 0) == []
+            assert (await bench.executor.approval_decided(turn, request_id)).outcome == "nothing_pending"
+        answer.set()
+        told = await running
+        assert told.outcome == "done" and responses(told) == ["utter_note_saved"]
+        assert bench.book.notes_for(DANA) == [NOTE]
+        assert [tool for tool, _ in bench.book.calls].count("add_timeline_note") == 1
+        request = await bench.store.get(request_id)
+        assert request is not None and request.status == "done" and request.attempts == 1
+        assert "approval_resumed" not in bench.decisions()
+    finally:
+        await bench.executor.aclose()
 
 
 async def test_a_lost_run_of_a_tool_that_keeps_no_key_is_never_repeated(tmp_path: Path) -> None:
