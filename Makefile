@@ -224,10 +224,10 @@ pytest-pro: setup services
 	@$(VENV_PRO)/bin/pytest -q $(PYTEST_PARALLEL) $(addprefix --deselect tests/plugin/test_packaging.py::,$(PRO_WHEEL_CHECKS)) $(PRO_TESTS)
 
 quick: $(VENV)/.installed lint typecheck
-	@$(VENV)/bin/pytest -q tests/plugin/test_reader.py tests/plugin/test_skills.py tests/plugin/test_bridge_config.py \
-		tests/plugin/test_init.py tests/plugin/test_rasa_adapter.py tests/plugin/test_confirmation_properties.py \
-		tests/plugin/test_startup.py tests/plugin/test_executor.py tests/plugin/test_approvals.py \
-		tests/plugin/test_several_calls.py
+	@$(VENV)/bin/pytest -q tests/plugin/reading/test_reader.py tests/plugin/skills/test_files.py tests/plugin/config/test_servers.py \
+		tests/plugin/cli/test_init.py tests/plugin/rasa/test_adapter.py tests/plugin/confirmation/test_properties.py \
+		tests/plugin/test_startup.py tests/plugin/confirmation/test_executor.py tests/plugin/approvals/test_second_approver.py \
+		tests/plugin/confirmation/test_several_calls.py
 
 validate: setup
 	@echo "==> rasa data validate"

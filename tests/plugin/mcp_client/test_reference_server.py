@@ -11,7 +11,7 @@ import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from tests.plugin.test_check import bot, check, edit, initialised_bot  # noqa: F401 - fixtures
+from tests.plugin.cli.test_check import bot, check, edit, initialised_bot  # noqa: F401 - fixtures
 from tests.support import procs
 from tests.support.bots import mcp_bridge
 

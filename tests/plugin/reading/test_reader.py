@@ -1,4 +1,4 @@
-"""The confirmation reader against a labelled set of answers (tests/confirmation_answers.yml).
+"""The confirmation reader against a labelled set of answers (tests/plugin/reading/confirmation_answers.yml).
 
 Each answer is read twice: with no NLU opinion, and with an NLU that says "affirm" at 0.99 whatever
 it hears (as DIET does on text it has never seen). An unsafe write is an answer that is not a yes
@@ -348,7 +348,7 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
 ) -> None:
     from mcp_bridge.rasa.build import build_executor
 
-    repo = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"
+    repo = Path(__file__).resolve().parents[3] / "examples" / "crm_bot"
     env = {
         "ENDPOINTS": str(repo / "endpoints.yml"),
         "SKILLS_DIR": str(repo / "skills"),

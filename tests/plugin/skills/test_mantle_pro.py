@@ -22,7 +22,7 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.skills.mantle import read_mantle_skill
 from mcp_bridge.skills.mantle_format import FrontMatterRefused, parse_step, read_front_matter
 from tests.live.proof import variants
-from tests.plugin.test_mantle import MANTLE_REFUSALS, NOTEBOOK_SKILL, SIDECAR, SKILL_MD, TWIN
+from tests.plugin.skills.test_mantle import MANTLE_REFUSALS, NOTEBOOK_SKILL, SIDECAR, SKILL_MD, TWIN
 from tests.support.procs import EXAMPLE_BOT
 
 compiler = pytest.importorskip(

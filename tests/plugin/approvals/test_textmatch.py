@@ -23,10 +23,10 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.rasa.build import build_executor
 from mcp_bridge.skills.files import RequiresConfirmation, Skill, load_skills
 from mcp_bridge.tools.context import NOBODY
-from tests.plugin.test_approvals import DANA, Bench
+from tests.plugin.approvals.test_second_approver import DANA, Bench
 from tests.support.conversation import Conversation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_SKILLS = ROOT / "examples" / "crm_bot" / "skills"
 LOOKALIKES = ROOT / "mcp_bridge" / "approvals" / "lookalikes.yml"
 WHEN_REFUND = "        role: supervisor\n        when: {argument: text, contains_any: [refund]}\n"

@@ -28,7 +28,7 @@ from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "release_0_3"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "release_0_3"
 RECORDS: dict[str, Any] = json.loads((FIXTURES / "records.json").read_text())
 CONTACTS = {"dana@example.com": (1, "Dana Whitfield"), "priya@example.com": (2, "Priya Raman")}
 

@@ -75,7 +75,7 @@ async def make_executor(
         if skills is None:
             skills_with_source(directory, source)
             # Without the supervisor rule, which holds a note with characters outside the declared
-            # ones (most of these: tests/plugin/test_approval_words.py); here only what is stored.
+            # ones (most of these: tests/plugin/approvals/test_textmatch.py); here only what is stored.
             log = directory / "log_interaction.yml"
             log.write_text(re.sub(r"      requires_approval_from:\n(        .*\n)+", "", log.read_text()))
         else:

@@ -276,7 +276,7 @@ def test_offline_still_checks_the_shape_of_a_url_it_can_expand(bot: Path) -> Non
 
 
 # Each key of a server once through the command: the keys to add, and what the command must say
-# after "endpoints.yml: mcp_servers[0] (reminders): " (tests/plugin/test_bridge_config.py has every case).
+# after "endpoints.yml: mcp_servers[0] (reminders): " (tests/plugin/config/test_servers.py has every case).
 SERVER_KEYS: dict[str, tuple[str, str]] = {
     "unknown key": ("tool_timout: 5", "unknown key(s) 'tool_timout'; a server takes name, url, type, token"),
     "token: a number": ("token: 12345", "'token' must be a string"),

@@ -3,7 +3,7 @@ Mantle twin of log_interaction is the same skill as its YAML file, over MCP and 
 a deterministic runtime cannot honour is refused with the file, the place, the reason and what to do;
 Mantle's own refusals are kept; and the translated skill runs as the plugin's rules say.
 
-That Rasa Pro's own loader accepts what is accepted here is tests/plugin/test_mantle_pro.py's.
+That Rasa Pro's own loader accepts what is accepted here is tests/plugin/skills/test_mantle_pro.py's.
 """
 
 from __future__ import annotations
