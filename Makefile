@@ -173,11 +173,11 @@ train: setup
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check mcp_bridge tests scripts $(BOT)
-	@$(VENV)/bin/ruff format --check mcp_bridge tests scripts $(BOT)
+	@$(VENV)/bin/ruff check mcp_bridge devstack tests scripts $(BOT)
+	@$(VENV)/bin/ruff format --check mcp_bridge devstack tests scripts $(BOT)
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy (mcp_bridge, scripts, the example bot's crm and actions)"
+	@echo "==> mypy (mcp_bridge, devstack, scripts, the example bot's crm and actions)"
 	@$(VENV)/bin/mypy
 
 # One confirmed yes followed through the plugin's modules (scripts/walk.py), over a local tool and over
@@ -343,7 +343,7 @@ package: $(VENV)/.installed
 	@rm -rf $(PACKAGE) && mkdir -p $(PACKAGE)/source
 	@tar -cf - --exclude=__pycache__ $(PACKAGE_SOURCE) | tar -xf - -C $(PACKAGE)/source
 	@mkdir -p $(PACKAGE)/tree
-	@tar -cf - --exclude=node_modules --exclude=__pycache__ --exclude=examples/crm_bot/var tests scripts examples \
+	@tar -cf - --exclude=node_modules --exclude=__pycache__ --exclude=examples/crm_bot/var tests devstack scripts examples \
 		docs constraints $(filter-out mcp_bridge,$(PACKAGE_SOURCE)) | tar -xf - -C $(PACKAGE)/tree
 	@ln -s $(CURDIR)/$(EVERYTHING)/node_modules $(PACKAGE)/tree/$(EVERYTHING)/node_modules
 	@ln -s $(CURDIR)/$(VENV_RASA) $(PACKAGE)/tree/$(VENV_RASA)

@@ -53,7 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts import services as procs  # noqa: E402
+from devstack import services as procs  # noqa: E402
 
 CALLBACK_PATH = "/mcp-bridge/oauth/callback"  # mcp_bridge.auth.person.CALLBACK_PATH
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from devstack.engines import Postgres
 from mcp_bridge.approvals.second_approver import ApprovalRequest, ApprovalStore
 from mcp_bridge.approvals.store import open_store
 from mcp_bridge.record.database import PostgresDatabase, SQLiteDatabase
-from scripts.engines import Postgres
 
 NOW = 1_000_000.0
 LEASE = 30.0

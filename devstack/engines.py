@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.services import HOST, ServiceProcess, free_port
+from devstack.services import HOST, ServiceProcess, free_port
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -383,7 +383,7 @@ def nginx_config(folder: Path, listeners: dict[str, tuple[int, Sequence[str]]], 
     user = "user nobody nogroup;\n" if _as_root() else ""
     conf = folder / "nginx.conf"
     conf.write_text(
-        f"""# Written by scripts/cluster.py; regenerated on every start.
+        f"""# Written by devstack/engines.py for devstack/cluster.py; regenerated on every start.
 {user}worker_processes 1;
 daemon off;
 pid {folder / "nginx.pid"};

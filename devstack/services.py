@@ -3,8 +3,8 @@
 `ServiceProcess` runs a command, waits until it is ready (a readiness URL answers 200, or a check
 of its own says so), and on stop sends SIGTERM (then SIGKILL after a grace period). Its combined
 stdout/stderr goes to a file so a chatty process can never block on a full pipe, and is quoted
-in every error. Used by `make up` (scripts/stack.py), `make cluster-up` (scripts/cluster.py) and
-the tests (through tests/support/procs.py).
+in every error. Used by `make up` and `make chat` (scripts/stack.py), `make cluster-up`
+(devstack/cluster.py) and the tests (through tests/support/procs.py).
 """
 
 from __future__ import annotations
@@ -748,7 +748,7 @@ def rasa_server(
     )
 
 
-CHAT_PAGE = REPO_ROOT / "scripts" / "chat_page.py"
+CHAT_PAGE = REPO_ROOT / "devstack" / "chat_page.py"
 # The trace backend (Arize Phoenix, from PyPI: scripts/install-trace-backend.sh makes this venv).
 TRACES_VENV = REPO_ROOT / ".venv-traces"
 
@@ -800,7 +800,7 @@ def chat_page(
     log_path: Path | None = None,
     detached: bool = False,
 ) -> ServiceProcess:
-    """A (not yet started) scripts/chat_page.py talking to the Rasa server at `rasa_url`, signing the
+    """A (not yet started) devstack/chat_page.py talking to the Rasa server at `rasa_url`, signing the
     browser's tokens with `chat_key` (the Rasa server's CHAT_JWT_KEY), each good for `token_seconds`
     (the page's default: 120); `.url` ends in /."""
     port = port or free_port()

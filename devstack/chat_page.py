@@ -1,6 +1,6 @@
 """Serve the chat page (web/) on 127.0.0.1, and the token that lets the page's browser talk to Rasa.
 
-    CHAT_JWT_KEY=... python scripts/chat_page.py --rasa-url http://127.0.0.1:5005
+    CHAT_JWT_KEY=... python devstack/chat_page.py --rasa-url http://127.0.0.1:5005
         [--host 127.0.0.1] [--port 8080] [--public-url https://chat.example.com]
         [--no-answer-seconds 20] [--token-seconds 120] [--token-audience mcp_bridge.channels.socketio]
 
