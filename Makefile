@@ -246,10 +246,10 @@ chat: setup train
 	@scripts/chat.sh
 
 up: setup train
-	@$(PY) scripts/stack.py up
+	@$(PY) scripts/example_bot.py up
 
 down:
-	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else echo "nothing to stop"; fi
+	@if [ -x $(PY) ]; then $(PY) scripts/example_bot.py down; else echo "nothing to stop"; fi
 
 # rasa_sdk's own command (what `rasa run actions` runs), from the action-server venv; the plugin adds
 # its start-up checks, the token check and the loopback default through rasa_sdk's plugin hook.

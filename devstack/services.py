@@ -3,7 +3,7 @@
 `ServiceProcess` runs a command, waits until it is ready (a readiness URL answers 200, or a check
 of its own says so), and on stop sends SIGTERM (then SIGKILL after a grace period). Its combined
 stdout/stderr goes to a file so a chatty process can never block on a full pipe, and is quoted
-in every error. Used by `make up` and `make chat` (scripts/stack.py), `make cluster-up`
+in every error. Used by `make up` and `make chat` (scripts/example_bot.py), `make cluster-up`
 (devstack/cluster.py) and the tests (through tests/support/procs.py).
 """
 

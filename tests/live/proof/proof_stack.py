@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tests.live.proof import variants
 from tests.support import procs
-from tests.support.stack import LoggedStack
+from tests.support.logged_stack import LoggedStack
 
 ARCHIVE_SERVER = "archive"
 

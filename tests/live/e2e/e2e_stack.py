@@ -25,7 +25,7 @@ from pathlib import Path
 from mcp_bridge.approvals.page import hash_password
 from tests.support import procs
 from tests.support.conversation import skills_with_source
-from tests.support.stack import LoggedStack
+from tests.support.logged_stack import LoggedStack
 
 APPROVERS = {"sam": "supervisor", "operator": "supervisor", "carol": "clerk"}
 # The approval expiry of the short_approvals variant.

@@ -1,7 +1,8 @@
-"""`make up` / `make down`: the whole stack in the background on 127.0.0.1, and stopping it again.
+"""`make up` / `make down` (and `make chat`): the example bot's services in the background on
+127.0.0.1, and stopping them again.
 
-    python scripts/stack.py up [--without-rasa | --for-shell] [--state var/run/stack.json]
-    python scripts/stack.py down [--state var/run/stack.json]
+    python scripts/example_bot.py up [--without-rasa | --for-shell] [--state var/run/stack.json]
+    python scripts/example_bot.py down [--state var/run/stack.json]
 
 Ports: CRM REST 8100, MCP server 8200, action server 5055, Rasa 5005, the chat page 8080, the approval
 page 8081 (override with CRM_PORT, MCP_PORT, ACTION_SERVER_PORT, RASA_PORT, CHAT_PAGE_PORT,
