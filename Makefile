@@ -388,4 +388,4 @@ docs-trace-screenshot: setup train
 	@PROOF_TRACE_SCREENSHOT=$(CURDIR)/docs/trace.png $(PY) -m tests.live.proof
 
 clean:
-	rm -rf var models results bench-results site
+	rm -rf var models results site
