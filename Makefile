@@ -41,7 +41,7 @@ comma     := ,
 # missing here, or when a line names one that is not a target).
 define HELP
 Daily
-  make chat              talk to the example bot in rasa shell (sets up and trains when needed)
+  make chat              talk to the example bot in rasa shell (builds .venv and .venv-rasa, trains when needed)
   make quick             lint, types and the plugin's unit tests on rasa-sdk 3.21 (a couple of minutes)
   make up                the example bot's services in the background, the chat page on http://127.0.0.1:8080/
   make down              stop what make up started
@@ -204,7 +204,8 @@ $(CHROMIUM):
 	fi
 
 # Trains only when domain, config or training data changed; the model is named after their digest.
-train: setup
+# Only Rasa's environment is needed (a target that needs more names setup itself).
+train: $(VENV_RASA)/.installed
 	@scripts/train.sh
 
 lint: $(VENV)/.installed
@@ -278,7 +279,10 @@ rasa-test: train
 
 test: lint typecheck walk docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test container-test adoption adoption-sdk36 package
 
-chat: setup train
+# Only what chatting needs: the action server's environment, Rasa's, the model, and the authorization
+# server's npm packages (the example's MCP server is an OAuth protected resource). Not .venv-sdk36,
+# .venv-pro, .venv-traces, Chromium, nor the chat page's and the test servers' npm packages.
+chat: $(VENV)/.installed $(AUTH_DEPS) train
 	@scripts/chat.sh
 
 up: setup train

@@ -17,9 +17,11 @@ people's tokens; the page asks the action server to tell a decision to its conve
 APPROVAL_TELL_TOKEN (var/approval_tell_token), and the action server tells it through Rasa's HTTP
 API. The chat page talks to
 Rasa's signed socket.io channel; with --without-rasa it is served all the same and says it cannot
-reach Rasa. --for-shell (make chat) starts everything but Rasa for `rasa shell`, which signs nothing:
-the action server in development mode, with no channel key and no token, taking its messages as from
-nobody. The CRM's MCP server is an OAuth protected resource: an authorization server
+reach Rasa. --for-shell (make chat) starts what `rasa shell` needs, the CRM, its MCP server and the
+authorization server, and the action server in development mode (rasa shell signs nothing), with no
+channel key and no token, taking its messages as from nobody; not Rasa (rasa shell is one), nor the
+chat page or the approval page (no browser, and a message from nobody is never held for an approver).
+The CRM's MCP server is an OAuth protected resource: an authorization server
 (oidc-provider, port 8300, AUTH_PORT; signing key made at each start) issues the action server's
 bridge tokens by client credentials, its client secret CRM_OAUTH_CLIENT_SECRET or one generated
 once into var/crm_oauth_client_secret. MCP_AUTH=person makes the bridge act as the person in the
@@ -125,6 +127,9 @@ def up(state: Path, with_rasa: bool, for_shell: bool = False) -> int:
         service.start()
         return service
 
+    # The chat page and the approval page are for a browser: rasa shell needs neither (its messages name
+    # nobody, so no call is ever held for an approver, and the action server takes no page's word).
+    pages = not for_shell
     approval_port = port("APPROVAL_PAGE_PORT", 8081)
     approver_login = (
         procs.ApproverLogin(
@@ -133,7 +138,7 @@ def up(state: Path, with_rasa: bool, for_shell: bool = False) -> int:
             f"http://{procs.HOST}:{approval_port}/callback",
             approver_accounts(),
         )
-        if oauth
+        if oauth and pages
         else None
     )
     try:
@@ -240,32 +245,33 @@ def up(state: Path, with_rasa: bool, for_shell: bool = False) -> int:
                 "Rasa server (loading the model takes up to a minute)",
             )
             services["rasa"] = rasa
-        services["chat_page"] = start(
-            procs.chat_page(
-                rasa_url=f"http://{procs.HOST}:{rasa_port}",
-                chat_key=access.chat_key,
-                port=page_port,
-                log_path=logs / "chat-page.log",
-                detached=True,
-            ),
-            "chat page",
-        )
-        services["approval_page"] = start(
-            procs.approval_page(
-                actions_url=f"http://{procs.HOST}:{action_port}",
-                tell_token=tell_token,
-                page_key=secret("APPROVAL_PAGE_KEY", "approval_page_key"),
-                approvers=APPROVERS,
-                database=database,
-                audit_log=VAR / "audit.jsonl",
-                extra_env=approver_hashes(),
-                port=approval_port,
-                oidc=(services["authorization_server"].url, approver_login) if approver_login else None,
-                log_path=logs / "approval-page.log",
-                detached=True,
-            ),
-            "approval page",
-        )
+        if pages:
+            services["chat_page"] = start(
+                procs.chat_page(
+                    rasa_url=f"http://{procs.HOST}:{rasa_port}",
+                    chat_key=access.chat_key,
+                    port=page_port,
+                    log_path=logs / "chat-page.log",
+                    detached=True,
+                ),
+                "chat page",
+            )
+            services["approval_page"] = start(
+                procs.approval_page(
+                    actions_url=f"http://{procs.HOST}:{action_port}",
+                    tell_token=tell_token,
+                    page_key=secret("APPROVAL_PAGE_KEY", "approval_page_key"),
+                    approvers=APPROVERS,
+                    database=database,
+                    audit_log=VAR / "audit.jsonl",
+                    extra_env=approver_hashes(),
+                    port=approval_port,
+                    oidc=(services["authorization_server"].url, approver_login) if approver_login else None,
+                    log_path=logs / "approval-page.log",
+                    detached=True,
+                ),
+                "approval page",
+            )
     except Exception as exc:
         for service in reversed(started):
             service.stop()
@@ -283,6 +289,9 @@ def up(state: Path, with_rasa: bool, for_shell: bool = False) -> int:
     print("\nrunning:")
     for name, service in services.items():
         print(f"  {name:<14} {service.url}")
+    if for_shell:
+        print(f"logs in {logs}")
+        return 0
     print(f"\nopen the chat page: {services['chat_page'].url}")
     if person is not None:
         print(
@@ -395,7 +404,7 @@ def main() -> int:
     parser.add_argument(
         "--for-shell",
         action="store_true",
-        help="everything but Rasa, for rasa shell: the action server in development mode (make chat)",
+        help="what rasa shell needs (no Rasa, no pages): the action server in development mode (make chat)",
     )
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help="where the PIDs are kept")
     args = parser.parse_args()
