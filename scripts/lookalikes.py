@@ -20,7 +20,7 @@ is never written by hand. This script makes it from three files of Unicode's, pi
   the skeleton could differ between Pythons: the text condition holds a text with one.
 
 It also records a digest of the skeleton of every code point assigned by 13.0, made with the table
-and the Python that runs this script; ``tests/plugin/test_approval_words.py`` checks that every
+and the Python that runs this script; ``tests/plugin/approvals/test_textmatch.py`` checks that every
 supported Python makes the same one.
 
 Run from the repository root: ``.venv/bin/python scripts/lookalikes.py`` (``--check`` exits 1 when
@@ -168,7 +168,7 @@ def render() -> str:
         "lookalikes": {target: "".join(chars) for target, chars in sorted(by_target.items())},
     }
     # The digest the table and this Python's unicodedata give every assigned code point: the same
-    # at every supported Python, or the skeleton is not one (tests/plugin/test_approval_words.py).
+    # at every supported Python, or the skeleton is not one (tests/plugin/approvals/test_textmatch.py).
     sys.path.insert(0, str(ROOT))
     from mcp_bridge.approvals import textmatch
 

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from scripts.services import crm_api_token
+from devstack.services import crm_api_token
 from tests.support import procs
 
 # The CRM REST API's token, as every service the tests start gets it: the local tools that run in

@@ -7,8 +7,8 @@ Starts a seeded CRM (REST), its MCP server, a worker per end for the in-process 
 per peer found for section 8 (fastmcp in .venv, Rasa Pro in .venv-pro: tests/bench/peers.py), the
 action servers of every end (on that end's interpreter) and one Rasa server on free local ports,
 stops them all at the end (also on error), prints one table whose columns are the ends and writes
-bench-results/bench.json and bench-results/bench.png. Timings are reported, never asserted: a
-missed target prints MISS.
+var/bench/bench.json and var/bench/bench.png (not tracked: a run a report cites is copied into
+docs/reports/runs/ by hand). Timings are reported, never asserted: a missed target prints MISS.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Config:
     cluster_rounds: int = 4  # section 7: every round visits every end, with 2 and 1 action servers
     cluster_clients: int = 8
     peer_samples: int = 60  # section 8, per line and variant
-    out: Path = REPO / "bench-results"
+    out: Path = REPO / "var" / "bench"
     model: Path | None = None  # None: the model of the current domain, config and data (`make train`)
 
 
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run, not a measurement")
     parser.add_argument(
-        "--out", type=Path, help="output folder (default bench-results/; with --quick var/bench-quick/)"
+        "--out", type=Path, help="output folder (default var/bench/; with --quick var/bench-quick/)"
     )
     parser.add_argument(
         "--model", type=Path, help="Rasa model (default: the current one, as `make train` names it)"

@@ -1,7 +1,7 @@
 """The cluster line of `make bench`: whole conversations through nginx with 1 and with 2 action servers,
 at each end.
 
-Starts the cluster of `make cluster-up` (scripts/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP
+Starts the cluster of `make cluster-up` (devstack/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP
 servers, 2 action servers, 2 Rasa servers behind nginx) once, in a folder of its own, then runs
 rounds of conversations (ask, then "yes") through nginx's REST channel from several clients at once.
 Each round runs every end in turn (the action servers restarted on that end's interpreter, then a
@@ -96,8 +96,8 @@ def measure(
     """end -> action servers -> line. `pythons`: end -> its interpreter. Each round visits every end
     (order flipping every round) and runs 2 and 1 action servers there (order flipping every round);
     `conversations` per end, setting and round. The cluster's data go to `var`, emptied first."""
-    from scripts.cluster import Cluster
-    from scripts.engines import remove_postgres_data
+    from devstack.cluster import Cluster
+    from devstack.engines import remove_postgres_data
 
     remove_postgres_data(var / "postgres")
     shutil.rmtree(var, ignore_errors=True)

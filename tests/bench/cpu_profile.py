@@ -2,7 +2,7 @@
 
 Runs the executor's confirmation cycle (ask, "yes", write) with the tools local and over MCP, in
 alternating rounds, against a seeded CRM REST API and its MCP server on free local ports, and
-writes bench-results/profile.txt:
+writes var/bench/profile.txt:
 
 1. CPU milliseconds per cycle, by process (this process = the action server's side: executor,
    bridge, SDK client; the MCP server; the CRM REST API), read from /proc, so a busy machine
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.cpu_profile", description=__doc__)
     parser.add_argument("--cycles", type=int, default=50, help="cycles per round (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per variant (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "profile.txt")
+    parser.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "profile.txt")
     args = parser.parse_args(argv)
     import subprocess
 

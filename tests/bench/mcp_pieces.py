@@ -14,7 +14,7 @@ Against a seeded CRM REST API and its MCP server on free local ports, in this pr
    measurement (the product never patches the SDK): CPU per call of the SDK's `Client` before and
    after each, interleaved.
 
-Writes bench-results/mcp-pieces.txt. Figures are reported, never asserted.
+Writes var/bench/mcp-pieces.txt. Figures are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.mcp_pieces", description=__doc__)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--calls", type=int, default=100, help="calls per round and variant")
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "mcp-pieces.txt")
+    parser.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "mcp-pieces.txt")
     args = parser.parse_args(argv)
     head = [
         f"python -m tests.bench.mcp_pieces  {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}",

@@ -7,7 +7,7 @@ imported), and reads each of its processes from /proc: what it is (its command l
 processes adds up to what the machine spends on it, where RSS counts shared pages once per process).
 
 Settings: each end's default; `ACTION_SERVER_SANIC_WORKERS=1` and `=2` (rasa-sdk's own setting);
-`SANIC_WORKERS=1` (Sanic's own name, which rasa-sdk does not read). Writes bench-results/memory.txt.
+`SANIC_WORKERS=1` (Sanic's own name, which rasa-sdk does not read). Writes var/bench/memory.txt.
 Figures are reported, never asserted.
 """
 
@@ -139,7 +139,7 @@ def settings() -> list[Setting]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.memory", description=__doc__)
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "memory.txt")
+    parser.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "memory.txt")
     args = parser.parse_args(argv)
     lines = [
         f"python -m tests.bench.memory  {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}",

@@ -96,7 +96,7 @@ async def _confirmed_writes(url: str, count: int, tag: str) -> None:
 
 @contextlib.contextmanager
 def _postgres(folder: Path) -> Iterator[str]:
-    from scripts.engines import Postgres
+    from devstack.engines import Postgres
 
     server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
     service = server.service()

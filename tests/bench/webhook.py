@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from scripts.services import descendants
+from devstack.services import descendants
 from tests.bench.stats import Series
 from tests.support.rasa_calls import FakeTracker, said
 

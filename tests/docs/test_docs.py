@@ -184,7 +184,8 @@ def missing_reference(dotted: str) -> bool:
 
 
 # A path in the repository (not part of a longer one), and a dotted name under mcp_bridge.
-FILE = r"(?<![\w/.-])((?:mcp_bridge|tests|scripts|examples|deploy)/[\w/.-]*\w\.(?:py|yml|md))"
+FOLDERS = "mcp_bridge|devstack|tests|scripts|examples|deploy|docs"
+FILE = rf"(?<![\w/.-])((?:{FOLDERS})/[\w/.-]*\w\.(?:py|yml|md|txt|sh))"
 DOTTED = r"(?<![\w/.-])(mcp_bridge(?:\.[A-Za-z_]\w*)+)"
 
 

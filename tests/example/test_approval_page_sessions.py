@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.engines import Postgres, redis_server
 from mcp_bridge.approvals.sessions import Sessions, open_sessions
-from scripts.engines import Postgres, redis_server
 
 PASSWORD = "redis-password-for-the-sessions-test"
 

@@ -1,4 +1,4 @@
-"""scripts/chat_page.py: serves the page's files and nothing else, under a policy that lets the page
+"""devstack/chat_page.py: serves the page's files and nothing else, under a policy that lets the page
 load scripts from itself only and open a socket to its Rasa only; starts browser sessions for the
 page's own script only (a `__Host-` cookie named for the page's port, and a proof the script keeps),
 and gives a browser session, and only it, a short-lived token for its own conversation. A POST
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import jwt
 import pytest
 
-from scripts.chat_page import COOKIE, SESSION_SECONDS, TOKEN_AUDIENCE, BrowserSessions
+from devstack.chat_page import COOKIE, SESSION_SECONDS, TOKEN_AUDIENCE, BrowserSessions
 from tests.support import procs
 
 RASA = "http://127.0.0.1:5999"  # only named, never contacted: the page's settings point there

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scripts.services import crm_api_token
+from devstack.services import crm_api_token
 from tests.support import crm_db as sqlite_check
 from tests.support import procs
 from tests.support.crm_api import crm_json

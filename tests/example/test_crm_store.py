@@ -26,7 +26,7 @@ from crm.errors import ConflictError, NotFoundError, ValidationError
 from crm.pg_store import PostgresStore
 from crm.store import DEMO_CONTACTS, CRMStore, SQLiteStore
 
-from scripts.engines import Postgres
+from devstack.engines import Postgres
 from tests.support import procs
 from tests.support.crm_api import crm_json
 

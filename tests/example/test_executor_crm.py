@@ -1,9 +1,9 @@
 """The executor against the example CRM, with its tools local and over MCP.
 
 Every test reads the CRM's SQLite store to see what was really written. The executor's rules are
-tested in tests/plugin/test_executor.py on fixture tools; here, only what the real CRM adds: its store
-keeps one note per confirmed call, its lookups and note lists fill the skills' slots and responses, and
-its MCP server's annotations decide which of its tools run unasked.
+tested in tests/plugin/confirmation/test_executor.py on fixture tools; here, only what the real CRM
+adds: its store keeps one note per confirmed call, its lookups and note lists fill the skills' slots
+and responses, and its MCP server's annotations decide which of its tools run unasked.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ async def make_executor(
 
 async def test_yes_writes_exactly_the_confirmed_note_once(make_executor: Any, crm_db: Path) -> None:
     # Characters the example's supervisor rule reads (a check mark or an emoji would wait for the
-    # supervisor: tests/plugin/test_approval_words.py; tests/plugin/test_bad_input.py stores those).
+    # supervisor: tests/plugin/approvals/test_textmatch.py; tests/plugin/confirmation/test_bad_input.py
+    # stores those).
     note = 'Follow-up on the Q3 renewal { braces } ${HOME} and "quotes" – “€40” …'
     before = notes_for(crm_db, DANA)
     chat = Conversation(make_executor(), contact_email=DANA, note_text=note)

@@ -370,7 +370,7 @@ def test_on_loopback_a_request_naming_another_host_is_refused(
 
 
 def test_generated_secret_files_are_private_and_long_enough(tmp_path: Path) -> None:
-    from scripts.services import secret
+    from devstack.services import secret
 
     value = secret(tmp_path, "", "confirmation_secret")
     path = tmp_path / "confirmation_secret"

@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
+from devstack.services import descendants
 from mcp_bridge.approvals.page import CONVERSATION_SECRETS, TELL_PATH, hash_password
-from scripts.services import descendants
 from tests.support import procs
 from tests.support.conversation import notes_for, skills_with_source
-from tests.support.stack import LoggedStack
+from tests.support.logged_stack import LoggedStack
 
 DANA = "dana@example.com"
 EXPIRES_AFTER = 15

@@ -1,4 +1,4 @@
-"""The cluster acting as the person (`MCP_AUTH=person make cluster-up`), its pieces as scripts/cluster.py
+"""The cluster acting as the person (`MCP_AUTH=person make cluster-up`), its pieces as devstack/cluster.py
 starts them: PostgreSQL (the people's tokens in their own database `mcp_tokens`, their own role), the
 authorization server with the person client, both CRM MCP servers and both action servers behind
 nginx. Rasa is left out (the test talks to the action servers itself, so it knows which replica
@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from scripts import cluster as cluster_script
-from scripts.cluster import Cluster
+from devstack.cluster import SECRETS, Cluster
 from tests.live.test_person_oauth import DANA_EMAIL, sign_in_in_browser, vouch
 from tests.support.rasa_calls import FakeTracker, call_action, said
 
@@ -53,7 +52,7 @@ def test_a_sign_in_at_one_replica_is_used_by_the_other_and_a_disconnect_signs_ou
     assert person is not None
     # The secrets are made once, the owner's alone; the tokens have their own database and role.
     for name in ("token_key", "person_client_secret", "bridge_db_password"):
-        mode = stat.S_IMODE((cluster.var / cluster_script.SECRETS[name][1]).stat().st_mode)
+        mode = stat.S_IMODE((cluster.var / SECRETS[name][1]).stat().st_mode)
         assert mode == 0o600, f"{name}: mode {mode:o}"
     assert cluster.bridge_database_url.startswith("postgresql://mcp_bridge:")
     assert cluster.bridge_database_url.endswith("/mcp_bridge")

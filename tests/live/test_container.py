@@ -25,7 +25,7 @@ import pytest
 from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
 from tests.support import procs
 from tests.support.crm_db import count_notes
-from tests.support.stack import LoggedStack
+from tests.support.logged_stack import LoggedStack
 
 pytestmark = pytest.mark.timeout(1800)
 

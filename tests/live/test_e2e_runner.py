@@ -30,7 +30,7 @@ import pytest
 from mcp_bridge.cli.e2e import CaseResult, Target, load_paths, run_cases, text_report
 from mcp_bridge.cli.e2e.report import describe
 from tests.live.e2e import mutants
-from tests.live.e2e.stack import E2EStack, Variant
+from tests.live.e2e.e2e_stack import E2EStack, Variant
 from tests.support import procs
 
 E2E = procs.EXAMPLE_BOT / "tests" / "e2e"

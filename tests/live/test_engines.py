@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import engines
+from devstack import engines
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
 

@@ -2,7 +2,7 @@
 
 Rasa's webhooks and the action server's `/webhook` are POSTs; a replica that stalls or dies after
 reading one may already have acted on it, and only the bridge knows which calls are safe to repeat
-(it repeats those itself, under their idempotency key). Here the real nginx of `scripts/engines.py`
+(it repeats those itself, under their idempotency key). Here the real nginx of `devstack/engines.py`
 balances over two replicas on loopback: one reads each request and hangs up without answering, the
 other answers. A POST that reached the first must come back as an error and never reach the second;
 a GET that reached the first is passed on to the second (so the retry itself is switched on, and it
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import engines
-from scripts.services import HOST, free_port
+from devstack import engines
+from devstack.services import HOST, free_port
 
 FAIL_TIMEOUT = 3.5  # nginx_config's `fail_timeout=3s`, and a little more
 

@@ -30,6 +30,8 @@ from urllib.parse import parse_qs, urljoin, urlparse
 import httpx2
 import pytest
 
+from devstack import engines
+from devstack.services import TEST_CHANNEL_KEY
 from mcp_bridge.auth.person import (
     CALLBACK_PATH,
     MAX_CODE_TRIES,
@@ -44,8 +46,6 @@ from mcp_bridge.channels.proof import ChannelKeys
 from mcp_bridge.config.servers import parse_mcp_servers
 from mcp_bridge.errors import ConfigError, NotAuthorisedError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from scripts import engines
-from scripts.services import TEST_CHANNEL_KEY
 from tests.support import crm_db, procs
 from tests.support.bots import mcp_bridge
 from tests.support.conversation import notes_for

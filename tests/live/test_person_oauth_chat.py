@@ -36,7 +36,7 @@ from tests.live.test_person_oauth import KEY, SERVICE, code_in, sign_in_in_brows
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.crm_db import authors_of
-from tests.support.stack import LoggedStack
+from tests.support.logged_stack import LoggedStack
 
 DANA_EMAIL = "dana@example.com"
 PERSON = "rest:operator"  # how the REST channel of credentials.yml names whoever holds its token

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from scripts.engines import Postgres
+from devstack.engines import Postgres
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said

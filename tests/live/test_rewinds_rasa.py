@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
-from tests.live.e2e.stack import E2EStack
+from tests.live.e2e.e2e_stack import E2EStack
 from tests.support import procs
 
 CASES = procs.REPO_ROOT / "tests" / "fixtures" / "e2e" / "rewinds.yml"

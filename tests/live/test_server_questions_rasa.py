@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
-from tests.live.e2e.stack import E2EStack, Variant
+from tests.live.e2e.e2e_stack import E2EStack, Variant
 from tests.support import procs
 
 CASES = procs.REPO_ROOT / "tests" / "fixtures" / "e2e" / "server_questions.yml"

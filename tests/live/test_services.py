@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.services import descendants
+from devstack.services import descendants
 from tests.support import procs
 
 

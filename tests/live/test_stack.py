@@ -1,4 +1,5 @@
-"""`make up` / `make down` (scripts/stack.py): everything it starts answers, and down stops exactly that."""
+"""`make up` / `make down` (scripts/example_bot.py): everything it starts answers, and down stops
+exactly that."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ DANA = "dana@example.com"
 def stack(command: str, var: Path, ports: dict[str, int | str]) -> subprocess.CompletedProcess[str]:
     env = procs.child_env({"STACK_VAR": str(var), **{name: str(value) for name, value in ports.items()}})
     return subprocess.run(
-        [sys.executable, "scripts/stack.py", command, "--without-rasa"],
+        [sys.executable, "scripts/example_bot.py", command, "--without-rasa"],
         cwd=procs.REPO_ROOT,
         env=env,
         capture_output=True,

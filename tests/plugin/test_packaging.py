@@ -277,7 +277,8 @@ def test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else(dist: D
     root = f"rasa_mcp_bridge-{mcp_bridge.__version__}"
     in_sdist = {m.removeprefix(root + "/") for m in members if sdist_file(members, m)}
     assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "PKG-INFO"} <= in_sdist
-    assert not [m for m in in_sdist if m.split("/", 1)[0] in {"tests", "examples", "scripts", "docs"}]
+    outside = {"tests", "examples", "devstack", "scripts", "docs"}
+    assert not [m for m in in_sdist if m.split("/", 1)[0] in outside]
     assert shipped == {m for m in in_sdist if m.startswith("mcp_bridge/")}, "the sdist and the wheel differ"
     package = REPO / "mcp_bridge"
     if package.is_dir():  # a checkout: every file of the package, whatever its kind, is in the wheel

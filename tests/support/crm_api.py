@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scripts.services import crm_api_token
+from devstack.services import crm_api_token
 from tests.support.http import request_json
 
 _NO_BODY: Any = object()
@@ -20,7 +20,7 @@ def crm_json(
     headers: Mapping[str, str] | None = None,
 ) -> tuple[int, Any]:
     """:func:`~tests.support.http.request_json` with ``Authorization: Bearer <the API's token>``
-    (the one every service the tests start gets: :func:`scripts.services.crm_api_token`)."""
+    (the one every service the tests start gets: :func:`devstack.services.crm_api_token`)."""
     all_headers = {"Authorization": f"Bearer {crm_api_token()}", **(headers or {})}
     if body is _NO_BODY:
         return request_json(method, url, raw=raw, headers=all_headers)

@@ -1,5 +1,5 @@
-"""The tests' handle on real processes: scripts/services.py (shared with `make up` and
-`make cluster-up`), plus the processes only tests start."""
+"""The tests' handle on real processes: devstack/services.py (shared with `make up`, `make chat` and
+`make cluster-up`), plus the processes only tests start (the fixture MCP servers of tests/fixtures/)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import socket
 
 import pytest
 
-from mcp_bridge.mcp_sdk import LEGACY
-from scripts.services import (
+from devstack.services import (
     EXAMPLE_BOT,
     HOST,
     OAUTH_BLOCK,
@@ -43,6 +42,7 @@ from scripts.services import (
     trace_backend,
     write_endpoints,
 )
+from mcp_bridge.mcp_sdk import LEGACY
 
 __all__ = [
     "EXAMPLE_BOT",

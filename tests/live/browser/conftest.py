@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Dialog, Locator, Page, Playwright, expect, sync_playwright
 
-from tests.live.proof.stack import ProofStack
+from tests.live.proof.proof_stack import ProofStack
 from tests.live.proof.store import StoreReader
 from tests.support import procs
 

@@ -16,9 +16,9 @@ are the record issue's:
 10. the skill run again on the person's latest signed message with other slots.
 
 Each writes nothing, is audited with its reason, and the person's own next yes writes exactly once.
-(Cases 5 to 9 are the executor's, the approvals' and the action server's own: tests/plugin/
-test_server_questions.py, test_approvals.py, test_mcp_server_keys.py, tests/live/test_action_server_access.py
-and test_person_oauth_chat.py.)
+(Cases 5 to 9 are the executor's, the approvals' and the action server's own: in tests/plugin/,
+confirmation/test_server_questions.py, approvals/test_second_approver.py, mcp_client/test_mcp_server_keys.py;
+tests/live/test_action_server_access.py and test_person_oauth_chat.py.)
 """
 
 from __future__ import annotations

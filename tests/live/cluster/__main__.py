@@ -1,6 +1,6 @@
 """`python -m tests.live.cluster` (`make cluster-test`): faults across replicas, through nginx.
 
-Starts the whole cluster (scripts/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP servers, 2 action
+Starts the whole cluster (devstack/cluster.py: PostgreSQL, Redis, the CRM, 2 MCP servers, 2 action
 servers, 2 Rasa servers, nginx) on free loopback ports with its data in var/cluster-test/, runs
 200 conversations (half confirmed, half denied) while one action server, one MCP server and one
 Rasa server are killed and restarted in turn, then reads the CRM's PostgreSQL database directly.
@@ -30,9 +30,9 @@ from collections import Counter
 
 import asyncpg
 
-from scripts.cluster import REPLICAS, Cluster
-from scripts.engines import remove_postgres_data
-from scripts.services import REPO_ROOT
+from devstack.cluster import REPLICAS, Cluster
+from devstack.engines import remove_postgres_data
+from devstack.services import REPO_ROOT
 from tests.live.cluster.approvals import RUN_LEASE_SECONDS, approval_needles, run_approvals
 from tests.live.cluster.scenario import (
     Conversation,

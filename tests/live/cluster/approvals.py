@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from devstack.cluster import Cluster
+from devstack.services import descendants
 from mcp_bridge.cli.e2e.approvals import ApprovalPage
-from scripts.cluster import Cluster
-from scripts.services import descendants
 from tests.live.cluster.scenario import Conversation, Person
 
 CONTACTS = ["dana@example.com", "priya@example.com", "tom@example.org", "lena.fischer@example.net"]
@@ -41,7 +41,7 @@ WAITING = "needs a supervisor's approval"
 SAVED = "Saved to "
 REFUSED = "refused the note"
 APPROVER = "sam"
-# The action servers' lease on a run of an approved call (scripts/cluster.py passes it on).
+# The action servers' lease on a run of an approved call (devstack/cluster.py passes it on).
 RUN_LEASE_SECONDS = 8.0
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.cluster import Cluster
+from devstack.cluster import Cluster
 
 CONTACTS = ["dana@example.com", "priya@example.com", "tom@example.org", "lena.fischer@example.net"]
 ASK_NOTE = "What should the note say?"

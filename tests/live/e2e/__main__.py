@@ -1,6 +1,6 @@
 """`make e2e`: the CRM bot's conversation tests, over MCP tools and again over local tools.
 
-Starts the whole stack on free ports (tests/e2e/stack.py), then runs `mcp-bridge test e2e`:
+Starts the whole stack on free ports (tests/live/e2e/e2e_stack.py), then runs `mcp-bridge test e2e`:
 
 1. over MCP tools: tests/e2e/cases;
 2. still over MCP tools, with the CRM's MCP server stopped: tests/e2e/mcp_down (restarted after);
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.live.e2e.stack import E2EStack, Variant
+from tests.live.e2e.e2e_stack import E2EStack, Variant
 from tests.support.procs import EXAMPLE_BOT, REPO_ROOT
 
 CASES = EXAMPLE_BOT / "tests" / "e2e" / "cases"

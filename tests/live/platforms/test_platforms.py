@@ -54,7 +54,7 @@ from tests.live.platforms.standins import (
     TelegramAPI,
     TwilioAPI,
 )
-from tests.live.proof.stack import ProofStack
+from tests.live.proof.proof_stack import ProofStack
 from tests.live.proof.store import StoredNote, StoreReader
 from tests.support import procs
 

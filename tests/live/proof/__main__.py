@@ -29,9 +29,9 @@ from tests.live.proof.chat import RasaChat
 from tests.live.proof.checks import identical_transcripts
 from tests.live.proof.conversations import Responses, ScriptBook, load_phrasings
 from tests.live.proof.phases import Context, conversations, mcp_outage, unresolvable_tool
+from tests.live.proof.proof_stack import ProofStack
 from tests.live.proof.report import CheckResult, Report, failed, passed
 from tests.live.proof.runner import Runner
-from tests.live.proof.stack import ProofStack
 from tests.live.proof.store import StoreReader
 from tests.live.proof.tool_checks import tool_checks
 from tests.live.proof.tracing_checks import audit_checks, trace_checks

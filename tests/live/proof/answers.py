@@ -1,8 +1,9 @@
 """Checks 9-16: how the person answers the question, against the real stack.
 
 Edits, redirects, a way out of the form, the Yes button, a thumbs-down, a new request and a lookup
-while a question is pending, and a sample of the labelled answers in tests/confirmation_answers.yml
-(the ones the reader is unit-tested on), each in a conversation of its own, counted in the store.
+while a question is pending, and a sample of the labelled answers in
+tests/plugin/reading/confirmation_answers.yml (the ones the reader is unit-tested on), each in a
+conversation of its own, counted in the store.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.live.proof.phases import Context
 from tests.live.proof.report import CheckResult, failed, passed
 from tests.live.proof.store import StoredNote, describe
 
-ANSWERS = Path(__file__).resolve().parents[2] / "plugin" / "confirmation_answers.yml"
+ANSWERS = Path(__file__).resolve().parents[2] / "plugin" / "reading" / "confirmation_answers.yml"
 # At least 40 answers go through the live stack; every label is represented.
 SAMPLE = {"yes": 10, "no": 10, "unclear": 18, "edit": 6}
 

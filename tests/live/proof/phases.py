@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from tests.live.proof.checks import absent_not_found, asks_first, at_once, no_writes_nothing, yes_writes_once
 from tests.live.proof.conversations import Responses, Script, ScriptBook, Turn
+from tests.live.proof.proof_stack import ProofStack
 from tests.live.proof.report import CheckResult, Report, failed, passed
 from tests.live.proof.runner import Outcome, Runner
-from tests.live.proof.stack import ProofStack
 from tests.live.proof.store import StoredNote, StoreReader, describe
 
 PARALLEL = 10

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.live.proof.conversations import Phrasings
+from tests.live.proof.proof_stack import ProofStack
 from tests.live.proof.report import CheckResult, failed, passed
 from tests.live.proof.runner import Outcome
-from tests.live.proof.stack import ProofStack
 
 WRITE = "add_timeline_note"
 # How long the backend may take to show spans the processes exported (rasa-sdk batches every 5 s).
