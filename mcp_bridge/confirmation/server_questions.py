@@ -12,17 +12,19 @@ the answers so far, the server's opaque ``request_state``, who was asked and whe
 question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
 again with the answers and
 that state (its :class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on
-whichever replica serves that turn: through the one hook the executor gives this module,
-``run_from`` (:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the
-stopped step). The executor hands the loop's turns here while a server's question is pending
+whichever replica serves that turn: through the one hook the executor gives this module, ``resume``
+(the step loop from the stopped step, :mod:`mcp_bridge.confirmation.planner`, and a question about
+what it gathers). The executor hands the loop's turns here while a server's question is pending
 (:meth:`ServerQuestions.reply`, and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports
-the executor.
+the executor or the step loop.
 
 Safety:
 
 * A call under a confirmation was confirmed before it ran and asked: the confirmation's sealed call
-  is what is resumed (its arguments and idempotency key), and nothing the person answers here is
-  read as a yes (:mod:`mcp_bridge.reading.reader` never sees these replies).
+  is what is resumed (its arguments and idempotency key), only while the record holds its question
+  as answered and the gate lets it run again under the consent it ran under (the person's yes, or an
+  approver's release); nothing the person answers here is read as a yes
+  (:mod:`mcp_bridge.reading.reader` never sees these replies).
 * Only the record's open server question is answered, by the person asked, in a message their channel
   vouches for, received after the question was asked, in the turn after it, within its lifetime
   (``CONFIRMATION_TTL_SECONDS``), and once: a reply is one transition in the record. Anything else is
@@ -40,26 +42,30 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
-from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Responses, Run, Say, Turn
-from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Run, Say, Scope, Turn
+from mcp_bridge.confirmation.gate import Authorised, Confirmed, Gate, Released, RunConfirmed, RunPermitted
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, Responses
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
 from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
-from mcp_bridge.record.store import Message, Record, StoredQuestion
+from mcp_bridge.record.store import Record, StoredQuestion
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import Skill, Step
+from mcp_bridge.skills.toolbox import ToolBox
 from mcp_bridge.tools.context import Resume
 
 log = logging.getLogger(__name__)
 
-# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the question (of the
-# one call) a yes authorised (sent exactly as sealed, with its key) or None, the step's call resumed
-# with the answers; what the run came to.
-RunFrom = Callable[[Skill, int, Turn, Question | None, Resume], Awaitable[Run]]
+# The executor's hook: run the scope's skill from step ``start``, the step's call resumed with the
+# answers: under the verdict that lets it run again (sent exactly as sealed, with its key), or, None, as
+# the gate says of it now; what the run came to.
+Resumes = Callable[[Scope, int, Authorised | None, Resume], Awaitable[Run]]
+# How a call stopped to ask ran: under the person's yes, an approver's release or a permission.
+Consented = Literal["yes", "release", "permission"]
 
 KIND = "elicitation"
 
@@ -78,7 +84,8 @@ class QuestionState:
     tool: str
     server: str
     arguments: dict[str, Any]
-    # The question (of this one call) that authorised it, sealed as it travels, or None.
+    # The question (of this one call) that authorised it, sealed as it travels, or None; and how it
+    # did (``consent``: None when nothing did).
     confirmation: dict[str, Any] | None
     request_state: str | None
     # The server's questions not yet asked (key -> request), the one being asked, the answers so far.
@@ -91,22 +98,27 @@ class QuestionState:
     rounds: int = 1
     # A 2025-11-25 server's call kept open in the process that asked (mcp_bridge.questions.waiting_calls).
     handle: str | None = None
+    consent: Consented | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> QuestionState | None:
         if not isinstance(record, dict):
             return None
         try:
-            # A state from before ``handle`` existed has none.
-            names = [name for name in cls.__dataclass_fields__ if name in record or name != "handle"]
-            return cls(**{name: record[name] for name in names})
+            # A state from before ``handle`` or ``consent`` existed has neither (a confirmation: a yes).
+            optional = ("handle", "consent")
+            names = [name for name in cls.__dataclass_fields__ if name in record or name not in optional]
+            state = cls(**{name: record[name] for name in names})
         except (KeyError, TypeError):
             return None
+        if state.confirmation is not None and state.consent is None:
+            return replace(state, consent="yes")
+        return state
 
 
 class ServerQuestions:
-    """Asks a server's questions for one executor: its seal, responses, reader and skills, and its step
-    loop (``run_from``) to resume a call through."""
+    """Asks a server's questions for one executor: its seal, responses, reader, skills, tools, gate and
+    record, and its step loop (``resume``) to resume a call through."""
 
     def __init__(
         self,
@@ -114,32 +126,36 @@ class ServerQuestions:
         responses: Responses,
         reader: ConfirmationReader,
         skills: Mapping[str, Skill],
-        run_from: RunFrom,
+        tools: ToolBox,
+        gate: Gate,
         record: Record,
         policy: ConfirmationPolicy,
+        resume: Resumes,
     ) -> None:
         self._seal = seal
         self._responses = responses
         self._reader = reader
         self._skills = skills
-        self._run_from = run_from
+        self._tools = tools
+        self._gate = gate
         self._record = record
         self._policy = policy
+        self._resume_steps = resume
 
     # -- a call stopped to ask ----------------------------------------------------------------
 
     async def asked(
         self,
-        skill: Skill,
+        scope: Scope,
         step: Step,
         arguments: dict[str, Any],
-        turn: Turn,
-        confirmed: Question | None,
+        sealed: Authorised | None,
         stopped: InputRequiredError,
         rounds: int,
     ) -> Run:
         """The call stopped to ask (in its ``rounds``-th round of questions): the first question, and
-        the state for the next turn."""
+        the state for the next turn. ``sealed``: the verdict it ran under, when it ran a sealed call."""
+        skill, turn = scope.skill, scope.turn
         index = skill.steps.index(step)
         source = str(skill.tools[step.execute_tool])
         server = source.split(":", 1)[1] if source.startswith("mcp:") else source
@@ -157,9 +173,10 @@ class ServerQuestions:
             tool=step.execute_tool,
             server=server,
             arguments=dict(arguments),
-            confirmation=confirmed.sealed(self._seal, turn.conversation_id)
-            if confirmed is not None
+            confirmation=sealed.question.sealed(self._seal, turn.conversation_id)
+            if sealed is not None
             else None,
+            consent=_consent(sealed),
             request_state=stopped.request_state,
             handle=stopped.handle,
             waiting=waiting,
@@ -241,7 +258,7 @@ class ServerQuestions:
         if isinstance(read, Asked) and _not_an_answer(self._reader, turn, read):
             # Handed back to the bot (the question waits, and is asked again afterwards).
             return Decision("handed_back")
-        ended = await self._record.end(stored.id, "answered", message=_message(turn))
+        ended = await self._record.end(stored.id, "answered", message=turn.message())
         if ended is not None:
             log.warning(
                 "conversation %s: a reply to a server's question: %s", turn.conversation_id, ended.reason
@@ -282,9 +299,11 @@ class ServerQuestions:
         skill = self._skills.get(state.skill)
         if skill is None or not 0 <= state.step < len(skill.steps):
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        confirmed = None
+        scope = Scope.of(skill, turn)
+        verdict = None
         if state.confirmation is not None:
-            # The call a yes authorised: its question must be one the record holds as answered.
+            # The call a yes authorised: its question must be one the record holds as answered, and the
+            # gate must let it run again under the consent it ran under.
             opened = open_question(state.confirmation, self._seal, turn.conversation_id)
             answered = await self._record.question(opened.id) if isinstance(opened, Question) else None
             if (
@@ -295,12 +314,30 @@ class ServerQuestions:
                 or answered.state != "answered"
             ):
                 return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-            confirmed = opened
+            verdict = await self._again(scope, opened, state.consent)
+            if verdict is None:
+                return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         answers = Resume(state.responses, state.request_state, state.handle, round=state.rounds + 1)
         # The confirmed call itself (its sealed arguments and key); a call that needed no
         # confirmation runs from the step again, as it did before it was stopped.
-        run = await self._run_from(skill, state.step, turn, confirmed, answers)
+        run = await self._resume_steps(scope, state.step, verdict, answers)
         return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
+
+    async def _again(
+        self, scope: Scope, question: Question, consent: Consented | None
+    ) -> RunConfirmed | None:
+        """The gate's verdict on running ``question``'s call again under ``consent``; None unless it runs."""
+        call = question.first
+        given = (
+            Released(question) if consent == "release" else Confirmed(question) if consent == "yes" else None
+        )
+        if given is None:
+            return None  # a permission's run is no question the record answered: it never gets here
+        resolved = self._tools.find(scope.skill, call.tool)
+        verdict = await self._gate.verdict(
+            scope.skill, call.tool, resolved, call.arguments, given, scope.context
+        )
+        return verdict if isinstance(verdict, RunConfirmed) else None
 
     # -- the record ---------------------------------------------------------------------------
 
@@ -355,8 +392,13 @@ def _may_not_reply(state: QuestionState, turn: Turn) -> str | None:
     return None
 
 
-def _message(turn: Turn) -> Message | None:
-    return Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
+def _consent(sealed: Authorised | None) -> Consented | None:
+    """How a sealed call ran (None: it ran unasked)."""
+    if isinstance(sealed, RunPermitted):
+        return "permission"
+    if isinstance(sealed, RunConfirmed):
+        return "release" if sealed.released else "yes"
+    return None
 
 
 def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:

@@ -55,7 +55,6 @@ from typing import Any
 
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.question import AskedCall, Question
-from mcp_bridge.sealing import call_digest
 
 try:  # POSIX: workers of one action server append under an exclusive lock
     import fcntl
@@ -274,6 +273,11 @@ class AuditLog:
             **extra,
         )
 
+    def record_calls(self, conversation: str, question: Question, decision: str, result: str | None) -> None:
+        """The same entry about each call of a question, in the question's order."""
+        for call in question.calls:
+            self.record_question(conversation, question, call, decision, result)
+
     def record(self, **entry: Any) -> None:
         clash = set(_CHAIN) & set(entry)
         if clash:
@@ -329,19 +333,21 @@ class AuditLog:
         source: str,
         arguments: Mapping[str, Any],
         *,
+        digest: str,
         conversation: str | None,
         key: str | None,
         result: str,
         sent: bool,
     ) -> None:
-        """Record one call of a tool (``decision: "called"``) made in ``conversation``."""
+        """Record one call of a tool (``decision: "called"``) made in ``conversation``; ``digest`` is the
+        call's (:func:`mcp_bridge.sealing.call_digest`), kept under the audit key."""
         self.record(
             conversation=conversation,
             skill=skill,
             tool=tool,
             source=source,
             confirmation=key,
-            digest=self.keys.call_digest(call_digest(skill, tool, source, arguments)),
+            digest=self.keys.call_digest(digest),
             arguments=self.keys.argument_digests(arguments),
             decision=CALLED,
             result=bounded(result, argument_values(arguments)),

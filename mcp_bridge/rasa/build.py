@@ -36,7 +36,8 @@ from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore, token_keys
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.contract import RESPONSES
 from mcp_bridge.errors import ConfigError

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog

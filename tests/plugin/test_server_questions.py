@@ -18,7 +18,8 @@ import httpx2
 import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog
