@@ -34,7 +34,7 @@ from mcp_bridge.confirmation.gate import Ask, Reached
 from mcp_bridge.confirmation.parts import Parts
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.question import Question
-from mcp_bridge.reading.reader import (
+from mcp_bridge.reading.answers import (
     Choices,
     Edit,
     EditCall,

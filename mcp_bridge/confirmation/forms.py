@@ -30,7 +30,7 @@ from mcp_bridge.confirmation.gate import Ask, Confirmed, Hold, Reached, Reject, 
 from mcp_bridge.confirmation.parts import Parts
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, Responses
 from mcp_bridge.question import AskedCall, Question
-from mcp_bridge.reading.reader import Answer, CallsAnswer, NluOpinion
+from mcp_bridge.reading.answers import Answer, CallsAnswer, NluOpinion
 from mcp_bridge.skills.files import AllowsRemembering, Skill
 
 __all__ = ["NUMBERED", "ONE_CALL", "Form", "asked", "chosen", "of", "read", "rejected_by_gate"]

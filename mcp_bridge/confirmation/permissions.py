@@ -7,7 +7,7 @@ call, is the gate's rule ``remembered`` (:mod:`mcp_bridge.confirmation.gate`); t
 permissions:
 
 * a permission is given only with a plain yes to one call (the reader's
-  :class:`~mcp_bridge.reading.reader.Grant`, or the question's third button, :data:`GRANT_BUTTON`);
+  :class:`~mcp_bridge.reading.answers.Grant`, or the question's third button, :data:`GRANT_BUTTON`);
 * it lives in the action server's record (:mod:`mcp_bridge.record.store`), sealed
   (:mod:`mcp_bridge.sealing`, kind ``permission``): bound to the conversation and to the person the
   channel named, granted, used, withdrawn there and nowhere else (no tracker carries it). One that

@@ -51,7 +51,8 @@ from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
 from mcp_bridge.questions import elicitation
 from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
-from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
+from mcp_bridge.reading.answers import NluOpinion, Other
+from mcp_bridge.reading.reader import ConfirmationReader
 from mcp_bridge.record.store import Record, StoredQuestion
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import Skill, Step

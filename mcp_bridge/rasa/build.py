@@ -45,7 +45,8 @@ from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.questions import waiting_calls as waiting_calls
-from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
+from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader
+from mcp_bridge.reading.words import load_words
 from mcp_bridge.record.database import database_location, open_database
 from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal

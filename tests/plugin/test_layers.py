@@ -107,7 +107,7 @@ def test_the_public_api_is_complete_and_resolves() -> None:
     import typing
 
     import mcp_bridge
-    from mcp_bridge.reading.reader import Answer
+    from mcp_bridge.reading.answers import Answer
 
     for name in mcp_bridge.__all__:
         assert getattr(mcp_bridge, name) is not None, name
