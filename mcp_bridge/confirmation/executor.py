@@ -27,7 +27,7 @@ it holds:
 * a call held for its second approver (:mod:`mcp_bridge.confirmation.holding`) and its release
   (:mod:`mcp_bridge.confirmation.release`);
 * one call run (:mod:`mcp_bridge.confirmation.running`) and a server's questions asked in the
-  conversation (:mod:`mcp_bridge.confirmation.server_questions`).
+  conversation (:mod:`mcp_bridge.confirmation.server_asking`).
 
 A server that acts as the person (:mod:`mcp_bridge.auth.person`) and has no usable sign-in of the
 person is never called: its :class:`SignInRequiredError` goes up to the Rasa action, which shows the
@@ -50,7 +50,7 @@ from mcp_bridge.confirmation.gate import Authorised, Gate
 from mcp_bridge.confirmation.parts import Parts
 from mcp_bridge.confirmation.permissions import Permissions
 from mcp_bridge.confirmation.running import Runner
-from mcp_bridge.confirmation.server_questions import ServerQuestions
+from mcp_bridge.confirmation.server_asking import ServerQuestions
 from mcp_bridge.confirmation.state import Asking, Malformed, ServerAsking, read_state
 from mcp_bridge.contract import Responses
 from mcp_bridge.observability.audit import AuditLog

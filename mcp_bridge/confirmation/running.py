@@ -13,7 +13,7 @@ what a verdict lets run (:data:`~mcp_bridge.confirmation.gate.Runs`), and says w
   tool honours the key;
 * a failure says whether the call may have run (``utter_tool_outcome_unknown``) or not;
 * a server that stops the call to ask the person a question of its own hands it to
-  :mod:`mcp_bridge.confirmation.server_questions`, which asks it over the next turns.
+  :mod:`mcp_bridge.confirmation.server_asking`, which asks it over the next turns.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation import templating
 from mcp_bridge.confirmation.decisions import Outcome, Run, Say, Scope
 from mcp_bridge.confirmation.gate import Authorised, Runs, RunUnasked
-from mcp_bridge.confirmation.server_questions import ServerQuestions
+from mcp_bridge.confirmation.server_asking import ServerQuestions
 from mcp_bridge.contract import Responses
 from mcp_bridge.errors import (
     InputRequiredError,

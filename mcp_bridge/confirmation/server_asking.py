@@ -1,22 +1,21 @@
-"""The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
+"""A server's questions asked in the conversation, then the call resumed.
 
 A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
 :class:`~mcp_bridge.errors.InputRequiredError` from the call. Running the call hands it here
-(:meth:`mcp_bridge.confirmation.running.Runner.dispatch` calls :meth:`ServerQuestions.asked`); this
-module asks the server's questions in the chat with the state machine of
-:mod:`mcp_bridge.questions.elicitation`, one reply per turn, and keeps everything between turns in the
-action server's record (:mod:`mcp_bridge.record.store`, a question of kind ``server``), sealed
+(:meth:`mcp_bridge.confirmation.running.Runner.run` calls :meth:`ServerQuestions.asked`); this module
+asks the server's questions in the chat with the state machine of
+:mod:`mcp_bridge.server_questions.elicitation`, one reply per turn, and keeps everything between turns in
+the action server's record (:mod:`mcp_bridge.record.store`, a question of kind ``server``), sealed
 (:mod:`mcp_bridge.sealing`, kind ``elicitation``), with a copy in the ``pending_elicitation`` slot for
-Rasa: the skill, the step, the exact arguments, the question that authorised the call (if one did),
-the answers so far, the server's opaque ``request_state``, who was asked and when. Once every
-question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
-again with the answers and
-that state (its :class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on
-whichever replica serves that turn: through the one hook the executor gives this module, ``resume``
-(the step loop from the stopped step, :mod:`mcp_bridge.confirmation.planner`, and a question about
-what it gathers). The executor hands the loop's turns here while a server's question is pending
-(:meth:`ServerQuestions.reply`, and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports
-the executor or the step loop.
+Rasa: the skill, the step, the exact arguments, the question that authorised the call (if one did) and
+how (the person's yes, an approver's release, a permission), the replies so far, the server's opaque
+``request_state``, who was asked and when. Once every question is replied to (accepted, declined or
+cancelled: the server hears which), the same call is sent again with the replies and that state (its
+:class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on whichever replica
+serves that turn: through the one hook the executor gives this module, ``resume`` (the step loop from
+the stopped step, :mod:`mcp_bridge.confirmation.planner`, and a question about what it gathers). The
+executor hands the loop's turns here while a server's question is pending (:meth:`ServerQuestions.reply`,
+and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports the executor or the step loop.
 
 Safety:
 
@@ -49,12 +48,12 @@ from mcp_bridge.confirmation.gate import Authorised, Confirmed, Gate, Released, 
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, Responses
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
-from mcp_bridge.questions import elicitation
-from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
 from mcp_bridge.reading.answers import NluOpinion, Other
 from mcp_bridge.reading.reader import ConfirmationReader
 from mcp_bridge.record.store import Record, StoredQuestion
 from mcp_bridge.sealing import Seal
+from mcp_bridge.server_questions import elicitation
+from mcp_bridge.server_questions.elicitation import MAX_ROUNDS, Asked, PendingElicitation, Replied
 from mcp_bridge.skills.files import Skill, Step
 from mcp_bridge.skills.toolbox import ToolBox
 from mcp_bridge.tools.context import Resume
@@ -72,7 +71,7 @@ KIND = "elicitation"
 
 
 @dataclass(frozen=True)
-class QuestionState:
+class ServerQuestionState:
     """What the ``pending_elicitation`` slot carries."""
 
     # Its id in the action server's record; when it was asked (the record's clock) and after which
@@ -97,12 +96,13 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
-    # A 2025-11-25 server's call kept open in the process that asked (mcp_bridge.questions.waiting_calls).
+    # A 2025-11-25 server's call kept open in the process that asked
+    # (mcp_bridge.server_questions.waiting_calls).
     handle: str | None = None
     consent: Consented | None = None
 
     @classmethod
-    def from_record(cls, record: Any) -> QuestionState | None:
+    def from_record(cls, record: Any) -> ServerQuestionState | None:
         if not isinstance(record, dict):
             return None
         try:
@@ -165,7 +165,7 @@ class ServerQuestions:
             error = "the server kept asking questions"
             return Run("failed", (Say(step.on_error or self._responses.tool_failed, {"error": error}),))
         waiting = dict(stopped.requests)
-        state = QuestionState(
+        state = ServerQuestionState(
             id="",
             asked_at=0.0,
             asked_after=turn.said_at,
@@ -190,7 +190,7 @@ class ServerQuestions:
         )
         return await self._next(state, turn, ())
 
-    async def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
+    async def _next(self, state: ServerQuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
         """Ask the next question; every question declined unasked (a URL nobody should open) is
         answered here and the next one tried."""
         waiting = dict(state.waiting)
@@ -286,7 +286,7 @@ class ServerQuestions:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         return await self._cancelled(state, turn, "the person said stop")
 
-    async def _cancelled(self, state: QuestionState, turn: Turn, reason: str) -> Decision:
+    async def _cancelled(self, state: ServerQuestionState, turn: Turn, reason: str) -> Decision:
         """The server's question ends unanswered (``reason``): the server hears cancel for it and for the
         ones not yet asked."""
         if await self._record.end(state.id, "refused", reason=reason) is not None:
@@ -295,7 +295,7 @@ class ServerQuestions:
         responses.update({key: {"action": "cancel"} for key in state.waiting})
         return await self._resume(replace(state, responses=responses, waiting={}, key=""), turn)
 
-    async def _resume(self, state: QuestionState, turn: Turn) -> Decision:
+    async def _resume(self, state: ServerQuestionState, turn: Turn) -> Decision:
         """Send the call again with the answers; the skill goes on from its result."""
         skill = self._skills.get(state.skill)
         if skill is None or not 0 <= state.step < len(skill.steps):
@@ -348,10 +348,10 @@ class ServerQuestions:
         stored = await self._record.open_question(turn.conversation_id)
         if stored is None or stored.kind != "server":
             return False
-        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        state = ServerQuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
         return state is not None and state.user_turn == turn.user_turn
 
-    async def _ask(self, state: QuestionState, turn: Turn) -> dict[str, Any] | None:
+    async def _ask(self, state: ServerQuestionState, turn: Turn) -> dict[str, Any] | None:
         """Record ``state`` as the conversation's open question (a new id; the one before it ends); its
         sealed copy for the slot, or None when the record refuses (nothing is asked)."""
         # Asked after the turn's message (the reply that led to it, or the yes): a later reply must be
@@ -371,16 +371,16 @@ class ServerQuestions:
         )
         return None if refused is not None else sealed
 
-    def _open(self, stored: StoredQuestion, turn: Turn) -> QuestionState | None:
+    def _open(self, stored: StoredQuestion, turn: Turn) -> ServerQuestionState | None:
         """The server's question the record holds, if it opens for this conversation."""
-        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        state = ServerQuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
         return state if state is not None and state.id == stored.id else None
 
     def _invalid(self) -> Say:
         return Say(self._responses.confirmation_invalid)
 
 
-def _may_not_reply(state: QuestionState, turn: Turn) -> str | None:
+def _may_not_reply(state: ServerQuestionState, turn: Turn) -> str | None:
     """Why the turn's message cannot reply to the server's question: another person, no channel vouches
     for it, or the channel received it before the question was asked (an earlier message replayed)."""
     if turn.unvouched is not None:
@@ -417,7 +417,7 @@ def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:
     return isinstance(reader.read(turn.text, nlu), Other)
 
 
-def _response(answered: Answered) -> dict[str, Any]:
+def _response(answered: Replied) -> dict[str, Any]:
     return {"action": answered.action, **({"content": answered.content} if answered.content else {})}
 
 
