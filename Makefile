@@ -218,7 +218,8 @@ typecheck: $(VENV)/.installed
 	@$(VENV)/bin/mypy
 
 # One confirmed yes followed through the plugin's modules (scripts/walk.py), over a local tool and over
-# MCP: the modules entered, the re-entries and the upward moves; red when a call goes up.
+# MCP: the modules entered and the floor, the calls that re-enter a module already left, the total moves
+# back and the upward moves; red when a call goes up or more than 4 calls re-enter.
 walk: $(VENV)/.installed
 	@echo "==> walk: one yes through the plugin's modules (scripts/walk.py)"
 	@$(VENV)/bin/python scripts/walk.py

@@ -63,9 +63,8 @@ if TYPE_CHECKING:
         ToolCallError,
     )
     from mcp_bridge.rasa.build import confirmation_reader
-    from mcp_bridge.reading.reader import (
+    from mcp_bridge.reading.answers import (
         Answer,
-        ConfirmationReader,
         Edit,
         Grant,
         NluOpinion,
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
         Yes,
         YesThisTime,
     )
+    from mcp_bridge.reading.reader import ConfirmationReader
     from mcp_bridge.skills.toolbox import local_tool, register_local_tools
 
 # name -> the module that defines it
@@ -84,18 +84,18 @@ _EXPORTS = {
     "local_tool": "skills.toolbox",
     "register_local_tools": "skills.toolbox",
     "confirmation_reader": "rasa.build",
-    "Answer": "reading.reader",
+    "Answer": "reading.answers",
     "ConfirmationReader": "reading.reader",
-    "Edit": "reading.reader",
-    "Grant": "reading.reader",
-    "NluOpinion": "reading.reader",
-    "No": "reading.reader",
-    "Other": "reading.reader",
-    "Redirect": "reading.reader",
-    "TooLong": "reading.reader",
-    "Unclear": "reading.reader",
-    "Yes": "reading.reader",
-    "YesThisTime": "reading.reader",
+    "Edit": "reading.answers",
+    "Grant": "reading.answers",
+    "NluOpinion": "reading.answers",
+    "No": "reading.answers",
+    "Other": "reading.answers",
+    "Redirect": "reading.answers",
+    "TooLong": "reading.answers",
+    "Unclear": "reading.answers",
+    "Yes": "reading.answers",
+    "YesThisTime": "reading.answers",
     "BridgeError": "errors",
     "ConfigError": "errors",
     "OutcomeUnknownError": "errors",

@@ -64,13 +64,12 @@ class InputRequiredError(ToolCallError):
     Under that revision a call that asks for input completes only when it is sent again with the
     answers (``input_responses``) and the server's opaque ``request_state``, so the tool has not
     done its work: nothing ran to completion. ``requests`` are the server's questions by key (each
-    the ``elicitation/create`` params as the wire has them); :mod:`mcp_bridge.questions.elicitation` asks
-    them.
+    the ``elicitation/create`` params as the wire has them);
+    :mod:`mcp_bridge.server_questions.elicitation` asks them.
 
     A 2025-11-25 server asks inside the running call instead: the call is kept open in this process
-    (:mod:`mcp_bridge.questions.waiting_calls`) and ``handle`` names it; the answers go to that call, and
-    only this
-    process can give them.
+    (:mod:`mcp_bridge.server_questions.waiting_calls`) and ``handle`` names it; the answers go to that
+    call, and only this process can give them.
     """
 
     def __init__(

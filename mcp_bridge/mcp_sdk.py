@@ -4,12 +4,12 @@ Every other module reaches the ``mcp`` package only through this one. The protoc
 ``mcp_types`` (its own package, the same at both SDKs), so what a session hands back is always an
 ``mcp_types`` object: a tool, a result, capabilities.
 
-mcp 2.3 (:data:`LEGACY` false) is used as it is: its ``Client(mode="auto")`` asks
+mcp 2.3 (:data:`MCP_1` false) is used as it is: its ``Client(mode="auto")`` asks
 ``server/discover`` first and falls back to the ``initialize`` handshake, so it speaks the
 2026-07-28 revision (stateless, ``subscriptions/listen``, input-required results) and 2025-11-25
 and older (a session). HTTP goes through ``httpx2``.
 
-mcp 1.30 (:data:`LEGACY` true) has the ``initialize`` handshake only (2025-11-25 at most) and
+mcp 1.30 (:data:`MCP_1` true) has the ``initialize`` handshake only (2025-11-25 at most) and
 ``httpx``. What the bridge needs from it and the SDK does not do the same way is done here:
 
 * the caller's context variables reach the task that sends its HTTP request (the transport's
@@ -81,9 +81,9 @@ log = logging.getLogger(__name__)
 
 MCP_VERSION = importlib.metadata.version("mcp")
 # mcp 1.x: the initialize handshake and httpx. The tested one is 1.30 (Rasa Pro 3.21's pin).
-LEGACY = int(MCP_VERSION.split(".")[0]) < 2
+MCP_1 = int(MCP_VERSION.split(".")[0]) < 2
 
-if TYPE_CHECKING or not LEGACY:
+if TYPE_CHECKING or not MCP_1:
     # mypy reads this branch only (it runs where mcp 2.3 is installed).
     import httpx2 as http
     from mcp.client import Client as _Client
@@ -94,11 +94,11 @@ if TYPE_CHECKING or not LEGACY:
     from mcp.shared.exceptions import MCPError as MCPError
 else:
     import httpx as http
-    from mcp import types as _legacy_types
-    from mcp.client.session import ClientSession as _LegacySession
-    from mcp.client.streamable_http import StreamableHTTPTransport as _LegacyTransport
+    from mcp import types as _v1_types
+    from mcp.client.session import ClientSession as _V1Session
+    from mcp.client.streamable_http import StreamableHTTPTransport as _V1Transport
     from mcp.server.fastmcp.utilities.func_metadata import func_metadata as func_metadata
-    from mcp.shared.exceptions import McpError as _LegacyError
+    from mcp.shared.exceptions import McpError as _V1Error
     from mcp.shared.message import SessionMessage as _SessionMessage
 
     _DeprecationWarning = DeprecationWarning
@@ -162,7 +162,7 @@ else:
 # bridge's transport, its OAuth providers and the clients they run in are built on it.
 
 __all__ = [
-    "LEGACY",
+    "MCP_1",
     "MCP_VERSION",
     "ClientCredentialsOAuthProvider",
     "MCPError",
@@ -216,7 +216,7 @@ class ClientCredentialsOAuthProvider(_ClientCredentialsOAuthProvider):
             # Without `issuer` the SDK warns that the MCP server decides where the credentials go;
             # the bridge then sends them only to the configured token_url (mcp_bridge.auth).
             warnings.simplefilter("ignore", _DeprecationWarning)
-            if LEGACY:
+            if MCP_1:
                 super().__init__(  # type: ignore[call-arg]
                     server_url, storage, client_id, client_secret, scopes=scope, issuer=issuer
                 )
@@ -304,8 +304,8 @@ def connect(
 
     ``on_tools_changed``: called on each tools/list_changed the session's stream carries;
     ``ask``: a 2025-11-25 server's question during a call, run in that call's context."""
-    if LEGACY:
-        return _legacy_connect(url, http_client, client_info, on_tools_changed, ask)
+    if MCP_1:
+        return _v1_connect(url, http_client, client_info, on_tools_changed, ask)
     return _modern_connect(url, http_client, client_info, on_tools_changed, ask)
 
 
@@ -408,9 +408,9 @@ async def _modern_connect(
 # -- mcp 1.30 --------------------------------------------------------------------------------------
 
 # Defined below where mcp 1.x is installed (mypy, run at mcp 2.3, reads only the declaration).
-_legacy_connect: Callable[..., contextlib.AbstractAsyncContextManager[Session]]
+_v1_connect: Callable[..., contextlib.AbstractAsyncContextManager[Session]]
 
-if LEGACY and not TYPE_CHECKING:
+if MCP_1 and not TYPE_CHECKING:
 
     def _modern(model: Any, kind: Any) -> Any:
         """An mcp 1.30 object as its ``mcp_types`` twin (the same JSON on the wire)."""
@@ -431,7 +431,7 @@ if LEGACY and not TYPE_CHECKING:
 
     _REFUSAL_MAX_BYTES = 64 * 1024
 
-    class _Transport(_LegacyTransport):
+    class _Transport(_V1Transport):
         """The SDK's streamable-HTTP transport; each request is sent in its caller's context."""
 
         def __init__(self, url: str, senders: _Senders) -> None:
@@ -441,7 +441,7 @@ if LEGACY and not TYPE_CHECKING:
         async def _handle_post_request(self, ctx: Any) -> None:
             root = ctx.session_message.message.root
             captured = self._senders.requests.get(getattr(root, "id", None))
-            if captured is not None and isinstance(root, _legacy_types.JSONRPCRequest):
+            if captured is not None and isinstance(root, _v1_types.JSONRPCRequest):
                 _carry(captured)  # this task was started for this one request
                 ctx = dataclasses.replace(
                     ctx, read_stream_writer=_Tagging(ctx.read_stream_writer, captured, self._senders)
@@ -483,10 +483,10 @@ if LEGACY and not TYPE_CHECKING:
             if self._body is None:
                 return None
             try:
-                parsed = _legacy_types.JSONRPCMessage.model_validate_json(self._body)
+                parsed = _v1_types.JSONRPCMessage.model_validate_json(self._body)
             except ValueError:
                 return None
-            return parsed if isinstance(parsed.root, _legacy_types.JSONRPCError) else None
+            return parsed if isinstance(parsed.root, _v1_types.JSONRPCError) else None
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._client, name)
@@ -500,16 +500,14 @@ if LEGACY and not TYPE_CHECKING:
             self._senders = senders
 
         async def send(self, item: Any) -> None:
-            if isinstance(item, _SessionMessage) and isinstance(
-                item.message.root, _legacy_types.JSONRPCRequest
-            ):
+            if isinstance(item, _SessionMessage) and isinstance(item.message.root, _v1_types.JSONRPCRequest):
                 self._senders.questions[item.message.root.id] = self._captured
             await self._inner.send(item)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
 
-    class _Session(_LegacySession):
+    class _Session(_V1Session):
         """mcp 1.30's ClientSession: requests remember their sender, questions run in tasks of their own."""
 
         def __init__(self, read: Any, write: Any, senders: _Senders, ask: AskFn, **kwargs: Any) -> None:
@@ -527,7 +525,7 @@ if LEGACY and not TYPE_CHECKING:
                 self._senders.requests.pop(request_id, None)
 
         async def _received_request(self, responder: Any) -> None:
-            if not isinstance(responder.request.root, _legacy_types.ElicitRequest):
+            if not isinstance(responder.request.root, _v1_types.ElicitRequest):
                 await super()._received_request(responder)
                 return
             captured = self._senders.questions.pop(responder.request_id, None)
@@ -544,12 +542,12 @@ if LEGACY and not TYPE_CHECKING:
                     answer = await self._elicit(None, params)
                 except Exception as exc:  # the server is told, the session goes on
                     log.warning("answering an MCP server's question failed: %s", type(exc).__name__)
-                    answer = _legacy_types.ElicitResult(action="cancel")
-                await responder.respond(_legacy_types.ClientResult(root=answer))
+                    answer = _v1_types.ElicitResult(action="cancel")
+                await responder.respond(_v1_types.ClientResult(root=answer))
 
         async def _elicit(self, context: Any, params: Any) -> Any:
             asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
-            return _legacy_types.ElicitResult.model_validate(await self._ask(asked))
+            return _v1_types.ElicitResult.model_validate(await self._ask(asked))
 
         async def _validate_tool_result(self, name: str, result: Any) -> None:
             await _checked_by_the_runtime(name, result)
@@ -566,7 +564,7 @@ if LEGACY and not TYPE_CHECKING:
             return MCPError(INVALID_REQUEST, message)
         return MCPError(code, message, exc.error.data)
 
-    class _Legacy:
+    class _V1:
         def __init__(self, session: _Session, initialized: Any) -> None:
             self._session = session
             self._version = str(initialized.protocolVersion)
@@ -590,10 +588,10 @@ if LEGACY and not TYPE_CHECKING:
             return False
 
         async def list_tools(self, cursor: str | None) -> mcp_types.ListToolsResult:
-            params = _legacy_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            params = _v1_types.PaginatedRequestParams(cursor=cursor) if cursor else None
             try:
                 page = await self._session.list_tools(params=params)
-            except _LegacyError as exc:
+            except _V1Error as exc:
                 raise _error(exc) from exc
             return _modern(page, mcp_types.ListToolsResult)  # type: ignore[no-any-return]
 
@@ -617,7 +615,7 @@ if LEGACY and not TYPE_CHECKING:
                 result = await self._session.call_tool(
                     name, arguments, read_timeout_seconds=timedelta(seconds=read_timeout), meta=meta
                 )
-            except _LegacyError as exc:
+            except _V1Error as exc:
                 raise _error(exc) from exc
             return _modern(result, mcp_types.CallToolResult)  # type: ignore[no-any-return]
 
@@ -625,9 +623,7 @@ if LEGACY and not TYPE_CHECKING:
             return None
 
     @contextlib.asynccontextmanager
-    async def _legacy_streams(
-        url: str, http_client: Any, senders: _Senders
-    ) -> AsyncIterator[tuple[Any, Any]]:
+    async def _v1_streams(url: str, http_client: Any, senders: _Senders) -> AsyncIterator[tuple[Any, Any]]:
         """mcp 1.30's ``streamable_http_client``, with the :class:`_Transport` above."""
         import anyio
 
@@ -654,7 +650,7 @@ if LEGACY and not TYPE_CHECKING:
                 await write.aclose()
 
     @contextlib.asynccontextmanager
-    async def _legacy_connect(
+    async def _v1_connect(
         url: str,
         http_client: Any,
         client_info: mcp_types.Implementation,
@@ -663,23 +659,23 @@ if LEGACY and not TYPE_CHECKING:
     ) -> AsyncIterator[Session]:
         async def on_message(message: object) -> None:
             root = getattr(message, "root", None)
-            if isinstance(root, _legacy_types.ToolListChangedNotification):
+            if isinstance(root, _v1_types.ToolListChangedNotification):
                 on_tools_changed()
 
         senders = _Senders()
-        info = _legacy_types.Implementation.model_validate(
+        info = _v1_types.Implementation.model_validate(
             client_info.model_dump(by_alias=True, exclude_none=True)
         )
         async with (
-            _legacy_streams(url, http_client, senders) as (read, write),
+            _v1_streams(url, http_client, senders) as (read, write),
             _Session(read, write, senders, ask, message_handler=on_message, client_info=info) as session,
         ):
             try:
                 initialized = await session.initialize()
-            except _LegacyError as exc:
+            except _V1Error as exc:
                 raise _refused(url, exc) from exc
             try:
-                yield _Legacy(session, initialized)
+                yield _V1(session, initialized)
             finally:
                 await session.aclose_questions()
 

@@ -793,6 +793,14 @@ def audit_vocabulary(sources: Sources) -> tuple[dict[str, set[str]], dict[str, s
 def audit_page(descriptions: Mapping[str, Any], problems: Problems) -> str:
     sources = Sources(ROOT, [PACKAGE])
     decisions, fields = audit_vocabulary(sources)
+    # The decisions are one closed set, defined once (AuditDecision): every one is recorded somewhere, and
+    # nothing else is.
+    defined = importlib.import_module("mcp_bridge.observability.audit").AUDIT_DECISIONS
+    recorded = {name for name in decisions if not name.startswith("event: ")}
+    for name in sorted(defined - recorded):
+        problems.append(f"mcp_bridge.observability.audit.AuditDecision: {name!r} is recorded nowhere")
+    for name in sorted(recorded - defined):
+        problems.append(f"the code records the decision {name!r}, which AuditDecision does not define")
     decision_texts = described("audit_decisions", sorted(decisions), descriptions, problems)
     field_texts = described("audit_fields", sorted(fields), descriptions, problems)
     return "".join(

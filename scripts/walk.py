@@ -10,16 +10,22 @@ with local tools, and with an MCP tool of tests/fixtures/reminder_server.py (on 
 The walk is the sequence of modules the chain is in, consecutive repeats collapsed; a call and a
 return both move it. It prints:
 
-* modules entered: the distinct modules of the walk;
-* re-entries: moves into a module the walk had already been in and left (and how many of them
-  are into a module other than the executor's, where every excursion returns);
+* modules entered: the distinct modules of the walk, and the floor, modules entered minus one (the
+  fewest moves back a walk through them can make: each module it calls returns once);
+* calls that re-enter: calls into a module the walk had been in and returned from, when that module
+  leads on (it calls into another module of the plugin somewhere in this walk): following the yes
+  goes back into a room it already left, which says a responsibility is split in the wrong place;
+* calls into a leaf again: calls into a module already left that calls no other module in this walk
+  (a seal opened, a span noted, a row fetched, a slot's variables filled): a library used twice, which
+  sends the walk nowhere new;
+* moves back, the total: every move into a module already left, returns included (at least the floor);
 * upward moves: moves from a lower module to a higher one, where A is above B when A imports B
-  (directly or transitively, read from the source with :mod:`ast`). Returns count: a walk that
-  goes straight down and back has as many as it is deep; one that goes back and forth has more.
-  ``calls up`` counts only the calls among them (a lower module calling into a higher one).
+  (directly or transitively, read from the source with :mod:`ast`). ``calls up`` counts only the calls
+  among them (a lower module calling into a higher one).
 
-Exits 1 when a call goes up (a lower module calling into a higher one). ``make walk`` runs it, in
-``make test``. Run from the repository root: ``.venv/bin/python scripts/walk.py [--show]``.
+Exits 1 when a call goes up (a lower module calling into a higher one), or when more than
+:data:`MAX_REENTERING` calls re-enter, over MCP or local. ``make walk`` runs it, in ``make test``. Run
+from the repository root: ``.venv/bin/python scripts/walk.py [--show]``.
 """
 
 from __future__ import annotations
@@ -42,13 +48,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mcp_bridge.config.servers import MCPServerConfig  # noqa: E402
-from mcp_bridge.confirmation.executor import Decision, Executor, Turn  # noqa: E402
+from mcp_bridge.confirmation.decisions import Decision, Turn  # noqa: E402
+from mcp_bridge.confirmation.executor import Executor  # noqa: E402
 from mcp_bridge.contract import PENDING_SLOT  # noqa: E402
 from mcp_bridge.observability.audit import AuditLog  # noqa: E402
 from mcp_bridge.sealing import Seal  # noqa: E402
 from mcp_bridge.skills.files import load_skills  # noqa: E402
 
 PACKAGE = "mcp_bridge"
+# At most this many calls of one yes may go back into a module that leads on (see the docstring).
+MAX_REENTERING = 4
 
 SKILL = """\
 skill: walk_{source_id}
@@ -194,19 +203,28 @@ class Walk:
 
 def figures(moves: list[tuple[str, str, str]], closure: Mapping[str, set[str]]) -> dict[str, Any]:
     path = [moves[0][0], *(to for _, to, _ in moves)] if moves else []
-    left: set[str] = set()
-    reentries = below = 0
-    for source, to, _ in moves:
-        left.add(source)
-        if to in left:
-            reentries += 1
-            below += to != path[0]
+    callers = {source for source, _, kind in moves if kind == "call"}  # the modules that lead on
+    entered: set[str] = set()
+    returned_from: set[str] = set()
+    back = 0
+    reentering: list[tuple[str, str]] = []
+    leaf_again: list[tuple[str, str]] = []
+    for source, to, kind in moves:
+        entered.add(source)
+        back += to in entered
+        if kind == "return":
+            returned_from.add(source)
+        elif to in returned_from:
+            (reentering if to in callers else leaf_again).append((source, to))
     upward = [(a, b, kind) for a, b, kind in moves if a in closure.get(b, set())]
+    modules = sorted(set(path))
     return {
         "path": path,
-        "modules": sorted(set(path)),
-        "reentries": reentries,
-        "reentries_below": below,
+        "modules": modules,
+        "floor": max(len(modules) - 1, 0),
+        "reentering": reentering,
+        "leaf_again": leaf_again,
+        "back": back,
         "upward": len(upward),
         "calls_up": sum(1 for *_, kind in upward if kind == "call"),
         "moves": len(moves),
@@ -264,8 +282,8 @@ def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
     return Executor(skills, tools, audit=audit, seal=Seal(secrets.token_bytes(32)))
 
 
-async def walk_both(port: int, show: bool) -> int:
-    """Prints both walks; returns how many calls went up in them."""
+async def walk_both(port: int, show: bool) -> tuple[int, int]:
+    """Prints both walks; returns how many calls went up in them, and the most calls that re-enter."""
     closure = above(import_graph())
     servers = {"notes": MCPServerConfig(name="notes", url=f"http://127.0.0.1:{port}/mcp", trusted=True)}
     with tempfile.TemporaryDirectory() as directory:
@@ -274,25 +292,34 @@ async def walk_both(port: int, show: bool) -> int:
             text = SKILL.format(source_id=source_id, source=source, write="create_reminder")
             (skills_dir / f"{source_id}.yml").write_text(text)
         executor = build(skills_dir, servers)
-        calls_up = 0
+        calls_up = reentering = 0
         try:
             for source_id in ("local", "mcp"):
                 slots = {"email": "dana@example.com", "text": "walked"}
                 walk, _ = await traced_yes(executor, f"walk_{source_id}", slots)
                 found = figures(walk.moves, closure)
                 calls_up += found["calls_up"]
+                reentering = max(reentering, len(found["reentering"]))
                 print(
-                    f"{source_id:5}: modules entered {len(found['modules'])}, re-entries "
-                    f"{found['reentries']} ({found['reentries_below']} below the executor), upward moves "
-                    f"{found['upward']} "
-                    f"(calls up {found['calls_up']}), moves {found['moves']}"
+                    f"{source_id:5}: modules entered {len(found['modules'])} (floor {found['floor']}), "
+                    f"calls that re-enter {len(found['reentering'])} (at most {MAX_REENTERING}), "
+                    f"calls into a leaf again {len(found['leaf_again'])}, "
+                    f"moves back {found['back']} (total, returns included), "
+                    f"upward moves {found['upward']} (calls up {found['calls_up']}), moves {found['moves']}"
                 )
+                for label, calls in (("re-enter", found["reentering"]), ("leaf again", found["leaf_again"])):
+                    if show or label == "re-enter":
+                        for source, to in calls:
+                            print(f"       {label}: {_short(source)} -> {_short(to)}")
                 if show:
-                    short = [m.removeprefix(PACKAGE + ".") for m in found["path"]]
-                    print("       walk: " + " > ".join(short))
+                    print("       walk: " + " > ".join(_short(m) for m in found["path"]))
         finally:
             await executor.aclose()
-    return calls_up
+    return calls_up, reentering
+
+
+def _short(module: str) -> str:
+    return module.removeprefix(PACKAGE + ".")
 
 
 def main(show: bool) -> None:
@@ -303,12 +330,17 @@ def main(show: bool) -> None:
     )
     try:
         wait_for(port)
-        calls_up = asyncio.run(walk_both(port, show))
+        calls_up, reentering = asyncio.run(walk_both(port, show))
     finally:
         server.terminate()
         server.wait(timeout=10)
     if calls_up:
         raise SystemExit(f"{calls_up} call(s) went up: a lower module called into a higher one")
+    if reentering > MAX_REENTERING:
+        raise SystemExit(
+            f"{reentering} calls of one yes re-enter a module already left (at most {MAX_REENTERING}): "
+            "a responsibility is split in the wrong place"
+        )
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.observability.audit import AuditLog
+from mcp_bridge.observability.audit import AuditDecision, AuditLog
 from mcp_bridge.question import Question, claimed, open_question
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import RequiresApproval, Skill
@@ -446,7 +446,9 @@ class Approvals:
     async def finish(self, request: ApprovalRequest, result: str) -> None:
         await self.store.finish(request.id, result)
 
-    def _note(self, request: ApprovalRequest, decision: str, result: str | None, by: Approver | None) -> None:
+    def _note(
+        self, request: ApprovalRequest, decision: AuditDecision, result: str | None, by: Approver | None
+    ) -> None:
         question = request.claimed_question()
         call = question.first if question is not None else None
         self._audit.record(
@@ -468,7 +470,7 @@ class Approvals:
         self,
         conversation_id: str,
         question: Question,
-        decision: str,
+        decision: AuditDecision,
         result: str | None,
         **extra: Any,
     ) -> None:

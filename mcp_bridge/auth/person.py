@@ -186,7 +186,7 @@ class Started:
 
 @dataclass(frozen=True)
 class Linked:
-    """A sign-in that came back from the authorization server, its tokens held until the person says
+    """A sign-in that came back from the authorization server, its tokens kept until the person says
     "Use this account". ``ticket`` goes into the confirmation form; it is sealed and bound to the
     browser's cookie."""
 
@@ -557,9 +557,10 @@ class PersonOAuth:
                 ) from None
         assert storage.tokens is not None
         account = _account(response)
-        held = secrets.token_urlsafe(24)
+        unconfirmed = secrets.token_urlsafe(24)
         record = _record(storage.tokens, self._clock())
-        await self._store.begin_sign_in(_HELD + held, json.dumps(record), self._clock() + CONFIRM_SECONDS)
+        expires_at = self._clock() + CONFIRM_SECONDS
+        await self._store.begin_sign_in(_UNCONFIRMED + unconfirmed, json.dumps(record), expires_at)
         ticket = self._seal(
             {
                 "t": "confirm",
@@ -567,7 +568,7 @@ class PersonOAuth:
                 "p": signed.person,
                 "s": signed.server,
                 "k": signed.skill,
-                "n": held,
+                "n": unconfirmed,
                 "b": opened["b"],
                 "a": account,
             }
@@ -578,17 +579,17 @@ class PersonOAuth:
 
     async def confirm(self, ticket: str, browser: str | None, use: bool) -> SignedIn | None:
         """The person's choice on the confirmation page, in the browser that signed in: "Use this
-        account" stores the held tokens for the person the link named (the SignedIn); "Not me" drops
-        and revokes them (None). Good once; SignInError when the ticket is not ours, is for another
+        account" stores the tokens kept until then for the person the link named (the SignedIn); "Not
+        me" drops and revokes them (None). Good once; SignInError when the ticket is not ours, is for another
         browser, has expired or was answered already."""
         opened = self._open(ticket, "confirm", CONFIRM_SECONDS)
         if not browser or not hmac.compare_digest(browser_digest(browser), str(opened.get("b", ""))):
             raise SignInError("this answer comes from another browser than the one that signed in")
         signed = SignedIn(opened["c"], opened["p"], opened["s"], opened.get("k"))
-        held = await self._store.take_sign_in(_HELD + opened["n"])
-        if held is None:
+        kept = await self._store.take_sign_in(_UNCONFIRMED + opened["n"])
+        if kept is None:
             raise SignInError("this sign-in was answered already or has expired; ask again in the chat")
-        record = json.loads(held)
+        record = json.loads(kept)
         if not use:
             log.info("a sign-in to MCP server %r was declined: not the person's account", signed.server)
             if signed.server in self._servers:
@@ -722,7 +723,8 @@ class PersonOAuth:
 # Keys of the store's sign-in rows besides the PKCE verifier (under the bare nonce): a link not
 # opened yet, and tokens waiting for "Use this account".
 _START = "start:"
-_HELD = "held:"
+# The prefix of the tokens kept in the store until the person says the account is theirs.
+_UNCONFIRMED = "held:"
 
 
 def _account(response: http.Response) -> str | None:

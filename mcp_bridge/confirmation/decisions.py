@@ -1,16 +1,14 @@
 """The executor's plain data: a :class:`Turn` in, a :class:`Decision` out, and its settings.
 
 The Rasa adapter (:mod:`mcp_bridge.rasa.adapter`) makes a :class:`Turn` of the tracker and applies a
-:class:`Decision`'s responses (:class:`Say`) and slots; :class:`ConfirmationPolicy` and
-:class:`Responses` configure the executor. :mod:`mcp_bridge.confirmation.executor` exports all of them, and a
-caller imports them from there; they live here, beneath the executor and the modules it is split
-into (:mod:`mcp_bridge.confirmation.asking`, :mod:`mcp_bridge.confirmation.running`,
-:mod:`mcp_bridge.confirmation.server_questions`), so that each of those can use them without
-importing the executor. The responses are the Rasa contract's one catalogue
-(:class:`mcp_bridge.contract.Responses`).
+:class:`Decision`'s responses (:class:`Say`) and slots; :class:`ConfirmationPolicy` (and the Rasa
+contract's one catalogue of responses, :class:`mcp_bridge.contract.Responses`) configure the executor.
+They live here, beneath the executor and its rooms, so that each room can use them.
 
-:class:`Run` is what running a skill from one step came to; the executor's parts pass it between them,
-and only the executor turns it into the turn's one :class:`Decision` (:meth:`Run.decision`).
+:class:`Scope` is what one entry point's runs share: the skill, the turn and the context every call
+carries, built once per entry point. :class:`Run` is what running a skill from one step came to; the
+rooms pass it between them, and the entry point turns it into the turn's one :class:`Decision`
+(:meth:`Run.decision`).
 """
 
 from __future__ import annotations
@@ -19,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT, Responses
+from mcp_bridge.contract import AFFIRM_INTENT, DENY_INTENT, PENDING_SLOT
 from mcp_bridge.question import Question
+from mcp_bridge.record.store import Message
 from mcp_bridge.skills.files import Skill
+from mcp_bridge.tools.context import CallContext
 
-__all__ = ["ConfirmationPolicy", "Decision", "Outcome", "Responses", "Run", "Say", "Turn", "ended"]
+__all__ = ["ConfirmationPolicy", "Decision", "Outcome", "Run", "Say", "Scope", "Turn", "ended"]
 
 # Outcomes after which a question is pending.
 _WAITING = ("pending", "refused")
@@ -64,6 +64,31 @@ class Turn:
     # its channel's signature; unsigned (development), Rasa's id for it; after a sign-in, the resume's.
     # None: a message nothing vouches for, which the record never uses.
     message_id: str | None = None
+
+    def message(self) -> Message | None:
+        """The turn's message as the record knows it (None: nothing vouches for it)."""
+        return Message(self.message_id, self.user, self.said_at) if self.message_id else None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one entry point's runs share: the skill, the turn, and the context every call of it carries
+    (its conversation, the person it is made as, the skill), built once per entry point."""
+
+    skill: Skill
+    turn: Turn
+    context: CallContext
+
+    @classmethod
+    def of(cls, skill: Skill, turn: Turn) -> Scope:
+        """The scope of ``skill`` in ``turn``: its calls are made as the turn's person (a server that acts
+        as the person is called as them, and as nobody when the channel names nobody)."""
+        context = CallContext(conversation_id=turn.conversation_id, person=turn.user, skill=skill.id)
+        return cls(skill, turn, context)
+
+    def with_turn(self, turn: Turn) -> Scope:
+        """The same skill and context, with the turn's slots (or person) as ``turn`` has them."""
+        return Scope(self.skill, turn, self.context)
 
 
 @dataclass(frozen=True)
@@ -120,6 +145,10 @@ class ConfirmationPolicy:
     deny_margin: float = 0.25
     affirm_intent: str = AFFIRM_INTENT
     deny_intent: str = DENY_INTENT
+
+    def late(self, asked_at: float, now: float) -> bool:
+        """A question asked at ``asked_at`` is past its lifetime ``now``."""
+        return now - asked_at > self.ttl_seconds
 
 
 @dataclass(frozen=True)

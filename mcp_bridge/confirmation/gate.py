@@ -1,15 +1,19 @@
 """The gate: may this call run now, and if not, what must happen first? Answered here, and only here.
 
-Every call a skill's step makes passes this one function, :func:`gate`, with what the call has so
-far (its :data:`Consent`): nothing yet, the person's remembered permissions, the person's yes, or an
-approver's release. It answers with one :data:`Verdict`:
+Every call a skill's step makes passes this one gate, :meth:`Gate.verdict` (one :class:`Gate` per
+executor), with what the call has so far (its :data:`Consent`): nothing yet, the person's remembered
+permissions, the person's yes, or an approver's release. It answers with one :data:`Verdict`:
 
 * :class:`Ask`: ask the person first, with the skill's question (or the generic one);
 * :class:`RunUnasked`: run without asking (no rule asks about it);
 * :class:`RunPermitted`: run without asking, under a permission the person gave;
 * :class:`RunConfirmed`: run: the person said yes (and no approver is needed, or one approved);
 * :class:`Hold`: the yes is not enough: wait for a second approver;
-* :class:`Refuse`: never run (the skill no longer asks about a call its question sealed).
+* :class:`Reject`: never run (the skill no longer asks about a call its question sealed).
+
+A verdict that runs a sealed call (:data:`Authorised`: :class:`RunConfirmed`, :class:`RunPermitted`)
+carries the question it runs, narrowed to the call: what runs it (:mod:`mcp_bridge.confirmation.running`)
+takes a verdict, never a bare question, so a path that skips the gate does not type-check.
 
 The rules it applies, by name (the docs' "the confirmation and its rules" page names them the same):
 
@@ -45,32 +49,35 @@ The rules it applies, by name (the docs' "the confirmation and its rules" page n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from mcp_bridge.approvals import second_approver
 from mcp_bridge.confirmation.permissions import Permission, covering
 from mcp_bridge.errors import ToolArgumentsError, ToolCallError, ToolNotFoundError
 from mcp_bridge.observability import tracing
+from mcp_bridge.question import Question
 from mcp_bridge.skills.files import AllowsRemembering, RequiresApproval, RequiresConfirmation, Skill
 from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.sources import Tool
 
 __all__ = [
     "Ask",
+    "Authorised",
     "Confirmed",
     "Consent",
+    "Gate",
     "Hold",
     "MayBePermitted",
     "Reached",
-    "Refuse",
+    "Reject",
     "Released",
     "RunConfirmed",
     "RunPermitted",
     "RunUnasked",
+    "Runs",
     "Verdict",
     "declared",
-    "gate",
 ]
 
 _UNKNOWN = (ToolCallError, ToolArgumentsError, ToolNotFoundError)
@@ -89,21 +96,27 @@ class Reached:
 
 @dataclass(frozen=True)
 class MayBePermitted:
-    """A new request's one call: one of the person's remembered permissions may cover it."""
+    """A new request's one call (``question``, not asked): one of the person's remembered permissions
+    (``standing``) may cover it."""
 
-    held: Sequence[Permission]
+    standing: Sequence[Permission]
     user: str | None
     now: float
+    question: Question
 
 
 @dataclass(frozen=True)
 class Confirmed:
-    """The person said yes to the question the call was sealed in."""
+    """The person said yes to ``question``, the question the call was sealed in (narrowed to the call)."""
+
+    question: Question
 
 
 @dataclass(frozen=True)
 class Released:
-    """An approver approved the call the person had confirmed."""
+    """An approver approved the call the person had confirmed (``question``, narrowed to the call)."""
+
+    question: Question
 
 
 Consent = Reached | MayBePermitted | Confirmed | Released
@@ -128,13 +141,21 @@ class RunUnasked:
 
 @dataclass(frozen=True)
 class RunPermitted:
+    """Run ``question``'s call unasked under ``permission``: the call as the permission was given (its
+    ``_meta`` the permission's), with a key of its own."""
+
+    question: Question
     permission: Permission
     remember: AllowsRemembering
 
 
 @dataclass(frozen=True)
 class RunConfirmed:
-    pass
+    """Run ``question``'s call exactly as sealed: the person said yes to it, and ``released``, an approver
+    released it too (or none was needed)."""
+
+    question: Question
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,34 +164,42 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class Refuse:
+class Reject:
     reason: str
 
 
-Verdict = Ask | RunUnasked | RunPermitted | RunConfirmed | Hold | Refuse
+Verdict = Ask | RunUnasked | RunPermitted | RunConfirmed | Hold | Reject
+# What lets a sealed call run: a yes (or a release), or a permission.
+Authorised = RunConfirmed | RunPermitted
+# What lets a call run at all.
+Runs = RunUnasked | RunConfirmed | RunPermitted
 
 
-async def gate(
-    skill: Skill,
-    tool_name: str,
-    resolved: Tool | ToolNotFoundError,
-    arguments: Mapping[str, Any],
-    consent: Consent,
-    *,
-    generic: RequiresConfirmation,
-    context: CallContext,
-) -> Verdict:
-    """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
-    ``consent``. ``resolved`` is what the name resolved to (a tool, asked about itself in the call's
-    ``context``, or why nothing); ``generic`` is the question for an MCP tool the skill does not
-    constrain (``remote_asks``). The verdict, and the rule that gave it, is a span when tracing is on."""
-    with tracing.span("mcp-bridge gate", skill=skill.id, tool=tool_name) as span:
-        verdict = await _verdict(
-            skill, tool_name, resolved, arguments, consent, generic=generic, context=context
-        )
-        if span is not None:  # tracing on: name the rule (off, nothing is computed for it)
-            tracing.note(span, verdict=type(verdict).__name__, rule=_rule(verdict, skill, tool_name))
-        return verdict
+class Gate:
+    """The gate of one executor. ``generic`` is the question for an MCP tool the skill does not
+    constrain (``remote_asks``)."""
+
+    def __init__(self, generic: RequiresConfirmation) -> None:
+        self.generic = generic
+
+    async def verdict(
+        self,
+        skill: Skill,
+        tool_name: str,
+        resolved: Tool | ToolNotFoundError,
+        arguments: Mapping[str, Any],
+        consent: Consent,
+        context: CallContext,
+    ) -> Verdict:
+        """What may happen to a call of ``tool_name`` by ``skill`` with ``arguments`` that has
+        ``consent``. ``resolved`` is what the name resolved to (a tool, asked about itself in the call's
+        ``context``, or why nothing). The verdict, and the rule that gave it, is a span when tracing is
+        on."""
+        with tracing.span("mcp-bridge gate", skill=skill.id, tool=tool_name) as span:
+            verdict = await _verdict(skill, tool_name, resolved, arguments, consent, self.generic, context)
+            if span is not None:  # tracing on: name the rule (off, nothing is computed for it)
+                tracing.note(span, verdict=type(verdict).__name__, rule=_rule(verdict, skill, tool_name))
+            return verdict
 
 
 def _rule(verdict: Verdict, skill: Skill, tool_name: str) -> str:
@@ -186,7 +215,7 @@ def _rule(verdict: Verdict, skill: Skill, tool_name: str) -> str:
             return "remembered"
         case Hold():
             return "second_approver"
-        case Refuse():
+        case Reject():
             return "still_asked"
         case _:  # Ask, RunConfirmed: the skill's own question, or the generic one
             return "declared" if declared(skill, tool_name) is not None else "remote_asks"
@@ -198,7 +227,6 @@ async def _verdict(
     resolved: Tool | ToolNotFoundError,
     arguments: Mapping[str, Any],
     consent: Consent,
-    *,
     generic: RequiresConfirmation,
     context: CallContext,
 ) -> Verdict:
@@ -206,13 +234,13 @@ async def _verdict(
     asked = await _asked(skill, tool_name, tool, generic, context)
     if isinstance(consent, Confirmed | Released):
         if not isinstance(asked, RequiresConfirmation):
-            return Refuse("the skill no longer asks about this call")  # still_asked
+            return Reject("the skill no longer asks about this call")  # still_asked
         approver = second_approver.required(skill, tool_name, arguments)
         if isinstance(consent, Confirmed) and approver is not None:
             return Hold(approver)  # second_approver
         if isinstance(consent, Released) and approver is None:
-            return Refuse("the skill no longer holds this call for an approver")  # second_approver
-        return RunConfirmed()
+            return Reject("the skill no longer holds this call for an approver")  # second_approver
+        return RunConfirmed(consent.question, released=isinstance(consent, Released))
     if not isinstance(asked, RequiresConfirmation):
         return RunUnasked(asked)
     if isinstance(consent, Reached) and not consent.remembering:
@@ -220,7 +248,7 @@ async def _verdict(
     remember = await _may_remember(skill, tool_name, tool, arguments, context)
     if isinstance(consent, MayBePermitted) and remember is not None:
         permission = covering(
-            consent.held,
+            consent.standing,
             remember,
             skill=skill.id,
             tool=tool_name,
@@ -229,8 +257,9 @@ async def _verdict(
             user=consent.user,
             now=consent.now,
         )
-        if permission is not None:
-            return RunPermitted(permission, remember)  # remembered
+        if permission is not None:  # remembered: the call as the permission was given, _meta included
+            call = replace(consent.question.first, meta=dict(permission.meta))
+            return RunPermitted(replace(consent.question, calls=(call,)), permission, remember)
     return Ask(asked, remember)
 
 

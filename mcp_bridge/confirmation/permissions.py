@@ -7,7 +7,7 @@ call, is the gate's rule ``remembered`` (:mod:`mcp_bridge.confirmation.gate`); t
 permissions:
 
 * a permission is given only with a plain yes to one call (the reader's
-  :class:`~mcp_bridge.reading.reader.Grant`, or the question's third button, :data:`GRANT_BUTTON`);
+  :class:`~mcp_bridge.reading.answers.Grant`, or the question's third button, :data:`GRANT_BUTTON`);
 * it lives in the action server's record (:mod:`mcp_bridge.record.store`), sealed
   (:mod:`mcp_bridge.sealing`, kind ``permission``): bound to the conversation and to the person the
   channel named, granted, used, withdrawn there and nowhere else (no tracker carries it). One that
@@ -36,7 +36,7 @@ from mcp_bridge.confirmation import templating
 from mcp_bridge.confirmation.decisions import Turn
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.question import AskedCall, Question
-from mcp_bridge.record.store import Message, Record
+from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
 from mcp_bridge.skills.files import AllowsRemembering, Skill
 
@@ -152,16 +152,16 @@ class Permissions:
         self._audit = audit
         self._record = record
 
-    async def held(self, turn: Turn) -> list[Permission]:
+    async def standing(self, turn: Turn) -> list[Permission]:
         """The permissions the turn's person gave in the conversation that the record holds as standing."""
-        held = []
+        standing = []
         for sealed in (await self._record.permissions(turn.conversation_id, turn.user))[-MAX_PERMISSIONS:]:
             permission = Permission.parse(self._seal.open(KIND, sealed, turn.conversation_id))
             if permission is None:
                 log.warning("conversation %s: a permission in the record does not open", turn.conversation_id)
                 continue
-            held.append(permission)
-        return held
+            standing.append(permission)
+        return standing
 
     async def ended(self, turn: Turn) -> list[tuple[Permission, str]]:
         """The permissions the turn's person gave in the conversation that no longer stand, with why."""
@@ -212,8 +212,7 @@ class Permissions:
     async def use(self, permission: Permission, turn: Turn) -> str | None:
         """Why a run under ``permission`` may not start from the turn's message (the record withdrew
         it, or the message started something already or is not the newest), or None when it starts."""
-        message = Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
-        refused = await self._record.use(permission.id, turn.conversation_id, message)
+        refused = await self._record.use(permission.id, turn.conversation_id, turn.message())
         return refused.reason if refused is not None else None
 
     def variables(self, permission: Permission) -> dict[str, Any]:

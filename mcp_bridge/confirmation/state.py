@@ -3,7 +3,7 @@ executor is a ``match`` over it.
 
 * :class:`Idle`: no question of ours is open, and the tracker claims none.
 * :class:`Asking`: a question (:class:`~mcp_bridge.question.Question`) waits for the person's answer.
-* :class:`ServerAsking`: an MCP server's question waits (:mod:`mcp_bridge.confirmation.server_questions`).
+* :class:`ServerAsking`: an MCP server's question waits (:mod:`mcp_bridge.confirmation.server_asking`).
 * :class:`Malformed`: the tracker's slots claim a question the record does not hold open (answered,
   refused or replaced already, never asked, forged, copied from another conversation, unreadable), or
   the record's own row does not open; ``claimed`` is what the slot says, when that can be read, and

@@ -87,10 +87,10 @@ from mcp_bridge.mcp_client import transport
 from mcp_bridge.mcp_client.transport import AiohttpTransport, Delivery
 from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
 from mcp_bridge.observability import metrics, tracing
-from mcp_bridge.questions import elicitation
-from mcp_bridge.questions import waiting_calls as waiting_calls
-from mcp_bridge.questions.elicitation import MAX_ROUNDS
-from mcp_bridge.questions.waiting_calls import WaitingCall, WaitingCalls
+from mcp_bridge.server_questions import elicitation
+from mcp_bridge.server_questions import waiting_calls as waiting_calls
+from mcp_bridge.server_questions.elicitation import MAX_ROUNDS
+from mcp_bridge.server_questions.waiting_calls import WaitingCall, WaitingCalls
 from mcp_bridge.tools import results
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.schema import (
@@ -182,7 +182,7 @@ class _Connection:
     ) -> None:
         self.config = config
         # Calls kept open while the person answers a 2025-11-25 server's question
-        # (mcp_bridge.questions.waiting_calls).
+        # (mcp_bridge.server_questions.waiting_calls).
         self._waiting = waiting if waiting is not None else WaitingCalls()
         self._auth = auth
         # The session's opening requests (initialize): whether the server refused them unauthenticated.
@@ -246,7 +246,7 @@ class _Connection:
                 # Elicitation (form and URL) is declared, so servers may ask the person. On a
                 # 2026-07-28 server the questions come back as input-required results; on a
                 # 2025-11-25 server they reach _on_elicitation inside the call, which is then kept open
-                # open while the person answers (mcp_bridge.questions.waiting_calls).
+                # open while the person answers (mcp_bridge.server_questions.waiting_calls).
                 mcp_sdk.connect(
                     self.config.url,
                     http_client,
@@ -277,7 +277,8 @@ class _Connection:
 
     async def _on_elicitation(self, asked: dict[str, Any]) -> dict[str, Any]:
         """A 2025-11-25 server's question in the middle of a call: handed to the caller, whose call is
-        then kept open here while the person answers over the next turns (mcp_bridge.questions.waiting_calls).
+        then kept open here while the person answers over the next turns
+        (mcp_bridge.server_questions.waiting_calls).
 
         The callback runs in the context of the call that asked (the SDK carries the caller's
         context), so :data:`waiting_calls.current` names it; a question with no call of ours to carry
@@ -290,7 +291,7 @@ class _Connection:
             )
             return {"action": "cancel"}
         unasked = elicitation.begin(self.config.name, asked)
-        if isinstance(unasked, elicitation.Answered):
+        if isinstance(unasked, elicitation.Replied):
             return {"action": unasked.action}  # nothing the chat may ask: declined at once
         return dict(await call.ask(asked))
 
@@ -534,7 +535,7 @@ class MCPRuntime:
         open here and the error carries its ``handle`` (no ``request_state``); the same call with
         ``input_responses`` and that ``handle`` gives the answers to the waiting call and returns its
         result (:class:`QuestionLapsedError` when it is no longer waiting: see
-        mcp_bridge.questions.waiting_calls).
+        mcp_bridge.server_questions.waiting_calls).
         """
         if server not in self._servers:
             raise ToolNotFoundError(f"no MCP server named {server!r} in endpoints.yml")

@@ -51,11 +51,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.question import AskedCall, Question
-from mcp_bridge.sealing import call_digest
 
 try:  # POSIX: workers of one action server append under an exclusive lock
     import fcntl
@@ -66,7 +65,39 @@ log = logging.getLogger(__name__)
 
 AuditObserver = Callable[[Mapping[str, Any]], None]
 
-CALLED = "called"
+# Every decision an entry can record, defined here once (the docs' audit page says what each means);
+# an entry without one is an ``event``.
+AuditDecision = Literal[
+    "approval_expired",
+    "approval_not_allowed",
+    "approval_refused",
+    "approval_rejected",
+    "approval_requested",
+    "approval_resumed",
+    "approved",
+    "asked",
+    "asked_again",
+    "called",
+    "confirmed",
+    "denied",
+    "dropped",
+    "edited",
+    "executed",
+    "expired",
+    "handed_back",
+    "not_asked",
+    "not_started",
+    "permission_granted",
+    "permission_not_used",
+    "permission_revoked",
+    "permission_used",
+    "refused",
+    "rejected",
+    "unclear",
+]
+AUDIT_DECISIONS: frozenset[str] = frozenset(get_args(AuditDecision))
+
+CALLED: AuditDecision = "called"
 RESULT_MAX_CHARS = 200
 MIN_KEY_BYTES = 32
 # Without AUDIT_KEY: a key anyone can read here. Digests under it resist nothing but accidents.
@@ -255,7 +286,7 @@ class AuditLog:
         conversation: str,
         question: Question,
         call: AskedCall,
-        decision: str,
+        decision: AuditDecision,
         result: str | None,
         **extra: Any,
     ) -> None:
@@ -274,7 +305,17 @@ class AuditLog:
             **extra,
         )
 
-    def record(self, **entry: Any) -> None:
+    def record_calls(
+        self, conversation: str, question: Question, decision: AuditDecision, result: str | None
+    ) -> None:
+        """The same entry about each call of a question, in the question's order."""
+        for call in question.calls:
+            self.record_question(conversation, question, call, decision, result)
+
+    def record(self, *, decision: AuditDecision | None = None, **entry: Any) -> None:
+        """One entry: a ``decision`` (one of :data:`AuditDecision`) and its fields, or an ``event``."""
+        if decision is not None:
+            entry = {**entry, "decision": decision}
         clash = set(_CHAIN) & set(entry)
         if clash:
             raise ValueError(f"audit entry fields {sorted(clash)} are the chain's own")
@@ -329,19 +370,21 @@ class AuditLog:
         source: str,
         arguments: Mapping[str, Any],
         *,
+        digest: str,
         conversation: str | None,
         key: str | None,
         result: str,
         sent: bool,
     ) -> None:
-        """Record one call of a tool (``decision: "called"``) made in ``conversation``."""
+        """Record one call of a tool (``decision: "called"``) made in ``conversation``; ``digest`` is the
+        call's (:func:`mcp_bridge.sealing.call_digest`), kept under the audit key."""
         self.record(
             conversation=conversation,
             skill=skill,
             tool=tool,
             source=source,
             confirmation=key,
-            digest=self.keys.call_digest(call_digest(skill, tool, source, arguments)),
+            digest=self.keys.call_digest(digest),
             arguments=self.keys.argument_digests(arguments),
             decision=CALLED,
             result=bounded(result, argument_values(arguments)),

@@ -40,7 +40,7 @@ from mcp_bridge.errors import (
     ToolTimeoutError,
 )
 from mcp_bridge.observability import otel
-from mcp_bridge.observability.audit import CALLED
+from mcp_bridge.observability.audit import CALLED, AuditDecision
 
 __all__ = [
     "CONFIRMATIONS",
@@ -62,7 +62,15 @@ PlatformCollector(registry=REGISTRY)
 
 # Decisions shown from the first scrape on (at 0), so a rate over them is defined before the first
 # one happens. The audit trail's other entries (asked_again, executed, unclear, ...) are counted too.
-DECISIONS = ("asked", "confirmed", "denied", "edited", "expired", "rejected", "refused")
+DECISIONS: tuple[AuditDecision, ...] = (
+    "asked",
+    "confirmed",
+    "denied",
+    "edited",
+    "expired",
+    "rejected",
+    "refused",
+)
 
 CONFIRMATIONS = Counter(
     "mcp_bridge_confirmations",

@@ -79,7 +79,7 @@ ATTRIBUTES = frozenset(
 )
 _PREFIX = "mcp_bridge."
 # An audit entry's decision -> the span it becomes; others become "mcp-bridge decision".
-_AUDIT_SPANS = {
+_AUDIT_SPANS: dict[str, str] = {
     "asked": "mcp-bridge question",
     "asked_again": "mcp-bridge question",
     "approval_requested": "mcp-bridge approver_wait",
@@ -101,7 +101,7 @@ def _version() -> str:
 
 class _State:
     tracer: Any = None  # None: tracing is off
-    resolved = False  # configure() ran, or the global provider was looked at
+    looked_up = False  # configure() ran, or the global provider was looked at
 
 
 _state = _State()
@@ -110,7 +110,7 @@ _state = _State()
 def configure(provider: Any | None) -> bool:
     """Trace with ``provider`` (rasa-sdk's, from endpoints.yml), or the global provider when it is
     None and one is set; True when tracing is on (``where_spans_go``)."""
-    _state.resolved = True
+    _state.looked_up = True
     _state.tracer = None
     if otel_trace is None:
         return False
@@ -131,7 +131,7 @@ def _global_provider() -> Any | None:
 
 
 def _tracer() -> Any:
-    if not _state.resolved:
+    if not _state.looked_up:
         configure(None)
     return _state.tracer
 
@@ -184,7 +184,7 @@ _OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
 def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
     """A span named ``name`` under the current one, with ``attributes`` (keys of :data:`ATTRIBUTES`);
     the span on enter, or None when tracing is off."""
-    tracer = _state.tracer if _state.resolved else _tracer()
+    tracer = _state.tracer if _state.looked_up else _tracer()
     if tracer is None:
         return _OFF
     return _Span(tracer, name, attributes)
@@ -200,7 +200,7 @@ def audit_span(entry: Mapping[str, Any]) -> None:
     """An :class:`~mcp_bridge.observability.audit.AuditLog` observer: each decision the trail records
     (a question asked, an approver's wait and decision, a permission granted or used) becomes a
     short span under the current one, with its names; a call's entry does not (its call has one)."""
-    tracer = _state.tracer if _state.resolved else _tracer()
+    tracer = _state.tracer if _state.looked_up else _tracer()
     decision = entry.get("decision")
     if tracer is None or decision == CALLED or not isinstance(decision, str):
         return

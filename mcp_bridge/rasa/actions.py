@@ -20,7 +20,7 @@ from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
 from mcp_bridge.auth.person import SignInRequiredError
-from mcp_bridge.confirmation.executor import Decision, Turn
+from mcp_bridge.confirmation.decisions import Decision, Turn
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
     APPROVAL_ENTITY,

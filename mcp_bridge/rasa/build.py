@@ -36,18 +36,20 @@ from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore, token_keys
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.confirmation.gate import declared
 from mcp_bridge.contract import RESPONSES
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.questions import waiting_calls as waiting_calls
-from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader, load_words
+from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader
+from mcp_bridge.reading.words import load_words
 from mcp_bridge.record.database import database_location, open_database
 from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
+from mcp_bridge.server_questions import waiting_calls as waiting_calls
 from mcp_bridge.skills.files import (
     SkillFiles,
     check_questions_carry_no_buttons,

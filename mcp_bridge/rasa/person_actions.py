@@ -27,7 +27,7 @@ from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
 from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
-from mcp_bridge.confirmation.executor import Decision, Say
+from mcp_bridge.confirmation.decisions import Decision, Say
 from mcp_bridge.contract import (
     ACCOUNT_ACTION,
     DISCONNECT_ACTION,

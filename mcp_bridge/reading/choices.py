@@ -1,8 +1,8 @@
 """Answers to a question about several calls: which of the numbered calls get a yes.
 
-The reader (:mod:`mcp_bridge.reading.reader`) asks this module when an answer to a numbered list is not a
-plain yes or no to all of it. The answer must give every call exactly one decision, in a small
-grammar, or it is unclear and asked again:
+The reader (:mod:`mcp_bridge.reading.reader`) asks this module (:class:`PerCall`) when an answer to a
+numbered list is not a plain yes or no to all of it, nor asks, nor sounds ironic. The answer must give
+every call exactly one decision, in a small grammar, or it is unclear and asked again:
 
 * a decision is a yes- or no-word with the calls it is about, either way round: "yes to 1",
   "no to the second", "1 yes, 2 no", "skip 2", "approve 1 and 3", "2 and 3: no", "1-3 yes";
@@ -20,16 +20,23 @@ decision ("yes to 1" of two), a yes-word alone beside named calls of the other a
 and 2 no"), irony (as the reader finds it). The words are English; yes- and no-words come from
 the reader's word lists, so a bot's own words work here too.
 
-Reading is one pass over the tokens with dictionary look-ups (:class:`~mcp_bridge.reading.reader` phrase
-index): linear in the length of the answer.
+"change 2 to: <new text>" edits one call (:meth:`PerCall.edit_call`).
+
+Reading is one pass over the tokens with dictionary look-ups (:class:`~mcp_bridge.reading.words.PhraseIndex`):
+linear in the length of the answer.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["NotAnAnswer", "Symbol", "per_call", "read_targets", "symbols_to_decisions"]
+from mcp_bridge.reading.answers import Choices, EditCall, Unclear
+from mcp_bridge.reading.text import Phrase, tokenise_choices
+from mcp_bridge.reading.words import PhraseIndex, Words
+
+__all__ = ["NotAnAnswer", "PerCall", "Symbol", "per_call", "read_targets", "symbols_to_decisions"]
 
 # Number words and ordinals (English); digits are read as they are.
 ORDINALS: dict[str, int] = {
@@ -276,3 +283,125 @@ def read_targets(
         return Symbol("target", frozenset({NUMBER_WORDS[word]}))
     named = names(word)
     return Symbol("target", named) if named else None
+
+
+class PerCall:
+    """The grammar's reading of a numbered list's answer, with the reader's yes-, no- and polite words
+    (``words``) besides its own; at equal length the first label wins."""
+
+    def __init__(self, words: Words) -> None:
+        def listed(*entries: str) -> frozenset[Phrase]:
+            return frozenset(tuple(tokenise_choices(entry)) for entry in entries)
+
+        self._words = PhraseIndex(
+            [
+                ("except", listed(*EXCEPT_WORDS)),
+                ("sep", listed(*SEPARATORS)),
+                ("and", listed(*AND_WORDS)),
+                ("only", listed(*ONLY_WORDS)),
+                ("all", listed(*ALL_WORDS)),
+                ("both", listed(*BOTH_WORDS)),
+                ("none", listed(*NONE_WORDS)),
+                ("neither", listed(*NEITHER_WORDS)),
+                ("rest", listed(*REST_WORDS)),
+                ("no", words.no | listed(*EXTRA_NO)),
+                ("yes", words.yes | listed(*EXTRA_YES)),
+                ("filler", listed(*FILLERS) | words.polite),
+            ]
+        )
+        self._range_words = frozenset(RANGE_WORDS)
+
+    def read(self, text: str, count: int, names: Sequence[str]) -> Choices | Unclear:
+        """A yes or a no for each of ``count`` calls (``names``: the word naming each), or why not."""
+        tokens = tokenise_choices(text)
+        # "the task" names the one call whose tool ends in "task"; "the notes" every note. A singular
+        # that fits several calls ("the note" of two notes) names none, so the answer is unclear.
+        by_name: dict[str, frozenset[int]] = {}
+        for place, name in enumerate(names, start=1):
+            by_name[f"{name}s"] = by_name.get(f"{name}s", frozenset()) | {place}
+        for name in set(names):
+            if names.count(name) == 1:
+                by_name[name] = frozenset({names.index(name) + 1})
+        symbols: list[Symbol] = []
+        # The kind of the last symbol that is not a separator, kept as symbols are added: a list of
+        # them rebuilt per word made a long answer quadratic.
+        last_said: str | None = None
+        i = 0
+        while i < len(tokens):
+            word = tokens[i]
+            previous = symbols[-1] if symbols else None
+            after_target = previous is not None and previous.kind == "target"
+            if after_target and word in self._range_words and i + 1 < len(tokens):
+                upto = read_targets(tokens[i + 1], False, lambda _: frozenset(), count)
+                if previous is not None and upto is not None and len(previous.targets) == 1:
+                    low, high = min(previous.targets), min(upto.targets)
+                    if not 1 <= low <= high <= count:
+                        return Unclear("a range that is not on the list")
+                    symbols[-1] = Symbol("target", frozenset(range(low, high + 1)))
+                    i += 2
+                    continue
+            target = read_targets(word, after_target, lambda w: by_name.get(w, frozenset()), count)
+            if target is not None:
+                symbols.append(target)
+                last_said = target.kind
+                i += 1
+                continue
+            hit = self._words.at(tokens, i)
+            if hit is None:
+                return Unclear("words that are not a plain yes or no to each call")
+            label, phrase = hit
+            i += len(phrase)
+            if label == "filler":
+                continue
+            if label == "sep" and previous is not None and previous.kind == "target":
+                nxt = (
+                    read_targets(tokens[i], False, lambda w: by_name.get(w, frozenset()), count)
+                    if i < len(tokens)
+                    else None
+                )
+                if nxt is not None:
+                    label = "and"  # "1, 2 and 3"
+            if (
+                label == "sep"
+                and phrase == ("but",)
+                and previous is not None
+                and previous.kind in ("all", "both")
+            ):
+                label = "except"  # "all but 2"
+            if label == "yes" and last_said == "yes":
+                return Unclear("a yes said twice, which sounds ironic")  # "sure, sure, both"
+            symbols.append(Symbol(label))
+            if label not in ("sep", "and"):
+                last_said = label
+        try:
+            decisions = symbols_to_decisions(symbols, count)
+            return Choices(per_call(decisions, count))
+        except NotAnAnswer as exc:
+            return Unclear(str(exc))
+
+    def edit_call(self, text: str, count: int) -> EditCall | Unclear | None:
+        """ "change 2 to: <new text>", "change the second to ...": one call's new text."""
+        match = _EDIT_CALL.match(text)
+        if match is None:
+            return None
+        which = tokenise_choices(match.group("which"))
+        target = read_targets(which[-1], False, lambda _: frozenset(), count) if which else None
+        if target is None or len(target.targets) != 1:
+            return Unclear("an edit that does not say which call")
+        (place,) = target.targets
+        if not 1 <= place <= count:
+            return Unclear("an edit of a call that is not on the list")
+        new = match.group("text").strip()
+        if len(new) >= 2 and new[0] in "\"'“‘" and new[-1] in "\"'”’":
+            new = new[1:-1].strip()
+        return EditCall(place, new) if new else Unclear("an edit without the new text")
+
+
+# "change 2 to: <text>", "edit the second one to <text>", "change note 2 to say <text>": a marker,
+# the call, and everything after "to" / "to say" / ":" as the new text. Each part is a literal or a
+# run of one class followed by a literal, so nothing backtracks over more than one run.
+_EDIT_CALL = re.compile(
+    r"\s*(?:change|edit|make|update|reword)\s+(?P<which>(?:the\s+|number\s+|no\.\s*|#\s*|item\s+|call\s+|note\s+|task\s+)?"
+    r"[\w]+)(?:\s+one)?\s*(?:to\s+say\b|to\b|say\b|:)\s*:?(?P<text>.*)\Z",
+    re.IGNORECASE | re.DOTALL,
+)

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from mcp_bridge.record.database import Database, Tx
 
-__all__ = ["Ended", "Message", "Record", "Refused", "StoredQuestion", "QuestionKind"]
+__all__ = ["Ended", "Message", "Record", "NotMade", "StoredQuestion", "QuestionKind"]
 
 QuestionKind = Literal["question", "server"]
 Ended = Literal["answered", "refused", "expired", "replaced", "dropped", "rejected"]
@@ -71,7 +71,7 @@ class StoredQuestion:
 
 
 @dataclass(frozen=True)
-class Refused:
+class NotMade:
     """A transition the record did not make, and why (for the audit)."""
 
     reason: str
@@ -134,7 +134,7 @@ class Record:
         asked_after: float | None,
         message: Message | None,
         new_words: bool,
-    ) -> Refused | None:
+    ) -> NotMade | None:
         """``one_open_question``: record a question asked now, ending the open one before it. With
         ``new_words`` (not the same calls asked again) it is started by ``message`` (``starts_once``),
         which must not have started anything yet; None when recorded."""
@@ -163,7 +163,7 @@ class Record:
                     message.id if message is not None else None,
                 )
         except _Abort as refused:
-            return Refused(refused.reason)
+            return NotMade(refused.reason)
         return None
 
     async def open_question(self, conversation_id: str) -> StoredQuestion | None:
@@ -183,7 +183,7 @@ class Record:
 
     async def end(
         self, question_id: str, how: Ended, *, message: Message | None = None, reason: str | None = None
-    ) -> Refused | None:
+    ) -> NotMade | None:
         """``ends_once`` (and ``answers_once`` for ``message``): the open question ends ``how``; None when
         this call ended it, else why not (it had ended already, or the message answered another)."""
         now = self._clock()
@@ -215,7 +215,7 @@ class Record:
                     if not used:
                         raise _Abort("this message answered another question already")
         except _Abort as refused:
-            return Refused(refused.reason)
+            return NotMade(refused.reason)
         return None
 
     # -- messages -----------------------------------------------------------------------------------
@@ -225,13 +225,13 @@ class Record:
         rows = await self.database.fetch("SELECT started FROM record_messages WHERE id = ?", message_id)
         return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    async def start(self, conversation_id: str, message: Message, what: str) -> Refused | None:
+    async def start(self, conversation_id: str, message: Message, what: str) -> NotMade | None:
         """``starts_once`` on its own (a run that asks nothing but must not repeat)."""
         try:
             async with self.database.transaction() as tx:
                 await self._start(tx, conversation_id, message, what, self._clock())
         except _Abort as refused:
-            return Refused(refused.reason)
+            return NotMade(refused.reason)
         return None
 
     async def _seen(self, tx: Tx, conversation_id: str, message: Message, now: float) -> None:
@@ -315,7 +315,7 @@ class Record:
         )
         return [(json.loads(row[0]), "withdrawn" if row[1] == "withdrawn" else "expired") for row in rows]
 
-    async def use(self, permission_id: str, conversation_id: str, message: Message | None) -> Refused | None:
+    async def use(self, permission_id: str, conversation_id: str, message: Message | None) -> NotMade | None:
         """``permissions_stand`` and ``starts_once``: a run under the permission, started by ``message``;
         None when the permission still stands and the message started nothing yet."""
         now = self._clock()
@@ -335,7 +335,7 @@ class Record:
                     raise _Abort("no message of the person's started the run")
                 await self._start(tx, conversation_id, message, f"permission:{permission_id}", now)
         except _Abort as refused:
-            return Refused(refused.reason)
+            return NotMade(refused.reason)
         return None
 
     async def withdraw(self, conversation_id: str, person: str | None) -> list[dict[str, Any]]:

@@ -40,6 +40,9 @@ __all__ = [
     "registered_local_tools",
 ]
 
+# What a skill's tool name resolved to: the tool, or why nothing.
+Resolved = Tool | ToolNotFoundError
+
 # -- local tools -----------------------------------------------------------------------------
 
 _REGISTRY: dict[str, ToolFunction] = {}
@@ -87,6 +90,14 @@ class ToolBox:
         # Resolution depends on nothing that changes after start-up: each skill's name is resolved
         # once, {(skill id, name): (the skill's tool-source line, the tool)}.
         self._resolved: dict[tuple[str, str], tuple[object, Tool]] = {}
+
+    def find(self, skill: Skill, name: str) -> Resolved:
+        """The tool ``skill`` calls ``name``, or why none (a name that resolves to nothing is refused
+        loudly when it is run, and asked about like any other before that)."""
+        try:
+            return self.resolve(skill, name)
+        except ToolNotFoundError as exc:
+            return exc
 
     def resolve(self, skill: Skill, name: str) -> Tool:
         """The tool ``skill`` calls ``name``; :class:`ToolNotFoundError` when it resolves to nothing."""

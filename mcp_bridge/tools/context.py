@@ -22,7 +22,7 @@ class Resume:
     responses: Mapping[str, Mapping[str, Any]]
     # A 2026-07-28 server's opaque state for the call, or None.
     request_state: str | None
-    # A 2025-11-25 call kept open in this process (mcp_bridge.questions.waiting_calls), or None.
+    # A 2025-11-25 call kept open in this process (mcp_bridge.server_questions.waiting_calls), or None.
     handle: str | None = None
     # Which round of questions this call is answering (1: its first questions).
     round: int = 1

@@ -37,6 +37,7 @@ from mcp_bridge.errors import (
 )
 from mcp_bridge.observability import metrics, tracing
 from mcp_bridge.observability.audit import AuditLog, AuditWriteError
+from mcp_bridge.sealing import call_digest
 from mcp_bridge.tools.context import CallContext
 from mcp_bridge.tools.results import ToolResult
 from mcp_bridge.tools.schema import validate_arguments
@@ -144,6 +145,7 @@ class Audited(Layer):
             self.name,
             self.source,
             arguments,
+            digest=call_digest(self.skill_id, self.name, self.source, arguments),
             conversation=context.conversation_id,
             key=context.idempotency_key,
             result=result,

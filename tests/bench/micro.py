@@ -15,7 +15,8 @@ from crm import tools as crm_tools
 from mcp_types import LATEST_PROTOCOL_VERSION
 
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
-from mcp_bridge.confirmation.executor import Executor, Turn
+from mcp_bridge.confirmation.decisions import Turn
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.mcp_client.transport import AiohttpTransport

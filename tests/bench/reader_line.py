@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion
+from mcp_bridge.reading.answers import NluOpinion
+from mcp_bridge.reading.reader import ConfirmationReader
 from tests.bench.stats import Series
 
 SIZES = {"1 kB": 1_000, "64 kB": 64_000, "1 MB": 1_000_000}

@@ -47,7 +47,7 @@ class TracingLine:
 @contextlib.contextmanager
 def _setting(name: str) -> Iterator[None]:
     """Tracing as ``name`` says, for the cycles run inside."""
-    saved = (tracing.span, tracing.note, tracing._state.tracer, tracing._state.resolved)
+    saved = (tracing.span, tracing.note, tracing._state.tracer, tracing._state.looked_up)
     try:
         if name == "no hooks":
             tracing.span = lambda *args, **kwargs: tracing._OFF  # type: ignore[assignment]
@@ -56,12 +56,12 @@ def _setting(name: str) -> Iterator[None]:
             from opentelemetry.sdk.trace import TracerProvider
 
             tracing._state.tracer = TracerProvider().get_tracer("bench")  # spans made, none exported
-            tracing._state.resolved = True
+            tracing._state.looked_up = True
         else:
-            tracing._state.tracer, tracing._state.resolved = None, True
+            tracing._state.tracer, tracing._state.looked_up = None, True
         yield
     finally:
-        tracing.span, tracing.note, tracing._state.tracer, tracing._state.resolved = saved
+        tracing.span, tracing.note, tracing._state.tracer, tracing._state.looked_up = saved
 
 
 def _executor(directory: Path, book: Notebook) -> Executor:

@@ -71,7 +71,7 @@ SWITCHED_OFF = [
         "        return None  # MUTANT: a permission is used as often as asked\n",
     ),
     (
-        "confirmation/executor.py",
+        "confirmation/permitted.py",
         '    slot or a result must be in the text of the signed message that started the run."""\n',
         '    slot or a result must be in the text of the signed message that started the run."""\n'
         "    return None  # MUTANT: a run under a permission writes whatever the slots say\n",

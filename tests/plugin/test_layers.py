@@ -26,7 +26,7 @@ LAYERS = [
     "observability",
     "auth",
     "tools",
-    "questions",
+    "server_questions",
     "mcp_client",
     "skills",
     "reading",
@@ -107,7 +107,7 @@ def test_the_public_api_is_complete_and_resolves() -> None:
     import typing
 
     import mcp_bridge
-    from mcp_bridge.reading.reader import Answer
+    from mcp_bridge.reading.answers import Answer
 
     for name in mcp_bridge.__all__:
         assert getattr(mcp_bridge, name) is not None, name
@@ -124,7 +124,7 @@ def test_what_a_call_is_for_travels_in_its_context_not_in_context_variables() ->
     explicit CallContext (mcp_bridge/tools/context.py). Context variables remain only where the MCP SDK
     calls back into the bridge from inside a call (its HTTP transport, its elicitation callback), which
     no argument can reach."""
-    allowed = {"mcp_client/transport.py", "questions/waiting_calls.py", "mcp_sdk.py"}
+    allowed = {"mcp_client/transport.py", "server_questions/waiting_calls.py", "mcp_sdk.py"}
     found = {
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")

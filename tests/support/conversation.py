@@ -9,7 +9,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from mcp_bridge.confirmation.executor import Decision, Executor, Turn
+from mcp_bridge.confirmation.decisions import Decision, Turn
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 
 REPO = Path(__file__).resolve().parents[2] / "examples" / "crm_bot"

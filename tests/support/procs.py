@@ -42,7 +42,7 @@ from devstack.services import (
     trace_backend,
     write_endpoints,
 )
-from mcp_bridge.mcp_sdk import LEGACY
+from mcp_bridge.mcp_sdk import MCP_1
 
 __all__ = [
     "EXAMPLE_BOT",
@@ -127,7 +127,7 @@ ERA_SERVER = REPO_ROOT / "tests" / "fixtures" / "era_server.py"
 
 
 # Why a test of a 2026-07-28-only server does not run at mcp 1.30 (Rasa Pro's environment).
-MODERN_ONLY_AT_LEGACY = (
+MODERN_NEEDS_MCP_2 = (
     "mcp 1.30 (this environment's SDK, Rasa Pro 3.21's pin) cannot speak the 2026-07-28 revision, the only "
     "one this server speaks; that the bridge refuses such a server there, saying why and writing nothing, "
     "is tested in test_protocol_eras.py and test_check.py"
@@ -141,10 +141,10 @@ def era_mcp(
     `.url` ends in /mcp, `GET /writes` counts its writes and `GET /methods` lists what it was sent.
 
     A ``modern`` server (2026-07-28 only) where this process's MCP SDK is mcp 1.30 skips the test
-    that asks for it (:data:`MODERN_ONLY_AT_LEGACY`), unless ``refused_here`` says the test is about
+    that asks for it (:data:`MODERN_NEEDS_MCP_2`), unless ``refused_here`` says the test is about
     that refusal."""
-    if era == "modern" and LEGACY and not refused_here:
-        pytest.skip(MODERN_ONLY_AT_LEGACY)
+    if era == "modern" and MCP_1 and not refused_here:
+        pytest.skip(MODERN_NEEDS_MCP_2)
     port = port or free_port()
     base = f"http://{HOST}:{port}"
     return ServiceProcess(

@@ -8,8 +8,8 @@ would, lists the server's tools and calls each once, as the action server does, 
 where a scenario needs one:
 
 * a server's question (elicitation) goes through the plugin's own state machine
-  (:mod:`mcp_bridge.questions.elicitation`), the person answering "skip" to every field, and the answers
-  go back to the call that is waiting;
+  (:mod:`mcp_bridge.server_questions.elicitation`), the person answering "skip" to every field, and the
+  answers go back to the call that is waiting;
 * acting as the person (``grant: authorization_code``), the sign-in link the runtime raises is opened
   as the action server's route would (:meth:`PersonOAuth.start`), the authorization server's redirect
   is followed as a browser would, and the callback and "Use this account" go to
@@ -36,7 +36,7 @@ from mcp_bridge.config.servers import parse_mcp_servers
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.mcp_sdk import http
-from mcp_bridge.questions import elicitation
+from mcp_bridge.server_questions import elicitation
 
 SERVER = "conformance"
 # Scenarios whose client acts as the person (authorization code with PKCE: every auth/ scenario but
@@ -93,10 +93,10 @@ def _answers(requests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for key, request in requests.items():
         step = elicitation.begin(SERVER, request)
         for _ in range(elicitation.MAX_FIELDS + 1):
-            if isinstance(step, elicitation.Answered):
+            if isinstance(step, elicitation.Replied):
                 break
             step = elicitation.reply(step.pending, "yes" if step.pending.mode == "url" else "skip")
-        assert isinstance(step, elicitation.Answered), step
+        assert isinstance(step, elicitation.Replied), step
         answers[key] = {"action": step.action, **({"content": step.content} if step.content else {})}
     return answers
 

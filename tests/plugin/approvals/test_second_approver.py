@@ -297,7 +297,9 @@ async def test_when_the_condition_does_not_hold_the_yes_writes(tmp_path: Path) -
 
 async def test_an_executor_without_approvals_refuses_the_call(tmp_path: Path) -> None:
     bench = Bench(tmp_path)
-    bench.executor.approvals = None
+    bench.executor = Executor(
+        bench.executor.skills, bench.executor.tools, audit=bench.audit, clock=bench.clock
+    )
     conversation = bench.conversation()
     await conversation.start()
     held = await conversation.yes()

@@ -18,9 +18,11 @@ import pytest
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.config.yamlfile import load_yaml
-from mcp_bridge.confirmation.gate import Ask, Confirmed, Hold, Reached, gate
+from mcp_bridge.confirmation.gate import Ask, Confirmed, Gate, Hold, Reached
 from mcp_bridge.errors import ConfigError
+from mcp_bridge.question import AskedCall, Question
 from mcp_bridge.rasa.build import build_executor
+from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills.files import RequiresConfirmation, Skill, load_skills
 from mcp_bridge.tools.context import NOBODY
 from tests.plugin.approvals.test_second_approver import DANA, Bench
@@ -345,18 +347,23 @@ async def test_a_remembered_permission_never_covers_a_held_spelling(skill: Skill
         async def annotations(self) -> object:
             raise AssertionError("a held call is refused before its tool is asked")
 
-    generic = RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call")
+    gate = Gate(RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call"))
     for text in (REFUND["zero-width space"], WRITE_OFF["past participle"], CREDIT_NOTE["Cyrillic о"]):
         arguments = {"contact_id": "c1", "text": text}
-        verdict = await gate(
-            skill, "add_timeline_note", Tool(), arguments, Reached(), generic=generic, context=NOBODY
-        )  # type: ignore[arg-type]
+        verdict = await gate.verdict(skill, "add_timeline_note", Tool(), arguments, Reached(), NOBODY)  # type: ignore[arg-type]
         assert isinstance(verdict, Ask) and verdict.remember is None, text
         # ... and a yes to it is held for the approver.
-        after_yes = await gate(
-            skill, "add_timeline_note", Tool(), arguments, Confirmed(), generic=generic, context=NOBODY
-        )  # type: ignore[arg-type]
+        yes = Confirmed(question_about(skill, "add_timeline_note", arguments))
+        after_yes = await gate.verdict(skill, "add_timeline_note", Tool(), arguments, yes, NOBODY)  # type: ignore[arg-type]
         assert isinstance(after_yes, Hold), text
+
+
+def question_about(skill: Skill, tool: str, arguments: dict[str, object]) -> Question:
+    """A question of one call, as the person was asked it."""
+    source = str(skill.tools[tool])
+    digest = call_digest(skill.id, tool, source, arguments)
+    call = AskedCall("c", tool, 0, source, dict(arguments), digest, "c")
+    return Question("q", skill.id, (call,), False, 0.0, 1, "rest:dana", None)
 
 
 def test_a_term_of_symbols_only_is_still_found() -> None:

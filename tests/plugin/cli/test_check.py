@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mcp_bridge.contract import RESPONSES
-from mcp_bridge.mcp_sdk import LEGACY
+from mcp_bridge.mcp_sdk import MCP_1
 from tests.support import procs
 from tests.support.bots import add_reminder_skill, mcp_bridge, starter_bot
 
@@ -501,7 +501,7 @@ def test_tools_says_which_revision_auth_and_capabilities_a_server_has(
     assert secret not in named.stdout + named.stderr
 
 
-@pytest.mark.skipif(not LEGACY, reason="mcp 2.3 speaks 2026-07-28 (the tests above and below)")
+@pytest.mark.skipif(not MCP_1, reason="mcp 2.3 speaks 2026-07-28 (the tests above and below)")
 def test_at_mcp_1_30_a_2026_07_28_only_server_is_refused_by_tools_and_check_saying_why(bot: Path) -> None:
     """Rasa Pro's environment (mcp 1.30) cannot speak 2026-07-28: both commands say so and what to do."""
     with procs.era_mcp("modern", name="era-items", refused_here=True) as server:

@@ -16,7 +16,8 @@ import pytest
 from crm.tools import TOOLS
 
 from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.skills.files import domain_responses, load_skills

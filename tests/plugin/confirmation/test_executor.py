@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor, Turn
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Turn
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.errors import ToolNotFoundError
 from mcp_bridge.mcp_client.runtime import MCPRuntime

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from mcp_bridge.confirmation import permissions
-from mcp_bridge.confirmation.executor import Decision, Executor
-from mcp_bridge.confirmation.gate import Ask, Reached, gate
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
+from mcp_bridge.confirmation.gate import Ask, Gate, Reached
 from mcp_bridge.contract import PENDING_SLOT, YES_NO_BUTTONS
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
@@ -368,23 +369,15 @@ class _Destructive:
 async def test_a_destructive_tool_is_remembered_only_when_the_skill_says_so(tmp_path: Path) -> None:
     skill = World(tmp_path).skills["notes"]
     arguments = {"contact_id": 1, "text": "x"}
-    generic = RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call")
-    timid = await gate(
-        skill, "record_note", _Destructive(), arguments, Reached(), generic=generic, context=NOBODY
-    )
+    gate = Gate(RequiresConfirmation(enabled=True, utter_for_confirmation="utter_confirm_tool_call"))
+    timid = await gate.verdict(skill, "record_note", _Destructive(), arguments, Reached(), NOBODY)
     assert isinstance(timid, Ask) and timid.remember is None
     bold = World(
         tmp_path / "bold",
         SKILL.replace("expires_after: 8h", "expires_after: 8h\n        even_if_destructive: true"),
     )
-    allowed = await gate(
-        bold.skills["notes"],
-        "record_note",
-        _Destructive(),
-        arguments,
-        Reached(),
-        generic=generic,
-        context=NOBODY,
+    allowed = await gate.verdict(
+        bold.skills["notes"], "record_note", _Destructive(), arguments, Reached(), NOBODY
     )
     assert isinstance(allowed, Ask) and allowed.remember is not None and allowed.remember.seconds == 8 * 3600
 

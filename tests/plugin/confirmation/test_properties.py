@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Decision, Executor
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox

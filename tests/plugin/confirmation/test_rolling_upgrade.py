@@ -20,7 +20,8 @@ import pytest
 
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.approvals.store import open_store
-from mcp_bridge.confirmation.executor import Executor, Turn
+from mcp_bridge.confirmation.decisions import Turn
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.sealing import Seal

@@ -2,9 +2,8 @@
 (tests/fixtures/era_server.py): the confirmation first, then the server's form or URL over the next
 turns, then the call completed with the answers, written once. A 2026-07-28 server's call is sent
 again with the answers (input-required); a 2025-11-25 server's call is kept open in this process
-while the person answers (mcp_bridge.questions.waiting_calls), and an answer that comes after the wait ran
-out,
-or to a process that does not hold the call, is told so (the server heard cancel)."""
+while the person answers (mcp_bridge.server_questions.waiting_calls), and an answer that comes after
+the wait ran out, or to a process that does not hold the call, is told so (the server heard cancel)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,8 @@ import httpx2
 import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog

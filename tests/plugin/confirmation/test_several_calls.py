@@ -15,7 +15,8 @@ import pytest
 
 from mcp_bridge.approvals.second_approver import Approvals, Approver
 from mcp_bridge.approvals.store import open_store
-from mcp_bridge.confirmation.executor import ConfirmationPolicy, Executor
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import PENDING_SLOT, YES_NO_BUTTONS
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills

@@ -25,7 +25,7 @@ from mcp_bridge.config.servers import MCPServerConfig, OAuthConfig
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.errors import ServerUnavailableError, ToolArgumentsError, ToolResultInvalidError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.mcp_sdk import LEGACY
+from mcp_bridge.mcp_sdk import MCP_1
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
@@ -35,7 +35,7 @@ from tests.support.conversation import Conversation, responses
 # The era a server speaks, and the revision the bridge then speaks to it.
 ERAS = (
     {"legacy": "2025-11-25", "both": "2025-11-25"}
-    if LEGACY
+    if MCP_1
     else {"modern": "2026-07-28", "legacy": "2025-11-25", "both": "2026-07-28"}
 )
 
@@ -138,7 +138,7 @@ async def test_the_catalogue_follows_the_servers_announcements_in_either_era(
     assert runtime.sessions_opened == 1
 
 
-@pytest.mark.skipif(LEGACY, reason="mcp 1.30 cannot speak 2026-07-28 (the refusal has its own test)")
+@pytest.mark.skipif(MCP_1, reason="mcp 1.30 cannot speak 2026-07-28 (the refusal has its own test)")
 async def test_after_a_modern_server_restart_the_catalogue_still_follows_it(services: procs.Services) -> None:
     port = procs.free_port()
     server = services.start(procs.era_mcp("modern", port))
@@ -157,7 +157,7 @@ async def test_after_a_modern_server_restart_the_catalogue_still_follows_it(serv
         await runtime.aclose()
 
 
-@pytest.mark.skipif(not LEGACY, reason="mcp 2.3 speaks 2026-07-28 (the tests above)")
+@pytest.mark.skipif(not MCP_1, reason="mcp 2.3 speaks 2026-07-28 (the tests above)")
 async def test_at_mcp_1_30_a_2026_07_28_only_server_is_refused_saying_why_and_nothing_is_written(
     services: procs.Services, tmp_path: Path
 ) -> None:

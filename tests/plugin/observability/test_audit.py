@@ -26,6 +26,7 @@ from mcp_bridge.observability.audit import (
     argument_digest,
     verify,
 )
+from mcp_bridge.sealing import call_digest
 
 KEY = "audit key for the tests, long enough: 7f3a9c"
 OLD_KEY = "the previous audit key of the tests: 1b2e8d0c"
@@ -47,6 +48,9 @@ def _write(path: Path, keys: AuditKeys, count: int = 6) -> list[str]:
         "add_timeline_note",
         "mcp:crm",
         {"contact_id": 17, "text": NOTE},
+        digest=call_digest(
+            "log_interaction", "add_timeline_note", "mcp:crm", {"contact_id": 17, "text": NOTE}
+        ),
         conversation="c1",
         key="k1",
         result="ok",
@@ -134,6 +138,9 @@ def test_a_result_is_bounded_and_stripped_of_argument_values(tmp_path: Path) -> 
         "add_timeline_note",
         "local",
         {"email": "dana.whitfield@example.com", "note": {"text": NOTE}},
+        digest=call_digest(
+            "s", "add_timeline_note", "local", {"email": "dana.whitfield@example.com", "note": {"text": NOTE}}
+        ),
         conversation="c",
         key=None,
         result=error,

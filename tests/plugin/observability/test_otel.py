@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics, otel
 from mcp_bridge.observability.audit import AuditKeys, AuditLog
+from mcp_bridge.sealing import call_digest
 
 
 @pytest.fixture
@@ -71,6 +72,7 @@ def test_each_audit_entry_is_a_log_record_under_the_current_span(tmp_path: Path,
             "add_timeline_note",
             "mcp:crm",
             {"text": "a note"},
+            digest=call_digest("log_interaction", "add_timeline_note", "mcp:crm", {"text": "a note"}),
             conversation="c",
             key="k",
             result="ok",

@@ -50,12 +50,12 @@ def exported() -> Iterator[InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     textmap = propagate.get_global_textmap()
-    tracing._state.resolved = True  # as configure() does, without making the provider global
+    tracing._state.looked_up = True  # as configure() does, without making the provider global
     tracing._state.tracer = provider.get_tracer("mcp_bridge")
     tracing._install_propagator()
     yield exporter
     tracing._state.tracer = None
-    tracing._state.resolved = False
+    tracing._state.looked_up = False
     propagate.set_global_textmap(textmap)
 
 
@@ -181,7 +181,7 @@ async def test_tracing_off_makes_no_span_and_sends_no_context(
         [meta] = book.metas[seen:]
         assert "traceparent" not in meta
     finally:
-        tracing._state.resolved = False
+        tracing._state.looked_up = False
 
 
 def test_attributes_outside_the_list_are_dropped() -> None:

@@ -1,12 +1,12 @@
-"""The elicitation state machine (mcp_bridge/questions/elicitation.py): a server's form or URL, asked in the
-chat, turn by turn, as plain data. Live round trips are in test_elicitation_live.py."""
+"""The elicitation state machine (mcp_bridge/server_questions/elicitation.py): a server's form or URL,
+asked in the chat, turn by turn, as plain data. Live round trips are in test_elicitation_live.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mcp_bridge.questions import elicitation
-from mcp_bridge.questions.elicitation import Answered, Asked, PendingElicitation, begin, reply
+from mcp_bridge.server_questions import elicitation
+from mcp_bridge.server_questions.elicitation import Asked, PendingElicitation, Replied, begin, reply
 
 VISIT: dict[str, Any] = {
     "mode": "form",
@@ -30,12 +30,12 @@ VISIT: dict[str, Any] = {
 URL = {"mode": "url", "message": "Connect your account", "url": "https://accounts.example.com/connect?s=1"}
 
 
-def asked(step: Asked | Answered) -> Asked:
+def asked(step: Asked | Replied) -> Asked:
     assert isinstance(step, Asked), step
     return step
 
 
-def say(step: Asked | Answered) -> list[tuple[str, dict[str, Any]]]:
+def say(step: Asked | Replied) -> list[tuple[str, dict[str, Any]]]:
     return [(prompt.response, prompt.variables) for prompt in step.say]
 
 
@@ -76,16 +76,16 @@ def test_a_form_is_asked_one_field_at_a_time_with_the_server_named_and_each_answ
     too_long = asked(reply(step.pending, "x" * 21))
     assert say(too_long)[0][1]["reason"] == "longer than 20 characters"
     done = reply(step.pending, "skip")
-    assert done == Answered("accept", {"day": "2026-12-03", "attendees": 2, "parking": False})
+    assert done == Replied("accept", {"day": "2026-12-03", "attendees": 2, "parking": False})
 
 
 def test_decline_and_cancel_end_the_form_and_send_nothing_typed() -> None:
     step = asked(begin("crm", VISIT))
     step = asked(reply(step.pending, "2026-12-03"))
-    assert reply(step.pending, "decline") == Answered("decline")
-    assert reply(step.pending, "Cancel.") == Answered("cancel")
-    assert reply(step.pending, "stop") == Answered("cancel")
-    assert reply(asked(begin("crm", VISIT)).pending, "no") == Answered("decline")  # a text field: no declines
+    assert reply(step.pending, "decline") == Replied("decline")
+    assert reply(step.pending, "Cancel.") == Replied("cancel")
+    assert reply(step.pending, "stop") == Replied("cancel")
+    assert reply(asked(begin("crm", VISIT)).pending, "no") == Replied("decline")  # a text field: no declines
 
 
 def test_a_short_form_of_choices_is_shown_at_once_and_answered_in_one_reply() -> None:
@@ -107,7 +107,7 @@ def test_a_short_form_of_choices_is_shown_at_once_and_answered_in_one_reply() ->
     assert variables["fields"] == "channel: one of email, phone\nurgent: yes or no"
     wrong = asked(reply(step.pending, "channel: fax\nurgent: yes"))
     assert say(wrong)[0][1]["reason"] == "please pick one of: email, phone"
-    assert reply(step.pending, "channel: Phone\nurgent: yes") == Answered(
+    assert reply(step.pending, "channel: Phone\nurgent: yes") == Replied(
         "accept", {"channel": "phone", "urgent": True}
     )
     missing = asked(reply(step.pending, "urgent: no"))
@@ -115,7 +115,7 @@ def test_a_short_form_of_choices_is_shown_at_once_and_answered_in_one_reply() ->
     # Answering the first field alone goes on one field at a time.
     one = asked(reply(step.pending, "email"))
     assert say(one)[0][1]["field"] == "urgent"
-    assert reply(one.pending, "yes") == Answered("accept", {"channel": "email", "urgent": True})
+    assert reply(one.pending, "yes") == Replied("accept", {"channel": "email", "urgent": True})
 
 
 def test_a_url_shows_its_domain_and_needs_an_explicit_yes() -> None:
@@ -130,14 +130,14 @@ def test_a_url_shows_its_domain_and_needs_an_explicit_yes() -> None:
     }
     unclear = asked(reply(through_the_tracker(step), "what is that?"))
     assert [r for r, _ in say(unclear)] == [elicitation.INVALID, elicitation.ASK_URL]
-    assert reply(step.pending, "yes") == Answered("accept")
-    assert reply(step.pending, "no") == Answered("decline")
-    assert reply(step.pending, "cancel") == Answered("cancel")
+    assert reply(step.pending, "yes") == Replied("accept")
+    assert reply(step.pending, "no") == Replied("decline")
+    assert reply(step.pending, "cancel") == Replied("cancel")
 
 
-def declined(step: Asked | Answered) -> str:
+def declined(step: Asked | Replied) -> str:
     """The reason a question was declined unasked."""
-    assert isinstance(step, Answered) and step.action == "decline" and step.content is None, step
+    assert isinstance(step, Replied) and step.action == "decline" and step.content is None, step
     assert step.say == () and step.reason, step
     return step.reason
 
@@ -272,12 +272,12 @@ def test_ordinary_forms_are_asked_even_when_they_mention_such_things() -> None:
 
 
 def test_a_form_the_chat_cannot_ask_is_declined_unasked() -> None:
-    assert begin("x", {"mode": "form", "message": "m", "requestedSchema": {"type": "object"}}) == Answered(
+    assert begin("x", {"mode": "form", "message": "m", "requestedSchema": {"type": "object"}}) == Replied(
         "decline"
     )
     many = {f"f{i}": {"type": "string"} for i in range(elicitation.MAX_FIELDS + 1)}
     too_many = {"mode": "form", "message": "m", "requestedSchema": {"type": "object", "properties": many}}
-    assert begin("x", too_many) == Answered("decline")
+    assert begin("x", too_many) == Replied("decline")
 
 
 def test_a_reply_over_the_limit_is_refused_unread_and_the_question_stays() -> None:
@@ -314,9 +314,9 @@ def test_a_skipped_field_takes_its_default_and_the_question_says_so() -> None:
         step = asked(reply(through_the_tracker(step), "skip"))
     assert say(step)[0][1]["field"] == "broken" and say(step)[0][1]["optional"].startswith(" (optional")
     done = reply(step.pending, "skip")
-    assert done == Answered(
-        "accept", {"name": "John Doe", "age": 30, "verified": True, "status": "active"}
-    ), done
+    assert done == Replied("accept", {"name": "John Doe", "age": 30, "verified": True, "status": "active"}), (
+        done
+    )
     # all at once: a field left out takes its default
     short = form(
         "Short",
@@ -325,6 +325,6 @@ def test_a_skipped_field_takes_its_default_and_the_question_says_so() -> None:
     )
     step = asked(begin("crm", short))
     assert step.pending.all_at_once
-    assert reply(step.pending, "status: inactive") == Answered(
+    assert reply(step.pending, "status: inactive") == Replied(
         "accept", {"status": "inactive", "verified": False}
     )

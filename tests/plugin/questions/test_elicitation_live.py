@@ -15,7 +15,7 @@ import pytest
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import InputRequiredError, QuestionLapsedError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.questions.elicitation import Answered, begin, reply
+from mcp_bridge.server_questions.elicitation import Replied, begin, reply
 from mcp_bridge.tools.results import ToolResult
 from tests.support import procs
 
@@ -42,10 +42,10 @@ def writes(server: procs.ServiceProcess) -> list[str]:
 
 async def call_and_answer(
     runtime: MCPRuntime, tool: str, arguments: dict[str, Any], replies: Sequence[str]
-) -> tuple[ToolResult, list[Answered]]:
+) -> tuple[ToolResult, list[Replied]]:
     """Call; ask each question the server sends with the state machine, one reply per turn; send the
     answers back with the server's request_state. Every question must be answered by ``replies``."""
-    answered: list[Answered] = []
+    answered: list[Replied] = []
     state: dict[str, Any] = {}
     for _ in range(3):
         try:
@@ -55,10 +55,10 @@ async def call_and_answer(
             for key, request in asked.requests.items():
                 step = begin("items", request)
                 for text in replies:
-                    if isinstance(step, Answered):
+                    if isinstance(step, Replied):
                         break
                     step = reply(step.pending, text)  # the next turn: read back from the tracker
-                assert isinstance(step, Answered), f"{tool}: not answered by {replies}"
+                assert isinstance(step, Replied), f"{tool}: not answered by {replies}"
                 answered.append(step)
                 responses[key] = {
                     "action": step.action,
@@ -82,7 +82,7 @@ async def test_a_form_answered_over_turns_completes_the_call(
     before = writes(server)
     result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, VISIT_REPLIES)
     assert answered == [
-        Answered(
+        Replied(
             "accept", {"day": "2026-12-03", "attendees": 3, "parking": True, "note": "bring the contract"}
         )
     ]
@@ -100,7 +100,7 @@ async def test_a_declined_or_cancelled_form_writes_nothing(
     _, server = era_server
     before = writes(server)
     result, answered = await call_and_answer(runtime, "book_visit", {"contact": "dana"}, replies)
-    assert answered == [Answered(action)]
+    assert answered == [Replied(action)]
     assert result.ok is False and result.error == f"no visit booked: the person chose {action}"
     assert writes(server) == before
 
@@ -114,7 +114,7 @@ async def test_a_url_needs_the_persons_consent(
     _, server = era_server
     before = writes(server)
     result, answered = await call_and_answer(runtime, "connect_account", {}, replies)
-    assert answered == [Answered(action)]
+    assert answered == [Replied(action)]
     assert result.ok is (action == "accept"), result
     assert writes(server)[len(before) :] == (["connected"] if action == "accept" else [])
 
@@ -130,7 +130,7 @@ async def test_a_question_asking_for_a_card_number_is_declined_unasked_and_nothi
     assert writes(server) == before
     reason = "the field 'card_number' asks for a card number (its name says 'card number')"
     if era == "modern":  # the question comes back to the caller, which declines it unasked
-        assert answered == [Answered("decline", reason=reason)]
+        assert answered == [Replied("decline", reason=reason)]
     else:  # asked mid-call: the runtime's callback declines it without holding the call
         assert answered == [] and len(runtime.waiting) == 0
     assert reason in caplog.text

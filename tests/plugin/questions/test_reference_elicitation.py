@@ -1,6 +1,7 @@
 """Questions from a server nobody here wrote, asked in the chat: @modelcontextprotocol/server-everything
 (the MCP project's TypeScript reference server, a 2025-11-25 server) asks inside the running call, and
-the bridge holds that call open while the person answers over turns (mcp_bridge.questions.waiting_calls).
+the bridge holds that call open while the person answers over turns
+(mcp_bridge.server_questions.waiting_calls).
 
 Its tools: ``trigger-elicitation-request`` (a form of 13 fields of every kind, only ``name``
 required; its result echoes what it got, or that the person declined or cancelled) and
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 from mcp_bridge.config.servers import MCPServerConfig
-from mcp_bridge.confirmation.executor import Decision, Executor
+from mcp_bridge.confirmation.decisions import Decision
+from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.confirmation.executor import Decision, Say
+from mcp_bridge.confirmation.decisions import Decision, Say
 from mcp_bridge.contract import LIST_BUTTONS, PENDING_SLOT, RESPONSES, YES_NO_BUTTONS
 from mcp_bridge.rasa.adapter import CONFIRMATION_LOOP, answers_typed, apply_decision, typed_answers
 

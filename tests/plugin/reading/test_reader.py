@@ -16,9 +16,8 @@ import pytest
 import yaml
 
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.reading.reader import (
+from mcp_bridge.reading.answers import (
     Choices,
-    ConfirmationReader,
     Edit,
     EditCall,
     Grant,
@@ -30,8 +29,9 @@ from mcp_bridge.reading.reader import (
     Unclear,
     Yes,
     YesThisTime,
-    load_words,
 )
+from mcp_bridge.reading.reader import ConfirmationReader
+from mcp_bridge.reading.words import load_words
 
 ANSWERS: dict[str, Any] = yaml.safe_load((Path(__file__).with_name("confirmation_answers.yml")).read_text())
 CALL = ANSWERS["call"]

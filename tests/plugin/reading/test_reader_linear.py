@@ -26,7 +26,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, address_spans
+from mcp_bridge.reading.answers import NluOpinion
+from mcp_bridge.reading.reader import ConfirmationReader
+from mcp_bridge.reading.text import address_spans
 from tests.support.example_form import load_form
 from tests.support.procs import EXAMPLE_BOT
 

@@ -24,7 +24,7 @@ import pytest
 from mcp_bridge.config.servers import MCPServerConfig
 from mcp_bridge.errors import ToolArgumentsError, ToolResultInvalidError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
-from mcp_bridge.questions.elicitation import Answered, begin, reply
+from mcp_bridge.server_questions.elicitation import Replied, begin, reply
 from mcp_bridge.tools import schema
 from tests.support import procs
 
@@ -141,15 +141,15 @@ def test_a_catastrophic_pattern_in_a_servers_question_is_checked_at_once() -> No
         },
     }
     step = begin("patterns", request)
-    assert not isinstance(step, Answered)
+    assert not isinstance(step, Replied)
     started = time.perf_counter()
     again = reply(step.pending, HOSTILE)
     elapsed = time.perf_counter() - started
     print(f"\nquestion pattern: a reply checked in {elapsed * 1000:.2f} ms")
     assert elapsed < BUDGET_SECONDS
-    assert not isinstance(again, Answered)  # the reply does not fit: the field is asked again
+    assert not isinstance(again, Replied)  # the reply does not fit: the field is asked again
     answered = reply(again.pending, MATCHING)
-    assert isinstance(answered, Answered) and answered.content == {"code": MATCHING}
+    assert isinstance(answered, Replied) and answered.content == {"code": MATCHING}
 
 
 async def test_patterns_re2_cannot_run_refuse_the_call_before_it_is_sent(
@@ -170,7 +170,7 @@ def test_a_question_with_a_pattern_re2_cannot_run_is_declined_unasked() -> None:
             "properties": {"code": {"type": "string", "pattern": "(a)\\1"}},
         },
     }
-    assert begin("patterns", request) == Answered("decline")
+    assert begin("patterns", request) == Replied("decline")
 
 
 def test_texts_and_patterns_over_their_limits_are_refused_not_skipped() -> None:

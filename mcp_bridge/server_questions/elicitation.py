@@ -30,7 +30,7 @@ The rules:
   user name or password, has a host IDNA refuses, or is longer than :data:`MAX_URL`, is declined
   without asking.
 * A form that asks for a password, a card number or a token is declined without asking, with the
-  reason in :attr:`Answered.reason` and the log (:mod:`mcp_bridge.questions.sensitive` has the rules):
+  reason in :attr:`Replied.reason` and the log (:mod:`mcp_bridge.server_questions.sensitive` has the rules):
   the chat keeps every reply, and the MCP specification says such things are asked through a URL.
 * An answer is never a confirmation: the executor asks its own question about a write, before the
   call (see :mod:`mcp_bridge.confirmation.executor`), and a yes here only answers the server.
@@ -56,7 +56,7 @@ import idna
 import jsonschema
 
 from mcp_bridge.contract import RESPONSES
-from mcp_bridge.questions.sensitive import refusal
+from mcp_bridge.server_questions.sensitive import refusal
 from mcp_bridge.tools.schema import PatternRefusedError, check_schema_patterns, describe_result_problem
 
 __all__ = [
@@ -64,7 +64,7 @@ __all__ = [
     "MAX_ANSWER",
     "MAX_FIELDS",
     "MAX_URL",
-    "Answered",
+    "Replied",
     "Asked",
     "Field",
     "PendingElicitation",
@@ -193,7 +193,7 @@ class Asked:
 
 
 @dataclass(frozen=True)
-class Answered:
+class Replied:
     """The request is answered: send ``action`` (and ``content`` with accept) back to the server."""
 
     action: Action
@@ -203,7 +203,7 @@ class Answered:
     reason: str | None = None
 
 
-def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
+def begin(server: str, request: Mapping[str, Any]) -> Asked | Replied:
     """Start asking ``request`` (an ``elicitation/create`` request's params, as the wire has them)."""
     message = str(request.get("message") or "")[:MAX_ANSWER]
     if request.get("mode") == "url":
@@ -215,13 +215,13 @@ def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
     schema = request.get("requestedSchema") or request.get("requested_schema") or {}
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(properties, Mapping) or not properties or len(properties) > MAX_FIELDS:
-        return Answered("decline")
+        return Replied("decline")
     try:
         # A field's pattern the linear-time engine cannot run (mcp_bridge.tools.schema): no reply could
         # be checked against it, so the question is declined unasked.
         check_schema_patterns(f"{server} (a question)", schema)
     except PatternRefusedError:
-        return Answered("decline")
+        return Replied("decline")
     required = set(schema.get("required") or [])
     fields = tuple(Field(str(name), dict(spec), name in required) for name, spec in properties.items())
     sensitive = refusal(message, ((f.name, f.schema) for f in fields))
@@ -234,27 +234,27 @@ def begin(server: str, request: Mapping[str, Any]) -> Asked | Answered:
     return Asked(pending, (_form_prompt(pending),))
 
 
-def _refused(server: str, reason: str) -> Answered:
+def _refused(server: str, reason: str) -> Replied:
     log.warning("MCP server %r asked a question the chat will not ask, declined unasked: %s", server, reason)
-    return Answered("decline", reason=reason)
+    return Replied("decline", reason=reason)
 
 
-def reply(pending: PendingElicitation, text: str) -> Asked | Answered:
+def reply(pending: PendingElicitation, text: str) -> Asked | Replied:
     """Read the person's reply to the question ``pending`` asked."""
     words = _SPACES.sub(" ", text.strip().lower()).strip(" .!")
     if len(text) > MAX_ANSWER:
         reason = f"that is longer than {MAX_ANSWER} characters"
         return Asked(pending, (_invalid(pending, reason), _again(pending)))
     if words in _CANCEL:
-        return Answered("cancel")
+        return Replied("cancel")
     if pending.mode == "url":
         if words in _YES:
-            return Answered("accept")
+            return Replied("accept")
         if words in _DECLINE:
-            return Answered("decline")
+            return Replied("decline")
         return Asked(pending, (_invalid(pending, "please answer yes or no"), _url_prompt(pending)))
     if words in _DECLINE and not _expects_no(pending):
-        return Answered("decline")
+        return Replied("decline")
     if pending.all_at_once and _LINE.match(text.splitlines()[0] if text.strip() else ""):
         return _read_all(pending, text)
     return _read_one(pending, text)
@@ -267,7 +267,7 @@ def _expects_no(pending: PendingElicitation) -> bool:
     return pending.fields[pending.position].kind == "boolean"
 
 
-def _read_one(pending: PendingElicitation, text: str) -> Asked | Answered:
+def _read_one(pending: PendingElicitation, text: str) -> Asked | Replied:
     asked = pending.fields[pending.position]
     value, problem = _parse(asked, text)
     if problem is not None:
@@ -278,7 +278,7 @@ def _read_one(pending: PendingElicitation, text: str) -> Asked | Answered:
     return _advance(replace(pending, answers=answers, position=pending.position + 1, all_at_once=False))
 
 
-def _read_all(pending: PendingElicitation, text: str) -> Asked | Answered:
+def _read_all(pending: PendingElicitation, text: str) -> Asked | Replied:
     by_name = {f.name.lower(): f for f in pending.fields}
     by_title = {f.title.lower(): f for f in pending.fields}
     answers: dict[str, Any] = {}
@@ -305,12 +305,12 @@ def _read_all(pending: PendingElicitation, text: str) -> Asked | Answered:
     if missing:
         reason = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} needed"
         return Asked(pending, (_invalid(pending, reason), _again(pending)))
-    return Answered("accept", answers)
+    return Replied("accept", answers)
 
 
-def _advance(pending: PendingElicitation) -> Asked | Answered:
+def _advance(pending: PendingElicitation) -> Asked | Replied:
     if pending.position >= len(pending.fields):
-        return Answered("accept", dict(pending.answers))
+        return Replied("accept", dict(pending.answers))
     return Asked(pending, (_field_prompt(pending, pending.fields[pending.position]),))
 
 

@@ -1,28 +1,29 @@
-"""The executor's hook for questions from an MCP server: ask them over turns, then resume the call.
+"""A server's questions asked in the conversation, then the call resumed.
 
 A 2026-07-28 server that stops a call to ask the person (an input-required result) raises
 :class:`~mcp_bridge.errors.InputRequiredError` from the call. Running the call hands it here
-(:meth:`mcp_bridge.confirmation.running.Runner.dispatch` calls :meth:`ServerQuestions.asked`); this
-module asks the server's questions in the chat with the state machine of
-:mod:`mcp_bridge.questions.elicitation`, one reply per turn, and keeps everything between turns in the
-action server's record (:mod:`mcp_bridge.record.store`, a question of kind ``server``), sealed
+(:meth:`mcp_bridge.confirmation.running.Runner.run` calls :meth:`ServerQuestions.asked`); this module
+asks the server's questions in the chat with the state machine of
+:mod:`mcp_bridge.server_questions.elicitation`, one reply per turn, and keeps everything between turns in
+the action server's record (:mod:`mcp_bridge.record.store`, a question of kind ``server``), sealed
 (:mod:`mcp_bridge.sealing`, kind ``elicitation``), with a copy in the ``pending_elicitation`` slot for
-Rasa: the skill, the step, the exact arguments, the question that authorised the call (if one did),
-the answers so far, the server's opaque ``request_state``, who was asked and when. Once every
-question is answered (accepted, declined or cancelled: the server hears which), the same call is sent
-again with the answers and
-that state (its :class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on
-whichever replica serves that turn: through the one hook the executor gives this module,
-``run_from`` (:meth:`mcp_bridge.confirmation.executor.Executor.run_from`, its step loop from the
-stopped step). The executor hands the loop's turns here while a server's question is pending
-(:meth:`ServerQuestions.reply`, and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports
-the executor.
+Rasa: the skill, the step, the exact arguments, the question that authorised the call (if one did) and
+how (the person's yes, an approver's release, a permission), the replies so far, the server's opaque
+``request_state``, who was asked and when. Once every question is replied to (accepted, declined or
+cancelled: the server hears which), the same call is sent again with the replies and that state (its
+:class:`~mcp_bridge.tools.context.Resume`), and the skill goes on from its result, on whichever replica
+serves that turn: through the one hook the executor gives this module, ``resume`` (the step loop from
+the stopped step, :mod:`mcp_bridge.confirmation.planner`, and a question about what it gathers). The
+executor hands the loop's turns here while a server's question is pending (:meth:`ServerQuestions.reply`,
+and :meth:`ServerQuestions.cancel` for its "no"). Nothing here imports the executor or the step loop.
 
 Safety:
 
 * A call under a confirmation was confirmed before it ran and asked: the confirmation's sealed call
-  is what is resumed (its arguments and idempotency key), and nothing the person answers here is
-  read as a yes (:mod:`mcp_bridge.reading.reader` never sees these replies).
+  is what is resumed (its arguments and idempotency key), only while the record holds its question
+  as answered and the gate lets it run again under the consent it ran under (the person's yes, or an
+  approver's release); nothing the person answers here is read as a yes
+  (:mod:`mcp_bridge.reading.reader` never sees these replies).
 * Only the record's open server question is answered, by the person asked, in a message their channel
   vouches for, received after the question was asked, in the turn after it, within its lifetime
   (``CONFIRMATION_TTL_SECONDS``), and once: a reply is one transition in the record. Anything else is
@@ -40,32 +41,37 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
-from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Responses, Run, Say, Turn
-from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT
+from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Run, Say, Scope, Turn
+from mcp_bridge.confirmation.gate import Authorised, Confirmed, Gate, Released, RunConfirmed, RunPermitted
+from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, Responses
 from mcp_bridge.errors import InputRequiredError
 from mcp_bridge.question import Question, open_question
-from mcp_bridge.questions import elicitation
-from mcp_bridge.questions.elicitation import MAX_ROUNDS, Answered, Asked, PendingElicitation
-from mcp_bridge.reading.reader import ConfirmationReader, NluOpinion, Other
-from mcp_bridge.record.store import Message, Record, StoredQuestion
+from mcp_bridge.reading.answers import NluOpinion, Other
+from mcp_bridge.reading.reader import ConfirmationReader
+from mcp_bridge.record.store import Record, StoredQuestion
 from mcp_bridge.sealing import Seal
+from mcp_bridge.server_questions import elicitation
+from mcp_bridge.server_questions.elicitation import MAX_ROUNDS, Asked, PendingElicitation, Replied
 from mcp_bridge.skills.files import Skill, Step
+from mcp_bridge.skills.toolbox import ToolBox
 from mcp_bridge.tools.context import Resume
 
 log = logging.getLogger(__name__)
 
-# The executor's hook: run ``skill`` from step ``start`` in this turn, ``confirmed`` the question (of the
-# one call) a yes authorised (sent exactly as sealed, with its key) or None, the step's call resumed
-# with the answers; what the run came to.
-RunFrom = Callable[[Skill, int, Turn, Question | None, Resume], Awaitable[Run]]
+# The executor's hook: run the scope's skill from step ``start``, the step's call resumed with the
+# answers: under the verdict that lets it run again (sent exactly as sealed, with its key), or, None, as
+# the gate says of it now; what the run came to.
+Resumes = Callable[[Scope, int, Authorised | None, Resume], Awaitable[Run]]
+# How a call stopped to ask ran: under the person's yes, an approver's release or a permission.
+Consented = Literal["yes", "release", "permission"]
 
 KIND = "elicitation"
 
 
 @dataclass(frozen=True)
-class QuestionState:
+class ServerQuestionState:
     """What the ``pending_elicitation`` slot carries."""
 
     # Its id in the action server's record; when it was asked (the record's clock) and after which
@@ -78,7 +84,8 @@ class QuestionState:
     tool: str
     server: str
     arguments: dict[str, Any]
-    # The question (of this one call) that authorised it, sealed as it travels, or None.
+    # The question (of this one call) that authorised it, sealed as it travels, or None; and how it
+    # did (``consent``: None when nothing did).
     confirmation: dict[str, Any] | None
     request_state: str | None
     # The server's questions not yet asked (key -> request), the one being asked, the answers so far.
@@ -89,24 +96,30 @@ class QuestionState:
     user: str | None
     user_turn: int
     rounds: int = 1
-    # A 2025-11-25 server's call kept open in the process that asked (mcp_bridge.questions.waiting_calls).
+    # A 2025-11-25 server's call kept open in the process that asked
+    # (mcp_bridge.server_questions.waiting_calls).
     handle: str | None = None
+    consent: Consented | None = None
 
     @classmethod
-    def from_record(cls, record: Any) -> QuestionState | None:
+    def from_record(cls, record: Any) -> ServerQuestionState | None:
         if not isinstance(record, dict):
             return None
         try:
-            # A state from before ``handle`` existed has none.
-            names = [name for name in cls.__dataclass_fields__ if name in record or name != "handle"]
-            return cls(**{name: record[name] for name in names})
+            # A state from before ``handle`` or ``consent`` existed has neither (a confirmation: a yes).
+            optional = ("handle", "consent")
+            names = [name for name in cls.__dataclass_fields__ if name in record or name not in optional]
+            state = cls(**{name: record[name] for name in names})
         except (KeyError, TypeError):
             return None
+        if state.confirmation is not None and state.consent is None:
+            return replace(state, consent="yes")
+        return state
 
 
 class ServerQuestions:
-    """Asks a server's questions for one executor: its seal, responses, reader and skills, and its step
-    loop (``run_from``) to resume a call through."""
+    """Asks a server's questions for one executor: its seal, responses, reader, skills, tools, gate and
+    record, and its step loop (``resume``) to resume a call through."""
 
     def __init__(
         self,
@@ -114,32 +127,36 @@ class ServerQuestions:
         responses: Responses,
         reader: ConfirmationReader,
         skills: Mapping[str, Skill],
-        run_from: RunFrom,
+        tools: ToolBox,
+        gate: Gate,
         record: Record,
         policy: ConfirmationPolicy,
+        resume: Resumes,
     ) -> None:
         self._seal = seal
         self._responses = responses
         self._reader = reader
         self._skills = skills
-        self._run_from = run_from
+        self._tools = tools
+        self._gate = gate
         self._record = record
         self._policy = policy
+        self._resume_steps = resume
 
     # -- a call stopped to ask ----------------------------------------------------------------
 
     async def asked(
         self,
-        skill: Skill,
+        scope: Scope,
         step: Step,
         arguments: dict[str, Any],
-        turn: Turn,
-        confirmed: Question | None,
+        sealed: Authorised | None,
         stopped: InputRequiredError,
         rounds: int,
     ) -> Run:
         """The call stopped to ask (in its ``rounds``-th round of questions): the first question, and
-        the state for the next turn."""
+        the state for the next turn. ``sealed``: the verdict it ran under, when it ran a sealed call."""
+        skill, turn = scope.skill, scope.turn
         index = skill.steps.index(step)
         source = str(skill.tools[step.execute_tool])
         server = source.split(":", 1)[1] if source.startswith("mcp:") else source
@@ -148,7 +165,7 @@ class ServerQuestions:
             error = "the server kept asking questions"
             return Run("failed", (Say(step.on_error or self._responses.tool_failed, {"error": error}),))
         waiting = dict(stopped.requests)
-        state = QuestionState(
+        state = ServerQuestionState(
             id="",
             asked_at=0.0,
             asked_after=turn.said_at,
@@ -157,9 +174,10 @@ class ServerQuestions:
             tool=step.execute_tool,
             server=server,
             arguments=dict(arguments),
-            confirmation=confirmed.sealed(self._seal, turn.conversation_id)
-            if confirmed is not None
+            confirmation=sealed.question.sealed(self._seal, turn.conversation_id)
+            if sealed is not None
             else None,
+            consent=_consent(sealed),
             request_state=stopped.request_state,
             handle=stopped.handle,
             waiting=waiting,
@@ -172,7 +190,7 @@ class ServerQuestions:
         )
         return await self._next(state, turn, ())
 
-    async def _next(self, state: QuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
+    async def _next(self, state: ServerQuestionState, turn: Turn, said: tuple[Say, ...]) -> Run:
         """Ask the next question; every question declined unasked (a URL nobody should open) is
         answered here and the next one tried."""
         waiting = dict(state.waiting)
@@ -241,7 +259,7 @@ class ServerQuestions:
         if isinstance(read, Asked) and _not_an_answer(self._reader, turn, read):
             # Handed back to the bot (the question waits, and is asked again afterwards).
             return Decision("handed_back")
-        ended = await self._record.end(stored.id, "answered", message=_message(turn))
+        ended = await self._record.end(stored.id, "answered", message=turn.message())
         if ended is not None:
             log.warning(
                 "conversation %s: a reply to a server's question: %s", turn.conversation_id, ended.reason
@@ -268,7 +286,7 @@ class ServerQuestions:
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         return await self._cancelled(state, turn, "the person said stop")
 
-    async def _cancelled(self, state: QuestionState, turn: Turn, reason: str) -> Decision:
+    async def _cancelled(self, state: ServerQuestionState, turn: Turn, reason: str) -> Decision:
         """The server's question ends unanswered (``reason``): the server hears cancel for it and for the
         ones not yet asked."""
         if await self._record.end(state.id, "refused", reason=reason) is not None:
@@ -277,14 +295,16 @@ class ServerQuestions:
         responses.update({key: {"action": "cancel"} for key in state.waiting})
         return await self._resume(replace(state, responses=responses, waiting={}, key=""), turn)
 
-    async def _resume(self, state: QuestionState, turn: Turn) -> Decision:
+    async def _resume(self, state: ServerQuestionState, turn: Turn) -> Decision:
         """Send the call again with the answers; the skill goes on from its result."""
         skill = self._skills.get(state.skill)
         if skill is None or not 0 <= state.step < len(skill.steps):
             return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-        confirmed = None
+        scope = Scope.of(skill, turn)
+        verdict = None
         if state.confirmation is not None:
-            # The call a yes authorised: its question must be one the record holds as answered.
+            # The call a yes authorised: its question must be one the record holds as answered, and the
+            # gate must let it run again under the consent it ran under.
             opened = open_question(state.confirmation, self._seal, turn.conversation_id)
             answered = await self._record.question(opened.id) if isinstance(opened, Question) else None
             if (
@@ -295,12 +315,30 @@ class ServerQuestions:
                 or answered.state != "answered"
             ):
                 return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
-            confirmed = opened
+            verdict = await self._again(scope, opened, state.consent)
+            if verdict is None:
+                return Decision("rejected", [self._invalid()], {ELICITATION_SLOT: None})
         answers = Resume(state.responses, state.request_state, state.handle, round=state.rounds + 1)
         # The confirmed call itself (its sealed arguments and key); a call that needed no
         # confirmation runs from the step again, as it did before it was stopped.
-        run = await self._run_from(skill, state.step, turn, confirmed, answers)
+        run = await self._resume_steps(scope, state.step, verdict, answers)
         return run.decision(skill, slots={ELICITATION_SLOT: None, PENDING_SLOT: None})
+
+    async def _again(
+        self, scope: Scope, question: Question, consent: Consented | None
+    ) -> RunConfirmed | None:
+        """The gate's verdict on running ``question``'s call again under ``consent``; None unless it runs."""
+        call = question.first
+        given = (
+            Released(question) if consent == "release" else Confirmed(question) if consent == "yes" else None
+        )
+        if given is None:
+            return None  # a permission's run is no question the record answered: it never gets here
+        resolved = self._tools.find(scope.skill, call.tool)
+        verdict = await self._gate.verdict(
+            scope.skill, call.tool, resolved, call.arguments, given, scope.context
+        )
+        return verdict if isinstance(verdict, RunConfirmed) else None
 
     # -- the record ---------------------------------------------------------------------------
 
@@ -310,10 +348,10 @@ class ServerQuestions:
         stored = await self._record.open_question(turn.conversation_id)
         if stored is None or stored.kind != "server":
             return False
-        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        state = ServerQuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
         return state is not None and state.user_turn == turn.user_turn
 
-    async def _ask(self, state: QuestionState, turn: Turn) -> dict[str, Any] | None:
+    async def _ask(self, state: ServerQuestionState, turn: Turn) -> dict[str, Any] | None:
         """Record ``state`` as the conversation's open question (a new id; the one before it ends); its
         sealed copy for the slot, or None when the record refuses (nothing is asked)."""
         # Asked after the turn's message (the reply that led to it, or the yes): a later reply must be
@@ -333,16 +371,16 @@ class ServerQuestions:
         )
         return None if refused is not None else sealed
 
-    def _open(self, stored: StoredQuestion, turn: Turn) -> QuestionState | None:
+    def _open(self, stored: StoredQuestion, turn: Turn) -> ServerQuestionState | None:
         """The server's question the record holds, if it opens for this conversation."""
-        state = QuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
+        state = ServerQuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
         return state if state is not None and state.id == stored.id else None
 
     def _invalid(self) -> Say:
         return Say(self._responses.confirmation_invalid)
 
 
-def _may_not_reply(state: QuestionState, turn: Turn) -> str | None:
+def _may_not_reply(state: ServerQuestionState, turn: Turn) -> str | None:
     """Why the turn's message cannot reply to the server's question: another person, no channel vouches
     for it, or the channel received it before the question was asked (an earlier message replayed)."""
     if turn.unvouched is not None:
@@ -355,8 +393,13 @@ def _may_not_reply(state: QuestionState, turn: Turn) -> str | None:
     return None
 
 
-def _message(turn: Turn) -> Message | None:
-    return Message(turn.message_id, turn.user, turn.said_at) if turn.message_id else None
+def _consent(sealed: Authorised | None) -> Consented | None:
+    """How a sealed call ran (None: it ran unasked)."""
+    if isinstance(sealed, RunPermitted):
+        return "permission"
+    if isinstance(sealed, RunConfirmed):
+        return "release" if sealed.released else "yes"
+    return None
 
 
 def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:
@@ -374,7 +417,7 @@ def _not_an_answer(reader: ConfirmationReader, turn: Turn, read: Asked) -> bool:
     return isinstance(reader.read(turn.text, nlu), Other)
 
 
-def _response(answered: Answered) -> dict[str, Any]:
+def _response(answered: Replied) -> dict[str, Any]:
     return {"action": answered.action, **({"content": answered.content} if answered.content else {})}
 
 

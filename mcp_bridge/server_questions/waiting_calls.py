@@ -41,16 +41,18 @@ KEY = "elicitation"
 CANCEL: dict[str, Any] = {"action": "cancel"}
 
 
-# Defaults; the action server reads ELICITATION_WAIT_SECONDS and ELICITATION_MAX_HELD at start
+# Defaults; the action server reads ELICITATION_WAIT_SECONDS and ELICITATION_MAX_WAITING at start
 # (mcp_bridge.rasa.build), with its other settings.
 WAIT_SECONDS = 120.0
 MAX_WAITING = 16
 
 
 @dataclass
-class _Question:
+class _Asked:
+    """A server's question the call waits on: its params, and the person's reply when it comes."""
+
     params: dict[str, Any]
-    answer: asyncio.Future[dict[str, Any]]
+    reply: asyncio.Future[dict[str, Any]]
 
 
 @dataclass
@@ -66,8 +68,8 @@ class WaitingCall:
     task: asyncio.Task[Any] | None = None
     ended: asyncio.Future[None] | None = None
     delivery: Any = None
-    _questions: asyncio.Queue[_Question] = field(default_factory=asyncio.Queue)
-    _asking: _Question | None = None
+    _questions: asyncio.Queue[_Asked] = field(default_factory=asyncio.Queue)
+    _asking: _Asked | None = None
 
     # -- the SDK's callback side ---------------------------------------------------------------
 
@@ -81,11 +83,11 @@ class WaitingCall:
                 self.registry.limit,
             )
             return dict(CANCEL)
-        question = _Question(params, asyncio.get_running_loop().create_future())
-        self.registry.hold(self)
+        question = _Asked(params, asyncio.get_running_loop().create_future())
+        self.registry.wait(self)
         self._questions.put_nowait(question)
         try:
-            return await asyncio.wait_for(asyncio.shield(question.answer), self.registry.wait_seconds)
+            return await asyncio.wait_for(asyncio.shield(question.reply), self.registry.wait_seconds)
         except TimeoutError:
             log.warning(
                 "MCP server %r: no answer from the person within %g s; the server was told cancel "
@@ -96,8 +98,8 @@ class WaitingCall:
             )
             return dict(CANCEL)
         finally:
-            if not question.answer.done():
-                question.answer.cancel()  # a late answer finds it gone
+            if not question.reply.done():
+                question.reply.cancel()  # a late answer finds it gone
             self.registry.release(self)
 
     # -- the caller's side ---------------------------------------------------------------------
@@ -111,9 +113,9 @@ class WaitingCall:
     def deliver(self, responses: Mapping[str, Mapping[str, Any]]) -> bool:
         """Give the person's answer to the question being asked; False if it is no longer awaited."""
         question, self._asking = self._asking, None
-        if question is None or question.answer.done():
+        if question is None or question.reply.done():
             return False
-        question.answer.set_result(dict(responses.get(KEY, CANCEL)))
+        question.reply.set_result(dict(responses.get(KEY, CANCEL)))
         return True
 
 
@@ -136,7 +138,7 @@ class WaitingCalls:
     def room(self, call: WaitingCall) -> bool:
         return call.handle in self._waiting or len(self._waiting) < self.limit
 
-    def hold(self, call: WaitingCall) -> None:
+    def wait(self, call: WaitingCall) -> None:
         self._waiting[call.handle] = call
 
     def release(self, call: WaitingCall) -> None:
@@ -148,7 +150,7 @@ class WaitingCalls:
         call = self._waiting.get(handle)
         if call is None or (call.server, call.tool, call.arguments) != (server, tool, dict(arguments)):
             return None
-        if call._asking is None or call._asking.answer.done():
+        if call._asking is None or call._asking.reply.done():
             return None
         return call
 

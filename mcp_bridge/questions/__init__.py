@@ -1,2 +1,0 @@
-"""Questions from an MCP server, protocol side: the elicitation state machine and the calls that wait for
-an answer."""
