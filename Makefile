@@ -210,8 +210,8 @@ train: $(VENV_RASA)/.installed
 
 lint: $(VENV)/.installed
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check mcp_bridge devstack tests scripts $(BOT)
-	@$(VENV)/bin/ruff format --check mcp_bridge devstack tests scripts $(BOT)
+	@$(VENV)/bin/ruff check --no-cache mcp_bridge devstack tests scripts $(BOT)
+	@$(VENV)/bin/ruff format --no-cache --check mcp_bridge devstack tests scripts $(BOT)
 
 typecheck: $(VENV)/.installed
 	@echo "==> mypy (mcp_bridge, devstack, scripts, the example bot's crm and actions)"
