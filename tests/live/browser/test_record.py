@@ -17,7 +17,7 @@ are the record issue's:
 
 Each writes nothing, is audited with its reason, and the person's own next yes writes exactly once.
 (Cases 5 to 9 are the executor's, the approvals' and the action server's own: in tests/plugin/,
-confirmation/test_server_questions.py, approvals/test_second_approver.py, mcp_client/test_mcp_server_keys.py;
+confirmation/test_server_asking.py, approvals/test_second_approver.py, mcp_client/test_mcp_server_keys.py;
 tests/live/test_action_server_access.py and test_person_oauth_chat.py.)
 """
 
