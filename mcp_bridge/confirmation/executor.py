@@ -120,6 +120,7 @@ class Executor:
             self.record,
             self.policy,
             resume=self._resumed,
+            audit=self.audit,
         )
         # The slots an MCP server's meta_map.from_slots sends in _meta: sealed with each question.
         servers = tools.runtime.servers.values() if tools.runtime is not None else ()

@@ -47,6 +47,7 @@ from mcp_bridge.confirmation.decisions import ConfirmationPolicy, Decision, Run,
 from mcp_bridge.confirmation.gate import Authorised, Confirmed, Gate, Released, RunConfirmed, RunPermitted
 from mcp_bridge.contract import ELICITATION_SLOT, PENDING_SLOT, Responses
 from mcp_bridge.errors import InputRequiredError
+from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.question import Question, open_question
 from mcp_bridge.reading.answers import NluOpinion, Other
 from mcp_bridge.reading.reader import ConfirmationReader
@@ -132,6 +133,7 @@ class ServerQuestions:
         record: Record,
         policy: ConfirmationPolicy,
         resume: Resumes,
+        audit: AuditLog,
     ) -> None:
         self._seal = seal
         self._responses = responses
@@ -142,6 +144,7 @@ class ServerQuestions:
         self._record = record
         self._policy = policy
         self._resume_steps = resume
+        self._audit = audit
 
     # -- a call stopped to ask ----------------------------------------------------------------
 
@@ -233,6 +236,7 @@ class ServerQuestions:
         refusal = _may_not_reply(state, turn)
         if refusal is not None:
             log.warning("conversation %s: a reply to a server's question: %s", turn.conversation_id, refusal)
+            self._refused(state, turn, refusal)
             return Decision("refused", [self._invalid()])
         pending = PendingElicitation.from_slot(state.asking)
         if not turn.new_message:
@@ -264,6 +268,7 @@ class ServerQuestions:
             log.warning(
                 "conversation %s: a reply to a server's question: %s", turn.conversation_id, ended.reason
             )
+            self._refused(state, turn, ended.reason)
             return Decision("refused", [self._invalid()])
         if isinstance(read, Asked):
             again = await self._ask(
@@ -375,6 +380,18 @@ class ServerQuestions:
         """The server's question the record holds, if it opens for this conversation."""
         state = ServerQuestionState.from_record(self._seal.open(KIND, stored.sealed, turn.conversation_id))
         return state if state is not None and state.id == stored.id else None
+
+    def _refused(self, state: ServerQuestionState, turn: Turn, reason: str) -> None:
+        """A reply to the server's question refused (nothing sent), in the audit trail with ``reason``."""
+        self._audit.record(
+            decision="rejected",
+            conversation=turn.conversation_id,
+            user=state.user,
+            skill=state.skill,
+            tool=state.tool,
+            source=f"mcp:{state.server}",
+            result=reason,
+        )
 
     def _invalid(self) -> Say:
         return Say(self._responses.confirmation_invalid)

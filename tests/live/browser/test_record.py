@@ -16,9 +16,13 @@ are the record issue's:
 10. the skill run again on the person's latest signed message with other slots.
 
 Each writes nothing, is audited with its reason, and the person's own next yes writes exactly once.
-(Cases 5 to 9 are the executor's, the approvals' and the action server's own: in tests/plugin/,
-confirmation/test_server_asking.py, approvals/test_second_approver.py, mcp_client/test_mcp_server_keys.py;
-tests/live/test_action_server_access.py and test_person_oauth_chat.py.)
+Cases 5 (a server's question answered by an old signed message) and 9 (``meta_map.from_slots`` changed
+between the question and the yes) are tested the same way through a real Rasa server in
+tests/live/test_server_questions_rasa.py (a stack whose MCP servers ask and record ``_meta``). Cases 6
+and 7 are tested at the plugin level (tests/plugin/approvals/test_second_approver.py; the sign-in's
+resume in tests/plugin/rasa/test_sign_in.py) and, without the audit and the tracker writer, in
+tests/live/test_approvals.py and test_person_oauth_chat.py; case 8 (the action server's start) in
+tests/live/test_action_server_access.py.
 """
 
 from __future__ import annotations
