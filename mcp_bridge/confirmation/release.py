@@ -40,6 +40,15 @@ async def released(parts: Parts, turn: Turn, approval_id: str) -> Decision:
     taken = await approvals.take(approval_id, turn.conversation_id) if approvals is not None else None
     request = taken.request if taken is not None else None
     if approvals is None or taken is None or request is None or taken.kind == "nothing":
+        # Unknown, another conversation's, refused before it was held, already run or told: nothing to do,
+        # and the attempt is audited (whoever can write a tracker can trigger this action).
+        parts.audit.record(
+            conversation=turn.conversation_id,
+            user=turn.user,
+            approval=approval_id[:64],
+            decision="approval_rejected",
+            result="no held call of this conversation waits for this decision (unknown, already run or told)",
+        )
         return Decision("nothing_pending")
     variables = templating.variables(request.slots, request.arguments, tool=request.tool)
     if taken.kind not in ("run", "resume"):

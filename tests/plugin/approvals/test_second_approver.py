@@ -150,6 +150,9 @@ async def test_approved_runs_exactly_once_even_when_told_twice(bench: Bench) -> 
     again = await bench.executor.approval_decided(later.turn(None), request_id)
     assert again.outcome == "nothing_pending" and again.say == []
     assert bench.book.notes_for(DANA) == [NOTE]
+    # The second telling (whoever wrote it into the conversation) is audited with its reason.
+    [rejected] = [e for e in bench.audit.entries() if e["decision"] == "approval_rejected"]
+    assert rejected["approval"] == request_id and "already run or told" in rejected["result"]
     request = await bench.store.get(request_id)
     assert request is not None
     # Called with the question's idempotency key, once.
@@ -257,6 +260,12 @@ async def test_another_conversation_cannot_run_it(bench: Bench) -> None:
     assert told.outcome == "nothing_pending" and bench.book.notes == []
     request = await bench.store.get(request_id)
     assert request is not None and request.status == "approved"
+    [rejected] = [e for e in bench.audit.entries() if e["decision"] == "approval_rejected"]
+    assert rejected["conversation"] == "c2" and rejected["approval"] == request_id
+    unknown = await bench.executor.approval_decided(elsewhere.turn(None), "f" * 5000)
+    assert unknown.outcome == "nothing_pending"
+    rejected_ids = [e["approval"] for e in bench.audit.entries() if e["decision"] == "approval_rejected"]
+    assert rejected_ids[-1] == "f" * 64
 
 
 async def test_a_requester_the_channel_does_not_name_cannot_ask_for_approval(bench: Bench) -> None:
