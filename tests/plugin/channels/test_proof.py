@@ -77,6 +77,16 @@ def test_a_short_key_is_refused_without_echoing_it() -> None:
     assert "short-key" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "placeholder",
+    ["replace-me-with-a-long-random-value-please", "change-this-channel-key-before-you-deploy", "x" * 40],
+)
+def test_a_long_placeholder_key_is_refused_without_echoing_it(placeholder: str) -> None:
+    with pytest.raises(ValueError, match="looks like a placeholder") as refused:
+        ChannelKeys.parse(f"{KEY} {placeholder}")
+    assert "key 2" in str(refused.value) and placeholder not in str(refused.value)
+
+
 def test_the_action_server_needs_the_key_unless_in_development() -> None:
     with pytest.raises(ConfigError, match="MCP_BRIDGE_CHANNEL_KEY is not set"):
         ChannelCheck.from_env({})
