@@ -169,7 +169,7 @@ def skill_files(skills_dir: str | Path) -> SkillFiles:
     """The skill files of ``skills_dir``, read and schema-checked once per process.
 
     rasa_sdk needs the skills' action classes as soon as the bot imports :mod:`mcp_bridge.rasa`
-    (:func:`mcp_bridge.rasa.actions.serve_skills`), before the bot has registered its local tools;
+    (:func:`mcp_bridge.action_server.actions.serve_skills`), before the bot has registered its local tools;
     the start-up checks (:func:`build_executor`) come later. Both read the directory through here,
     so the actions served are the skills checked, from one reading of the files.
     """
@@ -212,7 +212,7 @@ def confirmation_reader() -> ConfirmationReader:
 
 
 # Development only, with a warning at every start: accept a short or placeholder CONFIRMATION_SECRET,
-# and messages no channel signed as from nobody (mcp_bridge.rasa.adapter.ChannelCheck).
+# and messages no channel signed as from nobody (mcp_bridge.action_server.adapter.ChannelCheck).
 DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
 MIN_SECRET_BYTES = 32
 _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
