@@ -267,7 +267,7 @@ pytest-pro: setup services
 
 quick: $(VENV)/.installed lint typecheck
 	@$(VENV)/bin/pytest -q tests/plugin/reading/test_reader.py tests/plugin/skills/test_files.py tests/plugin/config/test_servers.py \
-		tests/plugin/cli/test_init.py tests/plugin/rasa/test_adapter.py tests/plugin/confirmation/test_properties.py \
+		tests/plugin/cli/test_init.py tests/plugin/action_server/test_adapter.py tests/plugin/confirmation/test_properties.py \
 		tests/plugin/test_startup.py tests/plugin/confirmation/test_executor.py tests/plugin/approvals/test_second_approver.py \
 		tests/plugin/confirmation/test_several_calls.py
 

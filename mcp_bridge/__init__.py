@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.4.0"
 
 if TYPE_CHECKING:
+    from mcp_bridge.action_server.build import confirmation_reader
     from mcp_bridge.errors import (
         BridgeError,
         ConfigError,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
         ToolArgumentsError,
         ToolCallError,
     )
-    from mcp_bridge.rasa.build import confirmation_reader
     from mcp_bridge.reading.answers import (
         Answer,
         Edit,
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "local_tool": "skills.toolbox",
     "register_local_tools": "skills.toolbox",
-    "confirmation_reader": "rasa.build",
+    "confirmation_reader": "action_server.build",
     "Answer": "reading.answers",
     "ConfirmationReader": "reading.reader",
     "Edit": "reading.answers",

@@ -3,8 +3,8 @@ response the plugin says (:data:`RESPONSES`).
 
 `mcp-bridge init` writes them into a bot's domain, `mcp-bridge check` looks for them there, and the
 runtime reads and writes them; all three take them from here. This module imports nothing of the
-plugin, so the command-line tools use it without rasa_sdk (``mcp_bridge.rasa`` imports rasa_sdk on
-import).
+plugin, so the command-line tools use it without rasa_sdk (which :mod:`mcp_bridge.action_server`
+imports).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ LIST_BUTTONS = (
 )
 # Input channels where a question is asked in words, with the answers to type, and no buttons:
 # `rasa shell` (Rasa's ``cmdline`` channel shows buttons as a menu that typed letters never reach).
-# MCP_BRIDGE_TYPED_ANSWER_CHANNELS replaces the list (mcp_bridge.rasa.adapter).
+# MCP_BRIDGE_TYPED_ANSWER_CHANNELS replaces the list (mcp_bridge.action_server.adapter).
 TYPED_ANSWER_CHANNELS = ("cmdline",)
 
 # The action that reads an answer; it is also the loop a pending question keeps active, so Rasa

@@ -13,7 +13,8 @@ untrusted, so every such record is *sealed*: one envelope, one signature scheme,
 * ``v`` is the envelope's version; ``kid`` names the key that signed it.
 
 The key ring may hold several secrets: the first seals, every one opens
-(``CONFIRMATION_SECRET`` and ``CONFIRMATION_EXTRA_SECRETS``, :func:`mcp_bridge.rasa.build.confirmation_seal`).
+(``CONFIRMATION_SECRET`` and ``CONFIRMATION_EXTRA_SECRETS``,
+:func:`mcp_bridge.action_server.build.confirmation_seal`).
 To rotate, add the new secret to the ring on every replica, then make it the one that seals, then drop
 the old one once no record sealed with it can still be answered.
 

@@ -607,7 +607,8 @@ def environment_page(descriptions: Mapping[str, Any], problems: Problems) -> str
             HEADER,
             "Every environment variable the plugin's code reads, found in its source: where it is read, and"
             " the default written there (a value the code falls back to when the variable is unset). The "
-            "action server reads those of `mcp_bridge.rasa`, `mcp_bridge.auth`, `mcp_bridge.approvals` and "
+            "action server reads those of `mcp_bridge.action_server`, `mcp_bridge.auth`, "
+            "`mcp_bridge.approvals` and "
             "the rest; the `mcp-bridge` command those of `mcp_bridge.cli`; the Rasa server's channels those"
             " of `mcp_bridge.channels`. The variables `${VAR}` in `endpoints.yml` and `credentials.yml` "
             "name are your own (see [endpoints.yml](endpoints.md)).\n\n",

@@ -272,7 +272,7 @@ def wait_for(port: int, timeout: float = 20.0) -> None:
 
 
 def build(skills_dir: Path, servers: Mapping[str, MCPServerConfig]) -> Executor:
-    """The executor as the action server builds it (mcp_bridge.rasa.build): audited calls."""
+    """The executor as the action server builds it (mcp_bridge.action_server.build): audited calls."""
     from mcp_bridge.mcp_client.runtime import MCPRuntime
     from mcp_bridge.skills.toolbox import ToolBox
 

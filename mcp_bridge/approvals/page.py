@@ -35,7 +35,7 @@ action server: the page asks it, ``POST <--actions-url>/mcp-bridge/approvals/tel
 id and APPROVAL_TELL_TOKEN, which lets it ask exactly that; the action server reads the request from
 the shared store, and, if it is decided and its sealed question holds for its conversation, triggers
 the intent ``approval_decided`` in that conversation through Rasa's HTTP API
-(:mod:`mcp_bridge.rasa.approval_tell`); the plugin's action
+(:mod:`mcp_bridge.action_server.approval_tell`); the plugin's action
 there runs an approved call once, or says the refusal. A sweep (every ``--sweep-seconds``) refuses
 requests whose expiry passed undecided and tells every decided request not yet told (again after
 ``--retry-seconds``, 30, until the conversation's action has told it), and every approved call whose
@@ -109,7 +109,7 @@ CONVERSATION_SECRETS = (
     "ACTION_SERVER_TOKEN",
     "CONFIRMATION_SECRET",
 )
-# Where the action server takes the page's "tell this conversation" (mcp_bridge.rasa.approval_tell).
+# Where the action server takes the page's "tell this conversation" (mcp_bridge.action_server.approval_tell).
 TELL_PATH = "/mcp-bridge/approvals/tell"
 WEB = Path(__file__).resolve().parent / "web"
 PAGE = WEB / "approvals.html"

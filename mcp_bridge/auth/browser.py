@@ -1,7 +1,7 @@
 """What a page the plugin serves asks of the browser: its own origin, and cookies only it can set.
 
 The approval page (:mod:`mcp_bridge.approvals.page`), the sign-in route of the action server
-(:mod:`mcp_bridge.rasa.sign_in`) and the example's chat page (``devstack/chat_page.py``) keep these
+(:mod:`mcp_bridge.action_server.sign_in`) and the example's chat page (``devstack/chat_page.py``) keep these
 rules, each over its :class:`PageOrigin`:
 
 ``origin_required``

@@ -5,7 +5,7 @@ The confirmation's rule is that only the person who was asked may answer. Rasa's
 for it. These channels take it from a credential instead, and name who sent each message in the
 message's metadata, under :data:`USER_KEY`, signed with the conversation, the text and the time
 under a key only the channels and the action servers share (:mod:`mcp_bridge.channels.proof`). The
-plugin's Rasa adapter (:func:`mcp_bridge.rasa.adapter.turn_from_tracker`) checks the signature: a
+plugin's Rasa adapter (:func:`mcp_bridge.action_server.adapter.turn_from_tracker`) checks the signature: a
 message without a valid one names nobody and answers nothing, so neither a tracker posted to the
 action server nor an event appended through Rasa's HTTP API can say yes for the person. The seal
 binds a question to the person:

@@ -332,7 +332,7 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
         loads = sum(line.startswith("  loads:") for line in report)
         raise ConfigError(f"{loads} of {len(report)} skill(s) load:\n" + "\n".join(report))
     # Imported here, not at the top: it imports rasa_sdk, which `mcp-bridge init` does not need.
-    from mcp_bridge.rasa.build import build_executor
+    from mcp_bridge.action_server.build import build_executor
 
     # Offline, a server's url or secret may come from a variable that only the action server's
     # environment sets (CI has no such value): the file's shape is checked, the variable listed.

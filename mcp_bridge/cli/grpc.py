@@ -1,6 +1,6 @@
 """`mcp-bridge grpc`: the bot's actions over gRPC with the plugin's guarantees (rasa-sdk 3.21).
 
-The command only parses its arguments here; the server is :mod:`mcp_bridge.rasa.grpc`, imported when
+The command only parses its arguments here; the server is :mod:`mcp_bridge.action_server.grpc`, imported when
 the command runs (it imports rasa_sdk and the bot's actions).
 """
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     args.port = args.port or int(os.environ.get("ACTION_SERVER_PORT") or 5055)
     args.endpoints = args.endpoints or os.environ.get("ENDPOINTS", "endpoints.yml")
     try:
-        from mcp_bridge.rasa.grpc import build_server
+        from mcp_bridge.action_server.grpc import build_server
 
         server = build_server(args)
     except ConfigError as exc:

@@ -1,6 +1,6 @@
 """The executor's plain data: a :class:`Turn` in, a :class:`Decision` out, and its settings.
 
-The Rasa adapter (:mod:`mcp_bridge.rasa.adapter`) makes a :class:`Turn` of the tracker and applies a
+The Rasa adapter (:mod:`mcp_bridge.action_server.adapter`) makes a :class:`Turn` of the tracker and applies a
 :class:`Decision`'s responses (:class:`Say`) and slots; :class:`ConfirmationPolicy` (and the Rasa
 contract's one catalogue of responses, :class:`mcp_bridge.contract.Responses`) configure the executor.
 They live here, beneath the executor and its rooms, so that each room can use them.
@@ -96,7 +96,7 @@ class Say:
     response: str
     variables: Mapping[str, Any] = field(default_factory=dict)
     # A question's answers (mcp_bridge.contract.YES_NO_BUTTONS and the like): buttons where the channel
-    # shows them, words to type where it does not (mcp_bridge.rasa.adapter). Nothing else has any.
+    # shows them, words to type where it does not (mcp_bridge.action_server.adapter). Nothing else has any.
     buttons: tuple[Mapping[str, str], ...] = ()
 
 

@@ -1,7 +1,7 @@
 """``second_approver``, in the requester's conversation: the approver's release of a held call.
 
-The approval page tells the requester's conversation a decision (:mod:`mcp_bridge.rasa.approval_tell`,
-through Rasa's API), and :func:`released` acts on it, once:
+The approval page tells the requester's conversation a decision
+(:mod:`mcp_bridge.action_server.approval_tell`, through Rasa's API), and :func:`released` acts on it, once:
 
 * an approved call runs once, exactly as sealed, with its question's key, as the requester (the person
   whose yes was sealed with the call, never nobody or another), only while the action server's record

@@ -1,6 +1,6 @@
 """The plugin's spans (OpenTelemetry), and the trace context it sends to MCP servers.
 
-A confirmed call shows in a trace as the skill's run (:mod:`mcp_bridge.rasa.actions`), the gate's
+A confirmed call shows in a trace as the skill's run (:mod:`mcp_bridge.action_server.actions`), the gate's
 verdict with the rule that gave it (:mod:`mcp_bridge.confirmation.gate`), the question asked, the
 answer read (its kind, :mod:`mcp_bridge.reading.reader`), a second approver's wait and a permission's
 use (from the audit trail's entries, :func:`audit_span`), and each tool call
@@ -10,7 +10,7 @@ spans beneath it. The rules, by name:
 ``where_spans_go``
     rasa-sdk 3.21 builds a tracer provider from the ``tracing:`` block of endpoints.yml and continues
     the ``traceparent`` Rasa sends (its ``create_app.webhook`` and ``ActionExecutor.run`` spans);
-    :mod:`mcp_bridge.rasa.server` hands that provider over here (:func:`configure`) when the action
+    :mod:`mcp_bridge.action_server.server` hands that provider over here (:func:`configure`) when the action
     server starts, and it becomes the process's global provider too when none is set, so the MCP
     SDK's spans (which go to the global one) join the same trace. Run elsewhere (Rasa Pro's own
     process, which sets a global provider), the plugin uses the global provider.

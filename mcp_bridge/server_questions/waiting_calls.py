@@ -42,7 +42,7 @@ CANCEL: dict[str, Any] = {"action": "cancel"}
 
 
 # Defaults; the action server reads ELICITATION_WAIT_SECONDS and ELICITATION_MAX_WAITING at start
-# (mcp_bridge.rasa.build), with its other settings.
+# (mcp_bridge.action_server.build), with its other settings.
 WAIT_SECONDS = 120.0
 MAX_WAITING = 16
 

@@ -63,7 +63,7 @@ def test_the_committed_reference_pages_are_what_the_code_says(copy: Path) -> Non
 
 def test_a_setting_whose_default_changed_fails_the_check(copy: Path) -> None:
     change(
-        copy / "mcp_bridge" / "rasa" / "build.py",
+        copy / "mcp_bridge" / "action_server" / "build.py",
         '"CONFIRMATION_TTL_SECONDS", 300.0)',
         '"CONFIRMATION_TTL_SECONDS", 600.0)',
     )
@@ -77,7 +77,7 @@ def test_a_setting_whose_default_changed_fails_the_check(copy: Path) -> None:
 
 def test_a_variable_the_descriptions_lack_fails_the_check(copy: Path) -> None:
     change(
-        copy / "mcp_bridge" / "rasa" / "build.py",
+        copy / "mcp_bridge" / "action_server" / "build.py",
         'domain = env.get("DOMAIN", "domain.yml")',
         'domain = env.get("DOMAIN", "domain.yml")\n    env.get("MCP_BRIDGE_NEW_SETTING", "7")',
     )

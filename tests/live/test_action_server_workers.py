@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from mcp_bridge.action_server.server import GRPC_REFUSAL
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.rasa.server import GRPC_REFUSAL
 from tests.live.test_action_server_access import listening_addresses, nothing_pending_call, post
 from tests.support import procs
 from tests.support.conversation import asked_call, notes_for

@@ -1,7 +1,7 @@
 """Rewinds end to end: a real Rasa server (the example bot's model), the real action server and CRM,
 driven by `mcp-bridge test e2e`'s runner with the cases in tests/fixtures/e2e/rewinds.yml. Rasa's
 /back brings back a question already answered and a permission already withdrawn, in the tracker's
-slots; the plugin (mcp_bridge.rasa.rewinds) counts neither: nothing is written again, and a revoked
+slots; the plugin (its record, mcp_bridge/record/) counts neither: nothing is written again, and a revoked
 permission covers nothing."""
 
 from __future__ import annotations

@@ -33,17 +33,22 @@ LAYERS = [
     "approvals",
     "confirmation",
     "channels",
-    "rasa",
+    "action_server",
     "cli",
 ]
 TOP_MODULES = {"errors", "contract", "sealing", "question", "mcp_sdk"}
+# The bot's one line (`import mcp_bridge.rasa`), above all: it serves the action server's library.
+BOT_MODULE = "rasa"
 # --8<-- [end:layers]
 
 
 def rank(part: str) -> int:
-    """A first component under mcp_bridge: a top module is rank 0, a package its place + 1."""
+    """A first component under mcp_bridge: a top module is rank 0, a package its place + 1, the bot's
+    module above every package."""
     if part in TOP_MODULES:
         return 0
+    if part == BOT_MODULE:
+        return len(LAYERS) + 1
     assert part in LAYERS, f"mcp_bridge.{part} is neither a top module nor a package in LAYERS"
     return LAYERS.index(part) + 1
 
@@ -76,7 +81,7 @@ def modules() -> list[Path]:
 
 def test_every_module_is_in_a_layer() -> None:
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
-    assert top == TOP_MODULES, "a module at the top of mcp_bridge/ that is no foundation module"
+    assert top == TOP_MODULES | {BOT_MODULE}, "a module at the top of mcp_bridge/ that is no foundation one"
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert packages == set(LAYERS)
 
@@ -95,7 +100,29 @@ def test_no_module_imports_a_package_above_its_own(path: Path) -> None:
 def test_the_mcp_client_imports_nothing_of_the_confirmation_layer() -> None:
     for path in (PACKAGE / "mcp_client").rglob("*.py"):
         reached = imported(ast.parse(path.read_text()))
-        assert not reached & {"confirmation", "reading", "approvals", "skills", "rasa"}, path.name
+        above = {"confirmation", "reading", "approvals", "skills", "action_server", BOT_MODULE}
+        assert not reached & above, path.name
+
+
+def test_rasa_sdk_is_imported_only_by_the_action_server_and_the_bots_line() -> None:
+    """Everything else is plain data, tested without Rasa (and the channels run where it is absent)."""
+
+    def imports_rasa_sdk(tree: ast.Module) -> bool:
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(name.split(".")[0] == "rasa_sdk" for name in names):
+                return True
+        return False
+
+    allowed = {"action_server", f"{BOT_MODULE}.py"}
+    found = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        if path.relative_to(PACKAGE).parts[0] not in allowed and imports_rasa_sdk(ast.parse(path.read_text()))
+    }
+    assert not found, f"rasa_sdk outside mcp_bridge/action_server/ and mcp_bridge/rasa.py: {sorted(found)}"
 
 
 def test_the_check_sees_an_upward_import() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.rasa.adapter import whole_numbers
+from mcp_bridge.action_server.adapter import whole_numbers
 from mcp_bridge.sealing import ENVELOPE_VERSION, Seal
 
 RECORD = {"skill": "notes", "arguments": {"contact_id": 7, "text": "héllo \ud800"}, "asked_at": 1733.25}
@@ -80,8 +80,8 @@ def test_a_record_cannot_carry_the_envelopes_own_fields() -> None:
 
 
 def test_the_extra_secrets_open_what_they_sealed_and_each_secret_must_be_strong() -> None:
+    from mcp_bridge.action_server.build import confirmation_seal
     from mcp_bridge.errors import ConfigError
-    from mcp_bridge.rasa.build import confirmation_seal
 
     old, new = "Zq4-old-but-random-Xw81mT0pLr2sKv9bN3", "Hy7-new and random, with spaces Qe52nD4"
     ring = confirmation_seal({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f" {old} ,"})

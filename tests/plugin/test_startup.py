@@ -53,8 +53,8 @@ def test_a_missing_or_undecodable_file_is_named(tmp_path: Path) -> None:
 def test_the_skill_directory_is_read_once_and_the_actions_served_are_the_skills_checked(
     tmp_path: Path,
 ) -> None:
-    from mcp_bridge.rasa import actions
-    from mcp_bridge.rasa.build import skill_files
+    from mcp_bridge.action_server import actions
+    from mcp_bridge.action_server.build import skill_files
 
     skills_dir = tmp_path / "skills"
     skills_dir.mkdir()

@@ -20,7 +20,7 @@ Cases 5 (a server's question answered by an old signed message) and 9 (``meta_ma
 between the question and the yes) are tested the same way through a real Rasa server in
 tests/live/test_server_questions_rasa.py (a stack whose MCP servers ask and record ``_meta``). Cases 6
 and 7 are tested at the plugin level (tests/plugin/approvals/test_second_approver.py; the sign-in's
-resume in tests/plugin/rasa/test_sign_in.py) and, without the audit and the tracker writer, in
+resume in tests/plugin/action_server/test_sign_in.py) and, without the audit and the tracker writer, in
 tests/live/test_approvals.py and test_person_oauth_chat.py; case 8 (the action server's start) in
 tests/live/test_action_server_access.py.
 """

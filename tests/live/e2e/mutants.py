@@ -46,7 +46,7 @@ from rasa_sdk.utils import all_subclasses
 
 import actions  # noqa: F401  (serves the plugin's actions)
 from mcp_bridge.contract import PENDING_SLOT
-from mcp_bridge.rasa.build import executor
+from mcp_bridge.action_server.build import executor
 from mcp_bridge.question import claimed
 from mcp_bridge.tools.context import CallContext
 

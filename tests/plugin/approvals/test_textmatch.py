@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from mcp_bridge.action_server.build import build_executor
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals import textmatch
 from mcp_bridge.config.yamlfile import load_yaml
 from mcp_bridge.confirmation.gate import Ask, Confirmed, Gate, Hold, Reached
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.question import AskedCall, Question
-from mcp_bridge.rasa.build import build_executor
 from mcp_bridge.sealing import call_digest
 from mcp_bridge.skills.files import RequiresConfirmation, Skill, load_skills
 from mcp_bridge.tools.context import NOBODY

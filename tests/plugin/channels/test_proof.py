@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from rasa_sdk import Tracker
 
+from mcp_bridge.action_server.adapter import ChannelCheck, turn_from_tracker
 from mcp_bridge.channels import USER_KEY
 from mcp_bridge.channels.proof import PROOF_KEY, TAG_CHARS, ChannelKeys, Unvouched, Vouched
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.rasa.adapter import ChannelCheck, turn_from_tracker
 
 KEY = "a-channel-key-that-is-long-enough-0123456789"
 OTHER = "another-channel-key-long-enough-too-9876543210"

@@ -386,8 +386,8 @@ async def test_a_call_of_a_list_that_the_server_stops_to_ask_about_keeps_its_que
 def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
     settings: dict[str, str], expected: tuple[float, int] | str
 ) -> None:
+    from mcp_bridge.action_server.build import build_executor
     from mcp_bridge.errors import ConfigError
-    from mcp_bridge.rasa.build import build_executor
 
     bot = procs.EXAMPLE_BOT
     env = {

@@ -346,7 +346,7 @@ def test_a_message_over_the_limit_is_refused_unread() -> None:
 def test_the_bot_owner_sets_the_limit_with_message_max_chars(
     value: str | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_bridge.rasa.build import build_executor
+    from mcp_bridge.action_server.build import build_executor
 
     repo = Path(__file__).resolve().parents[3] / "examples" / "crm_bot"
     env = {

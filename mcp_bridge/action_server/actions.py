@@ -19,6 +19,9 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
+from mcp_bridge.action_server.adapter import answers_typed, apply_decision, turn_from_tracker
+from mcp_bridge.action_server.build import executor, skill_files
+from mcp_bridge.action_server.person_actions import sign_in_decision
 from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation.decisions import Decision, Turn
 from mcp_bridge.contract import (
@@ -32,9 +35,6 @@ from mcp_bridge.contract import (
 )
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import tracing
-from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
-from mcp_bridge.rasa.build import executor, skill_files
-from mcp_bridge.rasa.person_actions import sign_in_decision
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ _BY_CLASS_NAME: dict[str, type[SkillAction]] = {}
 
 def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
     """Define one action class per skill file of ``skills_dir`` (its ``action:``, default
-    ``action_<skill>``), from the files as :func:`mcp_bridge.rasa.build.skill_files` read them.
+    ``action_<skill>``), from the files as :func:`mcp_bridge.action_server.build.skill_files` read them.
 
     A file that cannot be read, or whose action another file already has, gets no action: the
     start-up checks refuse it with the file, the place and the reason, and the server does not start.

@@ -2,7 +2,7 @@
 in use, disconnecting.
 
 ``action_mcp_resume`` answers the intent the sign-in callback triggers (``mcp_signed_in``,
-:mod:`mcp_bridge.rasa.sign_in`): it checks the sealed entity (ours, recent, this conversation) and
+:mod:`mcp_bridge.action_server.sign_in`): it checks the sealed entity (ours, recent, this conversation) and
 runs the skill again from its slots, as the person who signed in, so it asks its confirmation
 question as usual. The sign-in never counts as the confirmation: the skill only *asks*.
 
@@ -26,6 +26,9 @@ from rasa_sdk import Action, Tracker
 from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
+from mcp_bridge.action_server.adapter import answers_typed, apply_decision, turn_from_tracker
+from mcp_bridge.action_server.build import executor
+from mcp_bridge.action_server.sign_in import open_resume
 from mcp_bridge.auth.person import PersonOAuth, SignInRequiredError
 from mcp_bridge.confirmation.decisions import Decision, Say
 from mcp_bridge.contract import (
@@ -36,9 +39,6 @@ from mcp_bridge.contract import (
     RESUME_ACTION,
     RESUME_ENTITY,
 )
-from mcp_bridge.rasa.adapter import answers_typed, apply_decision, turn_from_tracker
-from mcp_bridge.rasa.build import executor
-from mcp_bridge.rasa.sign_in import open_resume
 
 log = logging.getLogger(__name__)
 

@@ -111,15 +111,7 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
     }
     policy = ConfirmationPolicy(ttl_seconds=_positive_float(env, "CONFIRMATION_TTL_SECONDS", 300.0))
     check_questions_carry_no_buttons(domain, questions)
-    extra_words = [env["CONFIRMATION_WORDS"]] if env.get("CONFIRMATION_WORDS") else []
-    reader = ConfirmationReader(
-        load_words(*extra_words),
-        affirm_intent=policy.affirm_intent,
-        deny_intent=policy.deny_intent,
-        min_confidence=policy.min_confidence,
-        deny_margin=policy.deny_margin,
-        max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
-    )
+    reader = build_reader(env, policy)
     # Counted, turned into spans and (when configured) sent as OpenTelemetry log records, entry by entry.
     audit = AuditLog.from_env(
         env, observers=[metrics.count_confirmation, tracing.audit_span, otel.audit_record]
@@ -169,7 +161,7 @@ def skill_files(skills_dir: str | Path) -> SkillFiles:
     """The skill files of ``skills_dir``, read and schema-checked once per process.
 
     rasa_sdk needs the skills' action classes as soon as the bot imports :mod:`mcp_bridge.rasa`
-    (:func:`mcp_bridge.rasa.actions.serve_skills`), before the bot has registered its local tools;
+    (:func:`mcp_bridge.action_server.actions.serve_skills`), before the bot has registered its local tools;
     the start-up checks (:func:`build_executor`) come later. Both read the directory through here,
     so the actions served are the skills checked, from one reading of the files.
     """
@@ -205,14 +197,32 @@ def executor() -> Executor:
     return build_executor()
 
 
+def build_reader(env: Mapping[str, str], policy: ConfirmationPolicy) -> ConfirmationReader:
+    """The reader of answers: the English words plus the word file CONFIRMATION_WORDS names, messages
+    up to MESSAGE_MAX_CHARS, the policy's intents and confidences; ConfigError (file, place, reason)."""
+    extra_words = [env["CONFIRMATION_WORDS"]] if env.get("CONFIRMATION_WORDS") else []
+    return ConfirmationReader(
+        load_words(*extra_words),
+        affirm_intent=policy.affirm_intent,
+        deny_intent=policy.deny_intent,
+        min_confidence=policy.min_confidence,
+        deny_margin=policy.deny_margin,
+        max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
+    )
+
+
+@functools.cache
 def confirmation_reader() -> ConfirmationReader:
     """The reader this action server's executor reads answers with (its word file and limit), for a
-    bot's own forms: one list of words serves the form and the confirmation."""
-    return executor().reader
+    bot's own forms: one list of words serves the form and the confirmation.
+
+    Built once, from the same settings as the executor's reader, and nothing else: no endpoints, skills
+    or database are read for it."""
+    return build_reader(os.environ, ConfirmationPolicy())
 
 
 # Development only, with a warning at every start: accept a short or placeholder CONFIRMATION_SECRET,
-# and messages no channel signed as from nobody (mcp_bridge.rasa.adapter.ChannelCheck).
+# and messages no channel signed as from nobody (mcp_bridge.action_server.adapter.ChannelCheck).
 DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
 MIN_SECRET_BYTES = 32
 _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")

@@ -35,11 +35,11 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
+from mcp_bridge.action_server.build import DEVELOPMENT_FLAG
 from mcp_bridge.channels.proof import KEY_ENV, PROOF_KEY, ChannelKeys, Unvouched
 from mcp_bridge.confirmation.decisions import Decision, Turn
 from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT, RESPONSES, TYPED_ANSWER_CHANNELS
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.rasa.build import DEVELOPMENT_FLAG
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Going on with a conversation from outside a turn: an intent triggered through Rasa's HTTP API.
 
 Two things happen outside any turn of the person's: a sign-in completes in their browser
-(:mod:`mcp_bridge.rasa.sign_in`), and a second approver decides a held call on the approval page
-(:mod:`mcp_bridge.rasa.approval_tell`). Either way the action server asks Rasa (``RASA_URL``, started
+(:mod:`mcp_bridge.action_server.sign_in`), and a second approver decides a held call on the approval page
+(:mod:`mcp_bridge.action_server.approval_tell`). Either way the action server asks Rasa (``RASA_URL``, started
 with ``--enable-api``, its token ``RASA_AUTH_TOKEN``) to trigger an intent in that conversation
 (``POST /conversations/<id>/trigger_intent``); the action the intent leads to checks what it was
 given (a sealed resume, a request in the approval store) before it does anything. The action server

@@ -18,7 +18,7 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
   (ACTION_SERVER_ALLOWED_HOSTS adds names; the host of ACTION_SERVER_PUBLIC_URL is allowed);
 * the approval page's route: with APPROVAL_TELL_TOKEN set (the page's value), ``POST
   /mcp-bridge/approvals/tell`` tells a requester's conversation of a decision
-  (:mod:`mcp_bridge.rasa.approval_tell`), through Rasa's HTTP API (RASA_URL, RASA_AUTH_TOKEN, which
+  (:mod:`mcp_bridge.action_server.approval_tell`), through Rasa's HTTP API (RASA_URL, RASA_AUTH_TOKEN, which
   must then be set); it checks that token, not ACTION_SERVER_TOKEN;
 * the channel key: MCP_BRIDGE_CHANNEL_KEY checks who sent each message
   (:mod:`mcp_bridge.channels.proof`); without it the server does not start, unless
@@ -39,7 +39,7 @@ actions and before it listens; rasa-sdk 3.21 (Sanic 25) builds the app again in 
 
 rasa-sdk 3.21's gRPC mode (``--grpc``) calls no plugin hook, binds every address and checks no
 credentials, so the plugin refuses to start there (:func:`refuse_grpc`); ``mcp-bridge grpc`` serves
-the same servicer with the checks (:mod:`mcp_bridge.rasa.grpc`).
+the same servicer with the checks (:mod:`mcp_bridge.action_server.grpc`).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge.action_server import approval_tell, rasa_api, sign_in
+from mcp_bridge.action_server.adapter import channel_check, warn_unsigned
+from mcp_bridge.action_server.build import DEVELOPMENT_FLAG, executor, weakness
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics, otel, tracing
-from mcp_bridge.rasa import approval_tell, rasa_api, sign_in
-from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
-from mcp_bridge.rasa.build import DEVELOPMENT_FLAG, executor, weakness
 
 hookimpl = pluggy.HookimplMarker("rasa_sdk")
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def check_deployment(env: Mapping[str, str], host: str) -> None:
     """ConfigError when the action server's address, tokens and mode do not go together: an address
     other than loopback without ACTION_SERVER_TOKEN; a short or placeholder token; development mode
     (unsigned messages taken as from nobody) beside a token or an address other than loopback (beside a
-    channel key: :meth:`mcp_bridge.rasa.adapter.ChannelCheck.from_env`)."""
+    channel key: :meth:`mcp_bridge.action_server.adapter.ChannelCheck.from_env`)."""
     token = env.get("ACTION_SERVER_TOKEN") or None
     if not token and host not in LOOPBACK:
         raise ConfigError(PUBLIC_WITHOUT_TOKEN.format(host=host))

@@ -7,7 +7,7 @@ action server reads the request from the approval store both share; if there is 
 opens for the request's conversation (:meth:`~mcp_bridge.approvals.second_approver.Approvals.sealed`:
 a row whose conversation was changed in the database names none), it triggers ``approval_decided``
 with the request's id in that conversation, through Rasa's HTTP API
-(:mod:`mcp_bridge.rasa.rasa_api`). Nothing the caller sends names a conversation or says what was
+(:mod:`mcp_bridge.action_server.rasa_api`). Nothing the caller sends names a conversation or says what was
 decided; the action that runs (``action_approval_decided``) takes the request from the store once.
 
 So the approval page holds no Rasa token and nothing else that writes to a conversation: a leaked tell
@@ -31,10 +31,10 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge.action_server import rasa_api
 from mcp_bridge.approvals.page import TELL_PATH
 from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
-from mcp_bridge.rasa import rasa_api
 from mcp_bridge.sealing import Seal
 
 __all__ = ["TELL_PATH", "attach", "to_tell"]

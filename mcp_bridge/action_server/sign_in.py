@@ -25,9 +25,9 @@ Every page says ``Cache-Control: no-store`` and ``Referrer-Policy: same-origin``
 page's URL goes to no other site) and may not be framed; query values and the form are size-limited.
 
 Then the conversation goes on where it was: "Use this account" asks Rasa (its HTTP API, through
-:mod:`mcp_bridge.rasa.rasa_api`) to trigger the intent ``mcp_signed_in`` in that conversation, with a
-sealed entity that :class:`mcp_bridge.rasa.person_actions.ResumeAfterSignIn` checks before it runs the
-skill again from its slots. Any replica can take each step: tickets and states are sealed with the
+:mod:`mcp_bridge.action_server.rasa_api`) to trigger the intent ``mcp_signed_in`` in that conversation, with
+a sealed entity that :class:`mcp_bridge.action_server.person_actions.ResumeAfterSignIn` checks before it
+runs the skill again from its slots. Any replica can take each step: tickets and states are sealed with the
 shared key and the verifier and held tokens are in the shared store.
 """
 
@@ -47,6 +47,7 @@ from sanic import Sanic, response
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
+from mcp_bridge.action_server import rasa_api
 from mcp_bridge.auth.browser import PageOrigin
 from mcp_bridge.auth.person import (
     CALLBACK_PATH,
@@ -57,7 +58,6 @@ from mcp_bridge.auth.person import (
     SignInError,
 )
 from mcp_bridge.contract import RESUME_ENTITY, RESUME_INTENT
-from mcp_bridge.rasa import rasa_api
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""The resume after a sign-in (mcp_bridge/rasa/sign_in.py, person_actions.py): the one path that starts a
-skill as a named person from a message no channel signed (Rasa's API triggers it). So its entity opens
-only as what it is, a resume (never a sign-in ticket, state or confirmation sealed with the same key),
+"""The resume after a sign-in (mcp_bridge/action_server/sign_in.py, person_actions.py): the one path that
+starts a skill as a named person from a message no channel signed (Rasa's API triggers it). So its entity
+opens only as what it is, a resume (never a sign-in ticket, state or confirmation sealed with the same key),
 and starts at most one question or run: replayed, it starts nothing.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from mcp_bridge.action_server.sign_in import open_resume, resume_entity
 from mcp_bridge.auth.person import SignedIn
 from mcp_bridge.auth.token_store import Keys
 from mcp_bridge.confirmation.executor import Executor
-from mcp_bridge.rasa.sign_in import open_resume, resume_entity
 from mcp_bridge.skills.files import load_skills
 from mcp_bridge.skills.toolbox import ToolBox
 from tests.support.conversation import Conversation, responses

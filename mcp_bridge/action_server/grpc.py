@@ -2,7 +2,7 @@
 guarantees: ``mcp-bridge grpc --actions actions``.
 
 ``python -m rasa_sdk --grpc`` runs no plugin hook, listens on every address and checks no
-credentials, so the plugin refuses to start there (:mod:`mcp_bridge.rasa.server`). This command
+credentials, so the plugin refuses to start there (:mod:`mcp_bridge.action_server.server`). This command
 serves the same rasa_sdk servicer (``rasa_sdk.grpc_server.GRPCActionServerWebhook``) and health
 service, and adds what the HTTP hook adds:
 
@@ -29,8 +29,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+from mcp_bridge.action_server.server import LOOPBACK
 from mcp_bridge.errors import ConfigError
-from mcp_bridge.rasa.server import LOOPBACK
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class GrpcActionServer:
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
         from rasa_sdk.grpc_py import action_webhook_pb2_grpc
 
-        from mcp_bridge.rasa.build import executor
+        from mcp_bridge.action_server.build import executor
 
         server = aio.server(futures.ThreadPoolExecutor(max_workers=4), compression=Compression.Gzip)
         health_servicer = health.HealthServicer()
@@ -85,7 +85,7 @@ def build_server(args: argparse.Namespace) -> GrpcActionServer:
             "gRPC needs rasa-sdk 3.21 or newer (rasa_sdk.grpc_server), which this environment lacks; "
             "serve the actions over HTTP with `python -m rasa_sdk --actions actions`"
         ) from None
-    from mcp_bridge.rasa.build import executor
+    from mcp_bridge.action_server.build import executor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-8s %(name)s  - %(message)s")
     for noisy in ("httpx2", "httpcore2", "httpx", "httpcore", "mcp"):
@@ -94,7 +94,7 @@ def build_server(args: argparse.Namespace) -> GrpcActionServer:
     action_executor = ActionExecutor()
     action_executor.register_package(args.actions)
     executor()  # the start-up checks; raises ConfigError with file, place and reason
-    from mcp_bridge.rasa.adapter import channel_check, warn_unsigned
+    from mcp_bridge.action_server.adapter import channel_check, warn_unsigned
 
     warn_unsigned(channel_check())  # who sent each message: MCP_BRIDGE_CHANNEL_KEY
     host = os.environ.get("ACTION_SERVER_HOST") or "127.0.0.1"

@@ -1,0 +1,64 @@
+"""mcp_bridge for Rasa: one import in a bot's actions package serves the plugin's actions.
+
+```python
+# actions/__init__.py
+import mcp_bridge.rasa  # noqa: F401
+```
+
+rasa_sdk (``python -m rasa_sdk --actions actions``, which ``rasa run actions`` runs) then serves
+``action_confirm_tool`` (the confirmation loop), ``action_deny_tool``, ``action_approval_decided`` (a
+second approver's decision, :mod:`mcp_bridge.approvals.second_approver`) and one action per skill file
+in ``SKILLS_DIR`` (the file's ``action:``), and for servers that act as the person
+``action_mcp_resume``, ``action_mcp_account`` and ``action_mcp_disconnect``
+(:mod:`mcp_bridge.action_server.person_actions`).
+Its start-up checks, the token check on ``/webhook`` and a
+loopback default address come through rasa_sdk's plugin hook (:mod:`mcp_bridge.action_server.server`),
+which this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plugins`` package.
+
+The import reads ``SKILLS_DIR`` because rasa_sdk leaves no later moment: it registers the actions it finds
+right after importing the bot's actions package, and its plugin hook receives only the web app. So the skill
+files are read here, once for the process (:func:`mcp_bridge.action_server.build.skill_files`, the one
+parser), and only their actions are defined; everything else (the tools the bot registers after this import,
+endpoints, domain) is checked when the server starts, from that same reading.
+
+This module is the only one that does anything on import: the library it serves
+(:mod:`mcp_bridge.action_server`) registers nothing and defines no skill's action when imported.
+"""
+
+import os
+
+from mcp_bridge.action_server import server
+from mcp_bridge.action_server.actions import (
+    ApprovalDecided,
+    ConfirmTool,
+    DenyTool,
+    ExecutorAction,
+    RevokePermissions,
+    SkillAction,
+    serve_skills,
+)
+from mcp_bridge.action_server.adapter import apply_decision, turn_from_tracker
+from mcp_bridge.action_server.build import build_executor, executor
+from mcp_bridge.action_server.person_actions import AccountInUse, DisconnectPerson, ResumeAfterSignIn
+from mcp_bridge.contract import CONFIRMATION_LOOP
+
+server.install()
+serve_skills(os.environ.get("SKILLS_DIR", "skills"))
+
+__all__ = [
+    "CONFIRMATION_LOOP",
+    "AccountInUse",
+    "ApprovalDecided",
+    "ConfirmTool",
+    "DenyTool",
+    "DisconnectPerson",
+    "ExecutorAction",
+    "ResumeAfterSignIn",
+    "RevokePermissions",
+    "SkillAction",
+    "apply_decision",
+    "build_executor",
+    "executor",
+    "serve_skills",
+    "turn_from_tracker",
+]
