@@ -18,8 +18,8 @@ import mcp_bridge
 PACKAGE = Path(mcp_bridge.__file__).resolve().parent
 
 # --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
-# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, and mcp_sdk,
-# the MCP SDK as every layer sees it) are below all.
+# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, release_0_3,
+# and mcp_sdk, the MCP SDK as every layer sees it) are below all.
 LAYERS = [
     "config",
     "record",
@@ -36,7 +36,7 @@ LAYERS = [
     "action_server",
     "cli",
 ]
-TOP_MODULES = {"errors", "contract", "sealing", "question", "mcp_sdk"}
+TOP_MODULES = {"errors", "contract", "sealing", "question", "release_0_3", "mcp_sdk"}
 # The bot's one line (`import mcp_bridge.rasa`), above all: it serves the action server's library.
 BOT_MODULE = "rasa"
 # --8<-- [end:layers]
