@@ -32,7 +32,7 @@ TEAMS = "mcp_bridge.channels.botframework.SignedBotFrameworkInput"
 TWILIO = "mcp_bridge.channels.twilio.SignedTwilioInput"
 TELEGRAM = "mcp_bridge.channels.telegram.SignedTelegramInput"
 MESSENGER = "mcp_bridge.channels.facebook.SignedMessengerInput"
-KEY = "k" * 40
+KEY = "t3st-only-channel-key-of-test-channels-0a9f7c"
 CHANNELS = Path(mcp_bridge.__file__).parent / "channels"
 # What the channels may import besides the standard library: what Rasa 3.6 and Rasa Pro 3.21 bring.
 RASAS_PACKAGES = {"rasa", "sanic", "socketio", "jwt", "aiohttp", "mcp_bridge"}

@@ -203,7 +203,10 @@ VALUES = st.recursive(
 def test_keyword_evaluations_never_exceed_the_cost_times_the_value(
     document: dict[str, Any], value: Any
 ) -> None:
-    compiled = schema.check_schema("t", document)
+    try:
+        compiled = schema.check_schema("t", document)
+    except schema.SchemaRefusedError:
+        return  # its fan-out is over the budget: refused before any value is checked
     assert keyword_evaluations(compiled, value) <= compiled.cost * schema._json_depth(value, 64, "v")
 
 
