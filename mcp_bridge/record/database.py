@@ -26,26 +26,19 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from mcp_bridge.errors import ConfigError
-
 __all__ = [
-    "DATABASE_ENV",
-    "DEFAULT_LOCATION",
     "Database",
     "PostgresDatabase",
     "SQLiteDatabase",
     "Tx",
-    "database_location",
     "open_database",
 ]
 
-DATABASE_ENV = "MCP_BRIDGE_DATABASE"
-DEFAULT_LOCATION = "var/mcp_bridge.sqlite3"
 # How long a statement waits for another process's write lock before it fails.
 LOCK_WAIT_SECONDS = 10.0
 
@@ -80,24 +73,6 @@ class Database(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-def database_location(env: Mapping[str, str]) -> str:
-    """Where the plugin's database is: ``MCP_BRIDGE_DATABASE``, else the one of the former settings that
-    is set, else :data:`DEFAULT_LOCATION`; ConfigError when the former two name different places."""
-    if env.get(DATABASE_ENV):
-        return env[DATABASE_ENV]
-    named = (
-        ("APPROVALS_DATABASE", env.get("APPROVALS_DATABASE")),
-        ("MCP_TOKEN_STORE", env.get("MCP_TOKEN_STORE")),
-    )
-    former = {name: value for name, value in named if value}
-    if len(set(former.values())) > 1:
-        raise ConfigError(
-            f"environment variables {' and '.join(former)} name different databases; since 0.4.0 the "
-            f"approvals, the people's tokens and the action server's record share one: set {DATABASE_ENV}"
-        )
-    return next(iter(former.values()), DEFAULT_LOCATION)
 
 
 def open_database(location: str) -> Database:
