@@ -36,9 +36,37 @@ START_TIMEOUT = 20.0
 STOP_TIMEOUT = 8.0
 
 
+def _server_ports() -> tuple[int, int]:
+    """The ports below the range the kernel hands to outgoing connections (``ip_local_port_range``):
+    a port picked in that range can be taken by some client's connection before its server binds it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return (10000, low - 1) if low > 12000 else (1024, 65535)
+
+
+_SERVER_PORTS = _server_ports()
+_handed: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, drawn at random below the kernel's
+    ephemeral range (so no outgoing connection takes it before its server binds) and never handed out
+    twice by this process."""
+    first, last = _SERVER_PORTS
+    for _ in range(500):
+        port = secrets.randbelow(last - first + 1) + first
+        if port in _handed:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded machine: any port
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
 

@@ -16,7 +16,7 @@ command. The names are imported on first use (PEP 562), not with the package: th
 imports :mod:`mcp_bridge.channels` from an environment without the plugin's dependencies, and
 importing a subpackage runs this file first.
 
-**Local tools** (:mod:`mcp_bridge.skills.toolbox`)
+**Local tools** (:mod:`mcp_bridge.tools.local`)
 
 - :func:`local_tool`: register an async function as a tool, under its name or ``name=``; a decorator.
 - :func:`register_local_tools`: register several at once, ``{name: async function}``.
@@ -25,13 +25,10 @@ importing a subpackage runs this file first.
 
 - :func:`confirmation_reader`: the reader the action server's executor uses (its word file and
   message limit), so a form's "cancel" and "help" are the confirmation's words.
-- :class:`ConfirmationReader`: ``read(text, nlu)`` returns an :data:`Answer`, ``too_long(text)`` a
-  :class:`TooLong` or None, ``way_out(text)`` ``"cancel"``, ``"help"`` or None.
-- The answers: :class:`Yes`, :class:`Grant` (a yes that also gives a remembered permission),
-  :class:`YesThisTime` (a yes that refuses one: "yes, but ask me next time"), :class:`No`,
-  :class:`Edit`, :class:`Redirect`, :class:`Unclear`, :class:`Other`, :class:`TooLong`
-  (:data:`Answer` is their union); :class:`NluOpinion` is the NLU's intent and confidences, a
-  second opinion the reader may use.
+- :class:`ConfirmationReader`: ``read(text, nlu)`` returns an answer, ``too_long(text)`` a
+  ``TooLong`` or None, ``way_out(text)`` ``"cancel"``, ``"help"`` or None. The answers (``Yes``,
+  ``No``, ``Grant``, ... and their union ``Answer``) and ``NluOpinion``, the NLU's second opinion, are
+  in :mod:`mcp_bridge.reading.answers`.
 
 **Errors** (:mod:`mcp_bridge.errors`)
 
@@ -63,39 +60,15 @@ if TYPE_CHECKING:
         ToolArgumentsError,
         ToolCallError,
     )
-    from mcp_bridge.reading.answers import (
-        Answer,
-        Edit,
-        Grant,
-        NluOpinion,
-        No,
-        Other,
-        Redirect,
-        TooLong,
-        Unclear,
-        Yes,
-        YesThisTime,
-    )
     from mcp_bridge.reading.reader import ConfirmationReader
-    from mcp_bridge.skills.toolbox import local_tool, register_local_tools
+    from mcp_bridge.tools.local import local_tool, register_local_tools
 
 # name -> the module that defines it
 _EXPORTS = {
-    "local_tool": "skills.toolbox",
-    "register_local_tools": "skills.toolbox",
+    "local_tool": "tools.local",
+    "register_local_tools": "tools.local",
     "confirmation_reader": "action_server.build",
-    "Answer": "reading.answers",
     "ConfirmationReader": "reading.reader",
-    "Edit": "reading.answers",
-    "Grant": "reading.answers",
-    "NluOpinion": "reading.answers",
-    "No": "reading.answers",
-    "Other": "reading.answers",
-    "Redirect": "reading.answers",
-    "TooLong": "reading.answers",
-    "Unclear": "reading.answers",
-    "Yes": "reading.answers",
-    "YesThisTime": "reading.answers",
     "BridgeError": "errors",
     "ConfigError": "errors",
     "OutcomeUnknownError": "errors",
@@ -104,23 +77,12 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Answer",
     "BridgeError",
     "ConfigError",
     "ConfirmationReader",
-    "Edit",
-    "Grant",
-    "NluOpinion",
-    "No",
-    "Other",
     "OutcomeUnknownError",
-    "Redirect",
     "ToolArgumentsError",
     "ToolCallError",
-    "TooLong",
-    "Unclear",
-    "Yes",
-    "YesThisTime",
     "confirmation_reader",
     "local_tool",
     "register_local_tools",

@@ -12,9 +12,9 @@ the approvals store.
 ``listed`` says how it was put to the person: a numbered list (several calls, or one call of a run
 that split into several lines, answered by number) or the skill's own question about one call.
 
-The previous release sealed each call on its own (a flat slot for one call, ``{"calls": [...]}`` for
-several); :func:`open_question` still opens those, so a question asked before an upgrade is
-answered after it.
+Only a question this release sealed opens. What a question sealed by release 0.3.0 claims is read
+(:func:`claimed`, by :func:`mcp_bridge.release_0_3.question_record`) for the audit entry that rejects
+it, never to answer it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp_bridge.release_0_3 import question_record
 from mcp_bridge.sealing import Seal, call_digest
 
 __all__ = ["KIND", "AskedCall", "Forged", "Question", "claimed", "open_question"]
@@ -147,7 +148,7 @@ def claimed(value: Any) -> Question | None:
     key is not at hand (the approval page, a question no record holds). Never for deciding anything."""
     if not isinstance(value, Mapping):
         return None
-    return _parse({"id": "", **_unsealed(value)})  # 0.3.0's questions had no id
+    return _parse(question_record(_unsealed(value)))
 
 
 def _unsealed(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,8 +176,8 @@ def _parse(record: Any) -> Question | None:
             listed=_flag(record["listed"]),
             asked_at=_number(record["asked_at"]),
             user_turn=_whole(record["user_turn"]),
-            user=_optional_text(record.get("user")),
-            asked_after=_optional_number(record.get("asked_after")),
+            user=_optional_text(record["user"]),
+            asked_after=_optional_number(record["asked_after"]),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -185,7 +186,7 @@ def _parse(record: Any) -> Question | None:
 def _call(raw: Any) -> AskedCall:
     if not isinstance(raw, Mapping):
         raise TypeError("not a call")
-    arguments, context, meta = raw["arguments"], raw.get("context") or {}, raw.get("meta") or {}
+    arguments, context, meta = raw["arguments"], raw["context"], raw["meta"]
     if not isinstance(arguments, dict) or not isinstance(context, dict) or not isinstance(meta, dict):
         raise TypeError("not a mapping")
     return AskedCall(

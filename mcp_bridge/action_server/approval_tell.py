@@ -37,7 +37,7 @@ from mcp_bridge.approvals.second_approver import ApprovalRequest, Approvals
 from mcp_bridge.contract import APPROVAL_ENTITY, APPROVAL_INTENT
 from mcp_bridge.sealing import Seal
 
-__all__ = ["TELL_PATH", "attach", "to_tell"]
+__all__ = ["attach", "to_tell"]
 
 log = logging.getLogger(__name__)
 

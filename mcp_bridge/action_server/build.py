@@ -48,7 +48,8 @@ from mcp_bridge.skills.files import (
     domain_responses,
     read_skill_dir,
 )
-from mcp_bridge.skills.toolbox import ToolBox, registered_local_tools
+from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.local import registered_local_tools
 
 log = logging.getLogger(__name__)
 

@@ -83,8 +83,16 @@ class ResumeAfterSignIn(Action):
         )
         skill = executor().skills.get(resumed.signed.skill or "") if resumed is not None else None
         if resumed is None or skill is None:
-            log.warning(
-                "conversation %s: a resume after sign-in that we did not seal; ignored", turn.conversation_id
+            # Whoever writes a tracker can trigger this (a ticket, a state, another conversation's resume):
+            # nothing starts, and the attempt is audited.
+            reason = (
+                "not a resume the sign-in sealed for this conversation, or past its lifetime"
+                if resumed is None
+                else "its skill is not one of this bot's"
+            )
+            log.warning("conversation %s: a resume after sign-in ignored: %s", turn.conversation_id, reason)
+            executor().audit.record(
+                conversation=turn.conversation_id, user=turn.user, decision="not_started", result=reason
             )
             return []
         # The sealed resume vouches for the person (the trigger itself is Rasa's API, unsigned), and is the

@@ -61,6 +61,7 @@ from sanic.response import HTTPResponse
 from mcp_bridge.action_server import approval_tell, rasa_api, sign_in
 from mcp_bridge.action_server.adapter import channel_check, warn_unsigned
 from mcp_bridge.action_server.build import DEVELOPMENT_FLAG, executor, settings, weakness
+from mcp_bridge.approvals.page import TELL_PATH
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
@@ -257,7 +258,7 @@ def require_loopback_host(app: Sanic[Any, Any], names: frozenset[str]) -> None:
 def require_token(app: Sanic[Any, Any], token: str) -> None:
     @app.middleware("request")
     async def check_token(request: Request) -> HTTPResponse | None:
-        if request.path in ("/health", CALLBACK_PATH, approval_tell.TELL_PATH):
+        if request.path in ("/health", CALLBACK_PATH, TELL_PATH):
             # The sign-in callback: a browser's, authenticated by its sealed state; the approval
             # page's route checks its own token.
             return None

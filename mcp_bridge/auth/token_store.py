@@ -4,8 +4,8 @@ One row per (person, MCP server): the SDK's :class:`~mcp.shared.auth.OAuthToken`
 time it was obtained, encrypted with AES-256-GCM (``cryptography``) under a key derived from
 ``MCP_TOKEN_KEY``, with the row itself (the person's name digest and the server) as associated data:
 a database writer who moves one person's ciphertext into another's row gets nothing that decrypts.
-Rows written by 0.3.0 (Fernet, not bound to their row) are still read, for this release only, and
-written the new way the next time they change. A second table holds the sign-ins under way: the PKCE
+Rows written by release 0.3.0 are still read, by :class:`mcp_bridge.release_0_3.TokenRows`, and
+written this release's way the next time they change. A second table holds the sign-ins under way: the PKCE
 verifier of each, encrypted too and bound to its nonce, taken (read and deleted in one statement) by
 the callback that completes it, so a sign-in completes once. The person's name is stored as an HMAC of
 it, never in clear.
@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.record.database import Database, open_database
+from mcp_bridge.release_0_3 import TokenRows
 
 KEY_VARIABLE = "MCP_TOKEN_KEY"
 MIN_KEY_BYTES = 32
@@ -44,14 +45,14 @@ _BOUND = "v2."
 
 @dataclass(frozen=True)
 class Keys:
-    """The keys derived from ``MCP_TOKEN_KEY``: one encrypts tokens bound to their row (``rows``; 0.3.0's
-    rows were encrypted with ``tokens``, read for this release only), one seals sign-in states, one names
-    people in the store. Derived apart (HKDF), so no value serves two purposes."""
+    """The keys derived from ``MCP_TOKEN_KEY``: one encrypts tokens bound to their row (``rows``), one
+    seals sign-in states, one names people in the store; ``rows_0_3`` reads the rows release 0.3.0
+    wrote. Derived apart (HKDF), so no value serves two purposes."""
 
-    tokens: Fernet
     states: Fernet
     names: bytes
     rows: AESGCM
+    rows_0_3: TokenRows
 
     @classmethod
     def from_secret(cls, secret: bytes) -> Keys:
@@ -59,10 +60,10 @@ class Keys:
             return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret)
 
         return cls(
-            tokens=Fernet(base64.urlsafe_b64encode(derive(b"mcp-bridge tokens at rest"))),
             states=Fernet(base64.urlsafe_b64encode(derive(b"mcp-bridge sign-in state"))),
             names=derive(b"mcp-bridge person names"),
             rows=AESGCM(derive(b"mcp-bridge tokens bound to their row")),
+            rows_0_3=TokenRows.derived(derive),
         )
 
     def bind(self, plain: bytes, row: str) -> str:
@@ -74,13 +75,13 @@ class Keys:
 
     def unbind(self, sealed: str, row: str) -> bytes | None:
         """What :meth:`bind` encrypted for ``row``, or None (another row's, another key's, or edited); a
-        0.3.0 value (Fernet, bound to no row) is read too."""
+        value without the ``v2.`` prefix is release 0.3.0's, bound to no row."""
+        if not sealed.startswith(_BOUND):
+            return self.rows_0_3.read(sealed)
         try:
-            if not sealed.startswith(_BOUND):
-                return self.tokens.decrypt(sealed.encode())
             raw = base64.urlsafe_b64decode(sealed[len(_BOUND) :].encode())
             return self.rows.decrypt(raw[:12], raw[12:], row.encode())
-        except (InvalidTag, InvalidToken, ValueError):
+        except (InvalidTag, ValueError):
             return None
 
 

@@ -69,7 +69,7 @@ from mcp_bridge.skills.files import (
     domain_responses,
     read_skill_dir,
 )
-from mcp_bridge.skills.toolbox import registered_local_tools
+from mcp_bridge.tools.local import registered_local_tools
 
 _FILES = ("ENDPOINTS", "SKILLS_DIR", "DOMAIN")
 # Files the action server reads from its working directory, the bot's folder.

@@ -78,7 +78,7 @@ class Permission:
         try:
             scope = record["scope"]
             user = record["user"]
-            meta = record.get("meta") or {}
+            meta = record["meta"]
             if scope is not None and not isinstance(scope, dict) or not isinstance(meta, dict):
                 return None
             if user is not None and not isinstance(user, str):

@@ -87,8 +87,7 @@ from mcp_bridge.mcp_client import transport
 from mcp_bridge.mcp_client.transport import AiohttpTransport, Delivery
 from mcp_bridge.mcp_sdk import MCPError, Session, SubscriptionLost, http
 from mcp_bridge.observability import metrics, tracing
-from mcp_bridge.server_questions import elicitation
-from mcp_bridge.server_questions import waiting_calls as waiting_calls
+from mcp_bridge.server_questions import elicitation, waiting_calls
 from mcp_bridge.server_questions.elicitation import MAX_ROUNDS
 from mcp_bridge.server_questions.waiting_calls import WaitingCall, WaitingCalls
 from mcp_bridge.tools import results

@@ -1,4 +1,4 @@
-"""Which tool a skill's name means: the bot's registered local functions, or a tool of an MCP server.
+"""Which tool a skill's name means: one of the bot's local functions, or a tool of an MCP server.
 
 A skill names a tool and where it comes from (``local`` or ``mcp:<server>``: the tool-source lines,
 the only place that says which skill uses which server). :class:`ToolBox` resolves that name, at
@@ -6,71 +6,27 @@ dispatch time, to one :class:`~mcp_bridge.tools.sources.Tool` wrapped in the lay
 through (:func:`mcp_bridge.tools.pipeline.layered`: exactly once, audited, timed), so everything after
 resolution (schema checks, annotations, the call) is the same whatever the source.
 
-Local tools are the bot's own functions, registered by the bot (never by this package)::
-
-    from mcp_bridge import local_tool
-
-    @local_tool
-    async def add_timeline_note(contact_id: int, text: str) -> NoteResult: ...
+The local functions are the ones the bot registered (:mod:`mcp_bridge.tools.local`), given to it at
+start-up.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
-from typing import Any
 
 from mcp_bridge.errors import ToolNotFoundError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.mcp_client.tool import MCPTool
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import Skill
+from mcp_bridge.tools.local import LocalTool, ToolFunction
 from mcp_bridge.tools.pipeline import layered
-from mcp_bridge.tools.sources import LocalTool, Tool, ToolFunction, local_input_schema
+from mcp_bridge.tools.sources import Tool
 
-__all__ = [
-    "LocalTool",
-    "MCPTool",
-    "Tool",
-    "ToolBox",
-    "ToolFunction",
-    "local_input_schema",
-    "local_tool",
-    "register_local_tools",
-    "registered_local_tools",
-]
+__all__ = ["Resolved", "ToolBox"]
 
 # What a skill's tool name resolved to: the tool, or why nothing.
 Resolved = Tool | ToolNotFoundError
-
-# -- local tools -----------------------------------------------------------------------------
-
-_REGISTRY: dict[str, ToolFunction] = {}
-
-
-def local_tool(function: ToolFunction | None = None, *, name: str | None = None) -> Any:
-    """Register ``function`` as a local tool, under its own name or ``name``; usable as a decorator."""
-
-    def register(fn: ToolFunction) -> ToolFunction:
-        register_local_tools({name or fn.__name__: fn})
-        return fn
-
-    return register(function) if function is not None else register
-
-
-def register_local_tools(tools: Mapping[str, ToolFunction]) -> None:
-    """Register several local tools at once (``{name: async function}``)."""
-    for tool_name, function in tools.items():
-        if not inspect.iscoroutinefunction(function):
-            raise TypeError(f"local tool {tool_name!r} must be an async function")
-        _REGISTRY[tool_name] = function
-
-
-def registered_local_tools() -> dict[str, ToolFunction]:
-    return dict(_REGISTRY)
-
-
-# -- resolution ------------------------------------------------------------------------------
 
 
 class ToolBox:

@@ -1,5 +1,5 @@
-"""The tool sources behind one interface, :class:`Tool`: a local Python function here, a tool of an MCP server
-in :mod:`mcp_bridge.mcp_client.tool`.
+"""The one interface every tool source implements, :class:`Tool`: a local Python function
+(:mod:`mcp_bridge.tools.local`) or a tool of an MCP server (:mod:`mcp_bridge.mcp_client.tool`).
 
 Everything a skill does with a tool (check its arguments, read its annotations, call it) goes
 through these few methods, whatever the source. A local function declares that it honours the
@@ -11,24 +11,14 @@ idempotency key by taking an ``idempotency_key`` parameter; an MCP server by
 
 from __future__ import annotations
 
-import functools
-import inspect
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mcp_bridge.errors import ToolCallError
-from mcp_bridge.mcp_sdk import func_metadata
 from mcp_bridge.tools.context import CallContext
-from mcp_bridge.tools.results import ToolResult, from_local
-from mcp_bridge.tools.schema import validate_against_schema
+from mcp_bridge.tools.results import ToolResult
 
-__all__ = ["Annotations", "LocalTool", "Tool", "ToolFunction", "local_input_schema"]
-
-log = logging.getLogger(__name__)
-
-ToolFunction = Callable[..., Any]
+__all__ = ["Annotations", "Tool"]
 
 
 @dataclass(frozen=True)
@@ -69,51 +59,3 @@ class Tool(Protocol):
         """Run the tool with the context's idempotency key. An MCP server's ``meta_map.from_slots``
         sends some of the context's slots in ``_meta``; a local tool gets none of them."""
         ...
-
-
-# -- local tools -----------------------------------------------------------------------------
-
-
-@functools.cache
-def local_input_schema(function: ToolFunction) -> dict[str, Any]:
-    """The input schema the mcp SDK would publish for ``function`` served over MCP."""
-    schema: dict[str, Any] = func_metadata(function).arg_model.model_json_schema()
-    return schema
-
-
-@functools.cache
-def _takes_idempotency_key(function: ToolFunction) -> bool:
-    return "idempotency_key" in inspect.signature(function).parameters
-
-
-class _LocalToolFailed(ToolCallError):
-    may_have_run = True
-
-
-@dataclass(frozen=True)
-class LocalTool:
-    name: str
-    function: ToolFunction
-    source: str = "local"
-
-    async def input_schema(self, context: CallContext) -> Mapping[str, Any]:
-        return local_input_schema(self.function)
-
-    async def annotations(self, context: CallContext) -> Annotations:
-        # The bot's own code, which claims nothing: the skill that calls it decides.
-        return Annotations(read_only=False, vouched=True, destructive=False)
-
-    def honours_idempotency_key(self) -> bool:
-        return _takes_idempotency_key(self.function)  # declared by its signature
-
-    async def call(self, arguments: Mapping[str, Any], context: CallContext) -> ToolResult:
-        validate_against_schema(self.name, local_input_schema(self.function), arguments)
-        kwargs = dict(arguments)
-        if context.idempotency_key is not None and _takes_idempotency_key(self.function):
-            kwargs["idempotency_key"] = context.idempotency_key
-        try:
-            value = await self.function(**kwargs)
-        except Exception as exc:  # a local tool's bug must not reach rasa_sdk
-            log.exception("local tool %r raised", self.name)
-            raise _LocalToolFailed(f"local tool {self.name!r} raised {type(exc).__name__}") from exc
-        return from_local(self.name, value)

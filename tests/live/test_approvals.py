@@ -10,14 +10,18 @@ runs the call, the conversation is told, the note is written once (also when the
 again). A request nobody decides within its expiry (15 s here) is refused, the conversation told,
 and nothing written. An action server killed while it runs an approved call leaves the request
 running; after the run's lease (4 s here) the page tells the conversation again, and the restarted
-action server runs it again under its key: the note is there once.
+action server runs it again under its key: the note is there once. Whoever holds Rasa's API token
+and runs ``action_approval_decided`` themselves (the record issue's case 6) releases nothing the
+approver did not release in that conversation, and each attempt is audited.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.cookiejar
 import json
 import secrets
+import signal
 import sqlite3
 import time
 import urllib.error
@@ -32,6 +36,8 @@ import pytest
 
 from devstack.services import descendants
 from mcp_bridge.approvals.page import CONVERSATION_SECRETS, TELL_PATH, hash_password
+from mcp_bridge.approvals.second_approver import Approvals, Approver
+from mcp_bridge.approvals.store import open_store as open_approval_store
 from tests.support import procs
 from tests.support.conversation import notes_for, skills_with_source
 from tests.support.logged_stack import LoggedStack
@@ -365,6 +371,141 @@ def test_a_refused_request_writes_nothing(stack: Stack) -> None:
     time.sleep(1.0)
     assert note not in notes_for(stack.db, DANA)
     assert stack.said("refuse-1").count("utter_approval_refused") == 1
+
+
+NOTHING_TO_RELEASE = (
+    "no held call of this conversation waits for this decision (unknown, already run or told)"
+)
+
+
+def _released_by_a_tracker_writer(stack: Stack, conversation: str, approval_id: str) -> None:
+    """What whoever holds Rasa's API token can do with an id: trigger ``approval_decided`` with it (as the
+    action server does when the page tells it), and append that message themselves and run the action."""
+    assert stack.rasa is not None
+    stack.trigger(conversation, approval_id)
+    where = f"{stack.rasa.url}/conversations/{conversation}"
+    token = f"token={stack.access.api_token}"
+    decided = {
+        "event": "user",
+        "text": "/approval_decided",
+        "parse_data": {
+            "intent": {"name": "approval_decided", "confidence": 1.0},
+            "entities": [{"entity": "approval_id", "value": approval_id}],
+        },
+    }
+    _json("POST", f"{where}/tracker/events?{token}", [decided])
+    _json("POST", f"{where}/execute?{token}", {"name": "action_approval_decided"})
+    # Rasa's execute leaves no action_listen: put back, as after a normal turn, for the person's next one.
+    _json("POST", f"{where}/tracker/events?{token}", [{"event": "action", "name": "action_listen"}])
+
+
+def _nothing_released(stack: Stack, conversation: str, approval_id: str) -> list[str]:
+    """The reasons the audit trail gives for the releases of ``approval_id`` in ``conversation`` not
+    acted on."""
+    return [
+        e["result"]
+        for e in stack.audit_entries()
+        if e["decision"] == "approval_rejected"
+        and e.get("conversation") == conversation
+        and e.get("approval") == approval_id
+    ]
+
+
+def test_6_a_tracker_writer_releases_nothing_an_approver_did_not_release_in_that_conversation(
+    stack: Stack,
+) -> None:
+    """The record issue's case 6. Whoever holds Rasa's API token runs ``action_approval_decided`` in the
+    person's conversation with (d) the id of a question the person refused, (a) a request the approver
+    refused, (b) an approved request after it ran, (c) another conversation's approved request before it
+    ran: nothing runs, nothing more is said, each attempt is audited with its reason; the person's own
+    held calls run once when their approver releases them."""
+    conversation, other = (f"release-{name}-{secrets.token_hex(4)}" for name in ("mine", "other"))
+    refused_question, refused, approved, elsewhere = (
+        f"Dana asked for a refund, case 6, {what} ({secrets.token_hex(4)})."
+        for what in ("refused question", "refused", "approved", "other")
+    )
+
+    # (d) A question the person refused: its id is in the tracker (the sealed slot is signed, not secret).
+    stack.say(conversation, f"log a call with {DANA}: {refused_question}")
+    assert stack.said(conversation)[-1] == "utter_confirm_note"
+    stack.say(conversation, "no")
+    assert stack.rasa is not None
+    events = _json(
+        "GET", f"{stack.rasa.url}/conversations/{conversation}/tracker?token={stack.access.api_token}"
+    )["events"]
+    [question_id] = [
+        e["value"]["id"]
+        for e in events
+        if e["event"] == "slot" and e["name"] == "pending_confirmation" and e["value"]
+    ]
+    said = stack.said(conversation)
+    _released_by_a_tracker_writer(stack, conversation, question_id)
+    assert stack.said(conversation) == said
+    assert _nothing_released(stack, conversation, question_id) == [NOTHING_TO_RELEASE] * 2
+
+    # (a) A request the approver refused: told once, and then nothing.
+    held(stack, conversation, refused)
+    assert stack.page is not None
+    sam = Page(stack.page.url)
+    sam.login("sam")
+    refused_id = _pending_id(stack, conversation)
+    assert sam.call("POST", "/api/decide", {"id": refused_id, "approve": False})[0] == 200
+    said = stack.wait_said(conversation, "utter_approval_refused")
+    _released_by_a_tracker_writer(stack, conversation, refused_id)
+    assert stack.said(conversation) == said
+    assert _nothing_released(stack, conversation, refused_id) == [NOTHING_TO_RELEASE] * 2
+
+    # (b) The person's own held call, released by its approver: written once; released again, nothing.
+    held(stack, conversation, approved)
+    approved_id = _pending_id(stack, conversation)
+    _approve(stack, conversation)
+    said = stack.wait_said(conversation, "utter_note_saved")
+    _released_by_a_tracker_writer(stack, conversation, approved_id)
+    assert stack.said(conversation) == said and said.count("utter_note_saved") == 1
+    assert _nothing_released(stack, conversation, approved_id) == [NOTHING_TO_RELEASE] * 2
+
+    # (c) Another conversation's request, approved and not yet run (the page, which would tell its own
+    # conversation, is stopped meanwhile): released into this one, nothing runs here or there.
+    held(stack, other, elsewhere)
+    elsewhere_id = _pending_id(stack, other)
+    assert stack.page is not None
+    _signal_all(stack.page, signal.SIGSTOP)
+    try:
+        asyncio.run(_decided(stack, elsewhere_id))
+        _released_by_a_tracker_writer(stack, conversation, elsewhere_id)
+        assert stack.said(conversation) == said
+        assert _status(stack, elsewhere_id)[0] == "approved"
+        assert elsewhere not in notes_for(stack.db, DANA)
+    finally:
+        _signal_all(stack.page, signal.SIGCONT)
+    assert _nothing_released(stack, conversation, elsewhere_id) == [NOTHING_TO_RELEASE] * 2
+    # The page tells the request's own conversation: written once, there.
+    stack.wait_said(other, "utter_note_saved")
+    _released_by_a_tracker_writer(stack, conversation, elsewhere_id)
+    time.sleep(1.0)
+    assert stack.said(conversation) == said and stack.said(other).count("utter_note_saved") == 1
+    notes = notes_for(stack.db, DANA)
+    assert (
+        notes.count(approved),
+        notes.count(elsewhere),
+        notes.count(refused),
+        notes.count(refused_question),
+    ) == (
+        1,
+        1,
+        0,
+        0,
+    )
+
+
+async def _decided(stack: Stack, request_id: str) -> None:
+    """sam approves the request in the store, as the page does, without telling its conversation."""
+    store = open_approval_store(str(stack.approvals_db))
+    try:
+        decided = await Approvals(store).decide(request_id, Approver("sam", frozenset({"supervisor"})), True)
+    finally:
+        await store.aclose()
+    assert decided.kind == "approved"
 
 
 def test_an_expired_request_is_refused_and_writes_nothing(stack: Stack) -> None:

@@ -120,10 +120,7 @@ def test_the_package_imports_its_names_on_first_use_and_still_exports_every_one(
     assert done.stdout.strip() == "['mcp_bridge']"
     assert set(mcp_bridge.__all__) == set(mcp_bridge._EXPORTS)
     for name in mcp_bridge.__all__:
-        assert getattr(mcp_bridge, name).__module__ == f"mcp_bridge.{mcp_bridge._EXPORTS[name]}" or name in (
-            "Outcome",  # a type alias
-            "Answer",
-        )
+        assert getattr(mcp_bridge, name).__module__ == f"mcp_bridge.{mcp_bridge._EXPORTS[name]}"
     with pytest.raises(AttributeError):
         _ = mcp_bridge.NoSuchName  # type: ignore[attr-defined]
 

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
+from mcp_bridge.cli.e2e.cases import load_paths
+from mcp_bridge.cli.e2e.report import text_report
+from mcp_bridge.cli.e2e.runner import Target, run_cases
 from tests.support import procs
 from tests.support.crm_db import count_notes
 from tests.support.logged_stack import LoggedStack

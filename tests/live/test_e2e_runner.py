@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_bridge.cli.e2e import CaseResult, Target, load_paths, run_cases, text_report
-from mcp_bridge.cli.e2e.report import describe
+from mcp_bridge.cli.e2e.cases import load_paths
+from mcp_bridge.cli.e2e.report import describe, text_report
+from mcp_bridge.cli.e2e.runner import CaseResult, Target, run_cases
 from tests.live.e2e import mutants
 from tests.live.e2e.e2e_stack import E2EStack, Variant
 from tests.support import procs

@@ -8,12 +8,14 @@ callback, which shows the account; "Use this account" stores the token and has R
 conversation (trigger_intent): the
 question is asked without re-typing, a yes writes the note as that person (the CRM logs the token's
 subject), and "disconnect my CRM" removes the token. No token is in the tracker, the audit trail or
-any process's output.
+any process's output. Whoever holds Rasa's API token and puts the sign-in's ticket, state or confirm
+ticket in as the resume, or the real resume a second time (the record issue's case 7), starts nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import time
@@ -31,8 +33,9 @@ from mcp_bridge.approvals.second_approver import Approvals, Approver
 from mcp_bridge.approvals.store import open_store as open_approval_store
 from mcp_bridge.auth.person import CALLBACK_PATH
 from mcp_bridge.auth.token_store import Keys, TokenStore
+from mcp_bridge.contract import RESUME_ACTION, RESUME_ENTITY, RESUME_INTENT
 from tests.live.proof.chat import RasaChat
-from tests.live.test_person_oauth import KEY, SERVICE, code_in, sign_in_in_browser
+from tests.live.test_person_oauth import KEY, SERVICE, code_in, log_in, origin_of, sign_in_in_browser
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.crm_db import authors_of
@@ -305,3 +308,129 @@ async def test_a_held_call_released_by_its_approver_is_written_as_the_requester_
     assert _bot_responses(_tracker(live, sender)) == said
     assert notes_for(live["db"], DANA_EMAIL).count(refund) == 0
     assert "not run: the person must sign in first" in live["audit"].read_text()
+
+
+# -- the record issue's case 7: a sign-in's ticket, state or confirm ticket as the resume entity -----
+
+NOT_A_RESUME = "not a resume the sign-in sealed for this conversation, or past its lifetime"
+RESUME_USED = "this message started a question or a run already"
+
+
+def _resumed_by_a_tracker_writer(live: dict[str, Any], sender: str, value: str) -> None:
+    """What whoever holds Rasa's API token can do with a value: trigger ``mcp_signed_in`` with it as the
+    resume entity (as the action server does after a sign-in), and append that message themselves and
+    run ``action_mcp_resume`` on it."""
+    where = f"{live['rasa_url']}/conversations/{urllib.parse.quote(sender)}"
+    token = urllib.parse.urlencode({"token": live["stack"].access.api_token})
+    resumed = {
+        "event": "user",
+        "text": f"/{RESUME_INTENT}",
+        "parse_data": {
+            "intent": {"name": RESUME_INTENT, "confidence": 1.0},
+            "entities": [{"entity": RESUME_ENTITY, "value": value}],
+        },
+    }
+    for path, body in (
+        ("trigger_intent", {"name": RESUME_INTENT, "entities": {RESUME_ENTITY: value}}),
+        ("tracker/events", [resumed]),
+        ("execute", {"name": RESUME_ACTION}),
+        # Rasa's execute leaves no action_listen: put back, as after a normal turn.
+        ("tracker/events", [{"event": "action", "name": "action_listen"}]),
+    ):
+        request = urllib.request.Request(
+            f"{where}/{path}?{token}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+
+
+def _audited(live: dict[str, Any], sender: str, decision: str) -> list[str]:
+    entries = [json.loads(line) for line in live["audit"].read_text().splitlines() if line.strip()]
+    return [
+        str(e.get("result")) for e in entries if e.get("conversation") == sender and e["decision"] == decision
+    ]
+
+
+async def test_7_a_sign_in_ticket_state_or_confirm_ticket_resumes_nothing_and_a_resume_counts_once(
+    live: dict[str, Any],
+) -> None:
+    """Whoever holds Rasa's API token puts the sign-in link's ticket, the OAuth state and the "which
+    account" page's ticket (all sealed with the resume's key) into the conversation as the resume entity,
+    before and after the person signs in: no skill starts as the person, nothing is written, each is
+    audited. The real resume asks the question once; used again, it starts nothing; the person's yes
+    writes the note once, as them."""
+    chat: RasaChat = live["chat"]
+    sender = f"record-7-{time.time()}"
+    note = f"Called about the VAT rate, case 7 ({time.time()})"
+    store = TokenStore.open(str(live["tokens"]), Keys.from_secret(KEY.encode()))
+    said = chat.send(sender, f"log a call with {DANA_EMAIL}: {note}")
+    prompt = next(text for text in said if "sign in at" in text)
+    link = re.search(r"(http://\S+)", prompt)
+    assert link is not None
+    ticket = urllib.parse.parse_qs(urllib.parse.urlparse(link.group(1)).query)["start"][0]
+    callback = live["person"].redirect_uri
+    responses = _bot_responses(_tracker(live, sender))
+
+    def nothing_started() -> None:
+        assert _bot_responses(_tracker(live, sender)) == responses
+        assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=60) as browser:
+        # Before the sign-in ends: the link's ticket, the state the authorization server sends back, and
+        # the ticket of the page where the person chooses the account.
+        _resumed_by_a_tracker_writer(live, sender, ticket)
+        nothing_started()
+        answer = await log_in(link.group(1), "dana-agent", callback, browser, code_in(said))
+        _resumed_by_a_tracker_writer(live, sender, answer["state"])
+        nothing_started()
+        shown = await browser.get(f"{callback}?{urllib.parse.urlencode(answer)}")
+        found = re.search(r'name=ticket value="([^"]+)"', shown.text)
+        assert found is not None, shown.text
+        confirm = html.unescape(found.group(1))
+        _resumed_by_a_tracker_writer(live, sender, confirm)
+        nothing_started()
+        assert await store.get(PERSON, "crm") is None
+        assert _audited(live, sender, "not_started") == [NOT_A_RESUME] * 6
+
+        # The person chooses the account: the real resume asks the question, once.
+        chosen = await browser.post(
+            callback, data={"ticket": confirm, "choice": "use"}, headers=origin_of(callback)
+        )
+        assert chosen.status_code == 200 and "Signed in; go back to the chat." in chosen.text, chosen.text
+    responses = _said_soon(live, sender, "utter_confirm_note", len(responses))
+    assert responses.count("utter_confirm_note") == 1
+    events = _tracker(live, sender)["events"]
+    [real] = [
+        entity["value"]
+        for event in events
+        if event["event"] == "user" and event["parse_data"]["intent"]["name"] == RESUME_INTENT
+        for entity in event["parse_data"].get("entities") or []
+        if entity["value"] not in (ticket, answer["state"], confirm)
+    ]
+
+    # After it, with the question open: the three again, and the real resume a second time. Triggered,
+    # each reaches the open question's loop first, which takes no unsigned message as an answer; run
+    # directly, the resume action starts nothing.
+    for value in (ticket, answer["state"], confirm, real):
+        _resumed_by_a_tracker_writer(live, sender, value)
+    after = _bot_responses(_tracker(live, sender))
+    assert after == [*responses, *["utter_not_vouched"] * 4, "utter_message_used"], after
+    assert _audited(live, sender, "not_started") == [NOT_A_RESUME] * 9 + [RESUME_USED]
+    assert (
+        _audited(live, sender, "refused") == ["no channel vouches for the answer: no channel signature"] * 4
+    )
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+
+    # The person's own answer: asked once more (messages came between), then written once, as them.
+    said = chat.send(sender, "yes")
+    assert _bot_responses(_tracker(live, sender))[-2:] == ["utter_confirm_again", "utter_confirm_note"], said
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 0
+    said = chat.send(sender, "yes")
+    assert any("saved" in text.lower() for text in said), said
+    chat.send(sender, "yes")
+    assert notes_for(live["db"], DANA_EMAIL).count(note) == 1
+    assert authors_of(live["db"], note) == ["dana-agent"]
+    said = chat.send(sender, "disconnect my CRM")
+    assert any("forgotten your CRM sign-in" in text for text in said), said

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
+from mcp_bridge.cli.e2e.cases import load_paths
+from mcp_bridge.cli.e2e.report import text_report
+from mcp_bridge.cli.e2e.runner import Target, run_cases
 from tests.live.e2e.e2e_stack import E2EStack
 from tests.support import procs
 

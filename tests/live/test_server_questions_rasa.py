@@ -31,7 +31,9 @@ import httpx2
 import pytest
 import yaml
 
-from mcp_bridge.cli.e2e import Target, load_paths, run_cases, text_report
+from mcp_bridge.cli.e2e.cases import load_paths
+from mcp_bridge.cli.e2e.report import text_report
+from mcp_bridge.cli.e2e.runner import Target, run_cases
 from tests.live.e2e.e2e_stack import E2EStack, Variant
 from tests.support import procs
 

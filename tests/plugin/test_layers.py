@@ -16,10 +16,12 @@ import mcp_bridge
 # The package under test: the checkout's, or in `make package` the installed wheel's (its tree has no
 # mcp_bridge/, so that the suite imports the wheel; the wheel ships every module's source).
 PACKAGE = Path(mcp_bridge.__file__).resolve().parent
+# The checkout (in `make package`, the tree the wheel was built from): its docs.
+REPO = Path(__file__).resolve().parents[2]
 
 # --8<-- [start:layers] (the architecture page, docs/contributing/architecture.md, shows these lines)
-# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, and mcp_sdk,
-# the MCP SDK as every layer sees it) are below all.
+# Lowest first. The modules at the top of mcp_bridge/ (errors, contract, sealing, question, release_0_3,
+# and mcp_sdk, the MCP SDK as every layer sees it) are below all.
 LAYERS = [
     "config",
     "record",
@@ -36,7 +38,7 @@ LAYERS = [
     "action_server",
     "cli",
 ]
-TOP_MODULES = {"errors", "contract", "sealing", "question", "mcp_sdk"}
+TOP_MODULES = {"errors", "contract", "sealing", "question", "release_0_3", "mcp_sdk"}
 # The bot's one line (`import mcp_bridge.rasa`), above all: it serves the action server's library.
 BOT_MODULE = "rasa"
 # --8<-- [end:layers]
@@ -131,19 +133,88 @@ def test_the_check_sees_an_upward_import() -> None:
 
 
 def test_the_public_api_is_complete_and_resolves() -> None:
+    import mcp_bridge
+
+    for name in mcp_bridge.__all__:
+        assert getattr(mcp_bridge, name) is not None, name
+    assert mcp_bridge.__version__
+    documented = mcp_bridge.__doc__ or ""
+    undocumented = [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented]
+    assert not undocumented, f"exports the package docstring does not name: {undocumented}"
+
+
+def test_the_readers_answers_are_documented_where_they_are_not_at_the_top() -> None:
+    """A bot's form reads the reader's answers from mcp_bridge.reading.answers, and the Python API page
+    shows each of them there; the top of mcp_bridge keeps what every bot author uses."""
     import typing
 
     import mcp_bridge
     from mcp_bridge.reading.answers import Answer
 
-    for name in mcp_bridge.__all__:
-        assert getattr(mcp_bridge, name) is not None, name
-    answers = {kind.__name__ for kind in typing.get_args(Answer)}
-    assert answers <= set(mcp_bridge.__all__), f"answers not exported: {answers - set(mcp_bridge.__all__)}"
-    assert mcp_bridge.__version__
-    documented = mcp_bridge.__doc__ or ""
-    undocumented = [name for name in mcp_bridge.__all__ if f"`{name}`" not in documented]
-    assert not undocumented, f"exports the package docstring does not name: {undocumented}"
+    answers = {kind.__name__ for kind in typing.get_args(Answer)} | {"Answer", "NluOpinion"}
+    assert not answers & set(mcp_bridge.__all__), "the reader's answers are back at the top of mcp_bridge"
+    page = (REPO / "docs" / "reference" / "python-api.md").read_text(encoding="utf-8")
+    undocumented = sorted(
+        name for name in answers - {"Answer"} if f"::: mcp_bridge.reading.answers.{name}\n" not in page
+    )
+    assert not undocumented, f"answers the Python API page does not show: {undocumented}"
+
+
+# Modules whose job is to export names defined elsewhere: the package's public names (imported on first
+# use), the MCP SDK's names as every mcp release the plugin takes spells them, and the names a Rasa Pro
+# bot's own actions import from mcp_bridge.rasa (docs/getting-started/rasa-pro.md).
+EXPORTERS = {"__init__.py", "mcp_sdk.py", "rasa.py"}
+
+
+def defined_and_imported(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names a module's top level defines, and those it imports."""
+    defined: set[str] = set()
+    imported_names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {target.id for target in targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            imported_names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return defined, imported_names
+
+
+def test_a_name_has_one_home_and_is_imported_from_it() -> None:
+    """No module imports a name only to export it again: its ``__all__`` lists what it defines, and
+    nothing (the plugin, its tests, scripts, the example bot) imports a name from a module that
+    imported it."""
+    repo_files = [
+        path
+        for folder in ("mcp_bridge", "tests", "scripts", "devstack", "examples")
+        for path in (REPO / folder).rglob("*.py")
+        if "release_0_3" not in path.parts  # runs against release 0.3.0's own tree
+    ]
+    homes: dict[str, set[str]] = {}  # module -> names it imports and does not define
+    for path in modules():
+        relative = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        defined, imported_names = defined_and_imported(tree)
+        dotted = "mcp_bridge." + relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        if relative in EXPORTERS:
+            continue
+        homes[dotted] = imported_names - defined
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                listed = {element.value for element in node.value.elts}  # type: ignore[attr-defined]
+                assert listed <= defined, f"{relative} exports what it imports: {sorted(listed - defined)}"
+    wrong = [
+        f"{path.relative_to(REPO)}: {alias.name} from {node.module}"
+        for path in repo_files
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module in homes
+        for alias in node.names
+        if alias.name in homes[node.module]
+    ]
+    assert not wrong, "names imported from a module that only imported them:\n" + "\n".join(wrong)
 
 
 def test_what_a_call_is_for_travels_in_its_context_not_in_context_variables() -> None:

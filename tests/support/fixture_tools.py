@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_bridge.skills.toolbox import ToolFunction
+from mcp_bridge.tools.local import ToolFunction
 from tests.support import procs
 
 # The server side of the SDK the test process has: mcp 2.3's MCPServer, or at mcp 1.30 (Rasa Pro's

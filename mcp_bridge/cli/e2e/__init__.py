@@ -5,22 +5,3 @@ conversation against a running Rasa server and action server (:mod:`mcp_bridge.c
 reports in text and JUnit XML (:mod:`mcp_bridge.cli.e2e.report`). Besides what the bot said and which
 slots it set, a case can check which tools the action server really called, from its audit trail.
 """
-
-from mcp_bridge.cli.e2e.cases import CaseFileError, Step, TestCase, load_paths
-from mcp_bridge.cli.e2e.report import summary, text_report, write_junit
-from mcp_bridge.cli.e2e.runner import CaseResult, Failure, RunnerError, Target, run_cases
-
-__all__ = [
-    "CaseFileError",
-    "CaseResult",
-    "Failure",
-    "RunnerError",
-    "Step",
-    "Target",
-    "TestCase",
-    "load_paths",
-    "run_cases",
-    "summary",
-    "text_report",
-    "write_junit",
-]

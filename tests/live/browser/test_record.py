@@ -18,11 +18,13 @@ are the record issue's:
 Each writes nothing, is audited with its reason, and the person's own next yes writes exactly once.
 Cases 5 (a server's question answered by an old signed message) and 9 (``meta_map.from_slots`` changed
 between the question and the yes) are tested the same way through a real Rasa server in
-tests/live/test_server_questions_rasa.py (a stack whose MCP servers ask and record ``_meta``). Cases 6
-and 7 are tested at the plugin level (tests/plugin/approvals/test_second_approver.py; the sign-in's
-resume in tests/plugin/action_server/test_sign_in.py) and, without the audit and the tracker writer, in
-tests/live/test_approvals.py and test_person_oauth_chat.py; case 8 (the action server's start) in
-tests/live/test_action_server_access.py.
+tests/live/test_server_questions_rasa.py (a stack whose MCP servers ask and record ``_meta``); case 6
+(an approver's release run by the tracker writer: for a question the person refused, a request the
+approver refused, a call run already, another conversation's request) in tests/live/test_approvals.py,
+on its stack with the approval page; case 7 (the sign-in link's ticket, the OAuth state and the confirm
+ticket put in as the resume, before and after the sign-in, and the real resume used twice) in
+tests/live/test_person_oauth_chat.py, on its stack whose CRM server acts as the person. Case 8 (the
+action server's start) is in tests/live/test_action_server_access.py.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.action_server.adapter import CONFIRMATION_LOOP, answers_typed, apply_decision, typed_answers
+from mcp_bridge.action_server.adapter import answers_typed, apply_decision, typed_answers
 from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.decisions import Decision, Say
-from mcp_bridge.contract import LIST_BUTTONS, PENDING_SLOT, RESPONSES, YES_NO_BUTTONS
+from mcp_bridge.contract import CONFIRMATION_LOOP, LIST_BUTTONS, PENDING_SLOT, RESPONSES, YES_NO_BUTTONS
 
 LOOP = CONFIRMATION_LOOP
 

@@ -2,12 +2,11 @@
 
 A database writer who has no MCP_TOKEN_KEY can still move rows: a token ciphertext copied into another
 person's row (or another server's) must then decrypt to nothing, so nobody is called as someone else.
-A value 0.3.0 wrote (Fernet, bound to no row) is still read, for this release only.
+A row release 0.3.0 wrote is tests/plugin/test_release_0_3.py's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -36,24 +35,6 @@ async def test_a_token_moved_to_another_persons_row_decrypts_to_nothing(tmp_path
         )
         assert await store.get("socketio:dana", "billing") is None
         assert await store.get("socketio:dana", "crm") == {"access_token": "dana's"}
-    finally:
-        await store.close()
-
-
-async def test_a_token_written_by_0_3_is_still_read(tmp_path: Path) -> None:
-    keys = Keys.from_secret(KEY)
-    store = TokenStore.open(str(tmp_path / "mcp_bridge.sqlite3"), keys)
-    try:
-        old = keys.tokens.encrypt(json.dumps({"access_token": "from 0.3"}).encode()).decode()
-        await store._db.execute(
-            "INSERT INTO mcp_tokens (person, server, sealed, updated_at) VALUES (?, 'crm', ?, 0)",
-            store._name("socketio:dana"),
-            old,
-        )
-        assert await store.get("socketio:dana", "crm") == {"access_token": "from 0.3"}
-        await store.put("socketio:dana", "crm", {"access_token": "renewed"})  # written the new way
-        ((sealed,),) = await store._db.fetch("SELECT sealed FROM mcp_tokens")
-        assert str(sealed).startswith("v2.")
     finally:
         await store.close()
 

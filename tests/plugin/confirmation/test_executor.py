@@ -22,7 +22,8 @@ from mcp_bridge.errors import ToolNotFoundError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability.audit import AuditLog
 from mcp_bridge.skills.files import load_skills
-from mcp_bridge.skills.toolbox import ToolBox, ToolFunction
+from mcp_bridge.skills.toolbox import ToolBox
+from mcp_bridge.tools.local import ToolFunction
 from tests.support import procs
 from tests.support.conversation import Conversation, asked_call, forged
 from tests.support.fixture_tools import (

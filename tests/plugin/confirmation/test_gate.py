@@ -84,7 +84,7 @@ class FakeTool:
 
 MCP = "mcp:crm"
 TOOLS: dict[str, tuple[str, FakeTool | ToolNotFoundError]] = {
-    # The bot's own code: vouched, claims nothing (mcp_bridge.tools.sources.LocalTool).
+    # The bot's own code: vouched, claims nothing (mcp_bridge.tools.local.LocalTool).
     "local": ("local", FakeTool("local", Annotations(read_only=False, vouched=True, destructive=False))),
     # A trusted server's read-only tool.
     "trusted-ro": (MCP, FakeTool(MCP, Annotations(read_only=True, vouched=True, destructive=False))),

@@ -25,7 +25,7 @@ import pytest
 from devstack.engines import Postgres
 from mcp_bridge.record.database import SQLiteDatabase, open_database
 from mcp_bridge.record.schema import MIGRATIONS
-from mcp_bridge.record.store import Message, Record, Refused
+from mcp_bridge.record.store import Message, NotMade, Record
 
 NOW = 1_900_000_000.0
 CONVERSATION = "conversation-1"
@@ -96,7 +96,7 @@ async def test_a_question_ends_once_whichever_replica_gets_the_yes(replicas: tup
     )
     assert sorted(outcome is None for outcome in outcomes) == [False, True]
     (refused,) = [outcome for outcome in outcomes if outcome is not None]
-    assert refused == Refused("the question was answered already")
+    assert refused == NotMade("the question was answered already")
     stored = await two.question(question)
     assert stored is not None and stored.state == "answered"
     assert await one.open_question(CONVERSATION) is None
@@ -108,7 +108,7 @@ async def test_a_message_answers_one_question_and_starts_one_thing(replicas: tup
     yes = message(NOW - 0.5)
     assert await one.end(first, "answered", message=yes) is None
     second = await ask(two, message(NOW - 0.4))
-    assert await two.end(second, "answered", message=yes) == Refused(
+    assert await two.end(second, "answered", message=yes) == NotMade(
         "this message answered another question already"
     )
     again = await two.question(second)
@@ -127,9 +127,9 @@ async def test_an_older_or_stale_message_starts_nothing(replicas: tuple[Record, 
     assert await one.start(CONVERSATION, newer, "run:newer") is None
     older = message(NOW - 2)
     refused = await one.start(CONVERSATION, older, "run:older")
-    assert refused == Refused("a newer message of this conversation was acted on already")
+    assert refused == NotMade("a newer message of this conversation was acted on already")
     stale = await one.start("another-conversation", message(NOW - 3600), "run:stale")
-    assert stale == Refused("the message is too old to start anything")
+    assert stale == NotMade("the message is too old to start anything")
 
 
 async def test_asking_replaces_the_open_question(replicas: tuple[Record, Record]) -> None:
@@ -140,8 +140,8 @@ async def test_asking_replaces_the_open_question(replicas: tuple[Record, Record]
     assert replaced is not None and replaced.state == "replaced"
     open_now = await one.open_question(CONVERSATION)
     assert open_now is not None and open_now.id == second
-    assert await one.end(first, "answered", message=message()) == Refused("the question was replaced already")
-    assert await one.end("never-asked", "answered") == Refused("the action server never asked it")
+    assert await one.end(first, "answered", message=message()) == NotMade("the question was replaced already")
+    assert await one.end("never-asked", "answered") == NotMade("the action server never asked it")
 
 
 async def test_a_withdrawn_permission_covers_nothing_on_any_replica(replicas: tuple[Record, Record]) -> None:
@@ -159,7 +159,7 @@ async def test_a_withdrawn_permission_covers_nothing_on_any_replica(replicas: tu
     assert await one.withdraw(CONVERSATION, DANA) == [{"tool": "add_timeline_note"}]
     assert await two.permissions(CONVERSATION, DANA) == []
     assert await two.ended_permissions(CONVERSATION, DANA) == [({"tool": "add_timeline_note"}, "withdrawn")]
-    assert await two.use("p1", CONVERSATION, message(NOW - 0.1)) == Refused(
+    assert await two.use("p1", CONVERSATION, message(NOW - 0.1)) == NotMade(
         "the permission was withdrawn or has expired"
     )
 

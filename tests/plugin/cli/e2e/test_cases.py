@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcp_bridge.cli.e2e import CaseFileError, load_paths
-from mcp_bridge.cli.e2e.cases import SlotExpectation
+from mcp_bridge.cli.e2e.cases import CaseFileError, SlotExpectation, load_paths
 from tests.support.procs import EXAMPLE_BOT
 
 BOT = EXAMPLE_BOT
@@ -165,7 +164,7 @@ def test_the_runner_imports_nothing_of_the_bot_nor_rasa_sdk() -> None:
     import sys
 
     code = (
-        "import sys, mcp_bridge.cli, mcp_bridge.cli.e2e; "
+        "import sys, mcp_bridge.cli, mcp_bridge.cli.e2e.runner, mcp_bridge.cli.e2e.report; "
         "roots = {m.split('.')[0] for m in sys.modules}; "
         "print(sorted(roots & {'crm', 'actions', 'tests', 'rasa_sdk', 'rasa'}))"
     )
@@ -243,7 +242,7 @@ test_cases:
 def test_approval_steps_need_the_audit_trail_and_the_page(tmp_path: Path) -> None:
     import asyncio
 
-    from mcp_bridge.cli.e2e import RunnerError, Target, run_cases
+    from mcp_bridge.cli.e2e.runner import RunnerError, Target, run_cases
 
     path = write(
         tmp_path,
