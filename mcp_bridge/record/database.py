@@ -1,10 +1,10 @@
 """The plugin's one database: SQLite in a file by default, PostgreSQL for replicas; the same SQL on both.
 
 ``MCP_BRIDGE_DATABASE`` (:attr:`mcp_bridge.config.settings.Settings.database`) is a file path (default
-``var/mcp_bridge.sqlite3``) or a ``postgresql://`` URL (asyncpg, the ``postgres`` extra). Statements are written with ``?``
-placeholders; on PostgreSQL they become ``$1, $2, ...``. Every change that must happen once
-(a question answered, a message used, an approval taken) is one conditional ``UPDATE ... RETURNING``
-inside a :meth:`Database.transaction`, so the database decides which of two replicas wins.
+``var/mcp_bridge.sqlite3``) or a ``postgresql://`` URL (asyncpg, the ``postgres`` extra). Statements
+are written with ``?`` placeholders; on PostgreSQL they become ``$1, $2, ...``. Every change that must
+happen once (a question answered, a message used, an approval taken) is one conditional ``UPDATE ...
+RETURNING`` inside a :meth:`Database.transaction`, so the database decides which of two replicas wins.
 
 SQLite: one connection per database object, used by one statement or transaction at a time; the file is
 created owner-only (0600) before SQLite opens it, in WAL mode (readers never wait for the writer) with
