@@ -281,6 +281,20 @@ def test_the_action_server_refuses_to_start_with_a_wrong_declaration(tmp_path: P
         build_executor(Settings.from_env({**env, textmatch.ENV_VARIABLE: "Cyrillic"}), allow_unset=True)
 
 
+def test_the_action_server_declares_its_characters_for_the_rules_it_holds_calls_by(tmp_path: Path) -> None:
+    """What APPROVAL_TEXT_CHARACTERS declares is what a rule reads, read once when the action server is
+    built (the example's log_interaction skill has a second approver's rule)."""
+    greek = "\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5"
+    env = example_environment(tmp_path)
+    try:
+        build_executor(Settings.from_env({**env, textmatch.ENV_VARIABLE: "U+0370-U+03FF"}), allow_unset=True)
+        assert textmatch.why_held(greek, ["refund"]) is None
+        build_executor(Settings.from_env(env), allow_unset=True)
+        assert (textmatch.why_held(greek, ["refund"]) or "").startswith("undeclared:")
+    finally:
+        textmatch.declare("")
+
+
 async def test_the_audit_says_why_a_call_waits_and_never_the_text(tmp_path: Path) -> None:
     bench = Bench(tmp_path, WHEN_REFUND)
     for cid, note in (("c1", f"Dana{FILLERS['U+3164']} called back"), ("c2", "Dana asked for a refund")):
