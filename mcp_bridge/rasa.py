@@ -15,17 +15,19 @@ Its start-up checks, the token check on ``/webhook`` and a
 loopback default address come through rasa_sdk's plugin hook (:mod:`mcp_bridge.action_server.server`),
 which this import registers with rasa_sdk, whether or not the bot has a ``rasa_sdk_plugins`` package.
 
-The import reads ``SKILLS_DIR`` because rasa_sdk leaves no later moment: it registers the actions it finds
-right after importing the bot's actions package, and its plugin hook receives only the web app. So the skill
-files are read here, once for the process (:func:`mcp_bridge.action_server.build.skill_files`, the one
-parser), and only their actions are defined; everything else (the tools the bot registers after this import,
-endpoints, domain) is checked when the server starts, from that same reading.
+The import reads the action server's settings (:func:`mcp_bridge.action_server.build.settings`,
+``SKILLS_DIR`` among them; a value it cannot use stops it here, saying why) because rasa_sdk leaves no
+later moment: it registers the actions it finds right after importing the bot's actions package, and its
+plugin hook receives only the web app. So the skill files are read here, once for the process
+(:func:`mcp_bridge.action_server.build.skill_files`, the one parser), and only their actions are defined;
+everything else (the tools the bot registers after this import, endpoints, domain) is checked when the
+server starts, from that same reading.
 
 This module is the only one that does anything on import: the library it serves
 (:mod:`mcp_bridge.action_server`) registers nothing and defines no skill's action when imported.
 """
 
-import os
+import sys
 
 from mcp_bridge.action_server import server
 from mcp_bridge.action_server.actions import (
@@ -38,12 +40,17 @@ from mcp_bridge.action_server.actions import (
     serve_skills,
 )
 from mcp_bridge.action_server.adapter import apply_decision, turn_from_tracker
-from mcp_bridge.action_server.build import build_executor, executor
+from mcp_bridge.action_server.build import build_executor, executor, settings
 from mcp_bridge.action_server.person_actions import AccountInUse, DisconnectPerson, ResumeAfterSignIn
 from mcp_bridge.contract import CONFIRMATION_LOOP
+from mcp_bridge.errors import ConfigError
 
 server.install()
-serve_skills(os.environ.get("SKILLS_DIR", "skills"))
+try:
+    serve_skills(settings().skills_dir)
+except ConfigError as exc:  # a setting the action server cannot use: it does not start, saying why
+    print(f"action server not started: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 __all__ = [
     "CONFIRMATION_LOOP",

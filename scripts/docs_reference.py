@@ -14,9 +14,12 @@ Each table comes from where the code defines it:
   every key at every depth, with its type, default and limits.
 * ``endpoints.md``: the keys an ``mcp_servers:`` entry takes, from the lists
   :mod:`mcp_bridge.config.servers` checks entries against, and their defaults.
-* ``environment.md``: every environment variable the plugin's code reads, found in its source with
-  :mod:`ast` (``env.get(NAME, default)``, ``os.environ[NAME]``, ``os.getenv``, ``X or default``,
-  and helpers called as ``helper(env, NAME, default)``), with the default written at the read.
+* ``environment.md``: every environment variable the plugin reads, from the fields of
+  :class:`mcp_bridge.config.settings.Settings` and the channels' :class:`ChannelEnvironment`
+  (name, default and meaning in each field's metadata), with the modules that read each field; and a
+  check, over the source with :mod:`ast`, that nothing else in ``mcp_bridge/`` reads the environment
+  (``os.environ``, ``os.getenv``, ``env.get(NAME)``). The example bot's variables are still found in
+  its source (``env.get(NAME, default)``, ``os.environ[NAME]``, ``X or default``).
 * ``domain.md``: the slots, intents and actions of :mod:`mcp_bridge.contract`, and every response
   the plugin says, with what ``mcp-bridge init`` writes for it and when the action server needs it.
 * ``audit.md``: the audit trail's decisions, found in the source as the ``decision`` argument of
@@ -587,32 +590,190 @@ def constant_value(dotted: str) -> object:
     return getattr(importlib.import_module(module), attribute)
 
 
+# The modules that declare the environment variables: the only ones that may read it.
+SETTINGS_MODULES = {
+    "mcp_bridge.config.settings": "Settings",
+    "mcp_bridge.channels._settings": "ChannelEnvironment",
+}
+# What a module calls the settings it reads a field of: ``settings.x``, ``config.x``, ``settings().x``.
+SETTINGS_NAMES = {"settings", "config"}
+
+
+def reads_of_settings(sources: Sources) -> dict[str, set[str]]:
+    """Field name -> the modules under mcp_bridge/ that read it (``settings.field``)."""
+    found: dict[str, set[str]] = {}
+    for module in sources.modules.values():
+        if not module.name.startswith("mcp_bridge.") or module.name in SETTINGS_MODULES:
+            continue
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value.func if isinstance(node.value, ast.Call) else node.value
+            named = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+            if named in SETTINGS_NAMES:
+                found.setdefault(node.attr, set()).add(module.name)
+    return found
+
+
+def environment_accesses(sources: Sources) -> list[str]:
+    """``module:function`` of every ``os.environ`` or ``os.getenv`` outside the settings modules and
+    the channels (setting a variable for a library, ``os.environ[NAME] = ...``, is no read)."""
+    found: list[str] = []
+    for module in sources.modules.values():
+        if not module.name.startswith("mcp_bridge.") or module.name in SETTINGS_MODULES:
+            continue
+        if module.name.startswith("mcp_bridge.channels."):
+            continue
+        reads = ModuleReads(sources, module)
+        for node in ast.walk(module.tree):
+            if not (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "getenv")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ):
+                continue
+            parent = reads.parents.get(node)
+            if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store):
+                continue
+            found.append(f"{module.name}:{reads.functions.get(node, '<module>')}")
+    return found
+
+
+def declared_variables(problems: Problems) -> list[tuple[str, object, str, str, str | None]]:
+    """(variable, default, meaning, declaring module, field or None for a former name) of every
+    variable the settings modules declare."""
+    declared: list[tuple[str, object, str, str, str | None]] = []
+    for module_name, class_name in SETTINGS_MODULES.items():
+        cls = getattr(importlib.import_module(module_name), class_name)
+        for spec in dataclasses.fields(cls):
+            if "variable" not in spec.metadata:
+                continue
+            meaning = " ".join(str(spec.metadata.get("meaning") or "").split())
+            if not meaning:
+                problems.append(f"{module_name}.{class_name}.{spec.name}: no meaning in its metadata")
+            default = spec.default if spec.default is not dataclasses.MISSING else None
+            declared.append((spec.metadata["variable"], default, meaning, module_name, spec.name))
+            for former, text in (spec.metadata.get("former") or {}).items():
+                declared.append((former, default, " ".join(str(text).split()), module_name, None))
+    return declared
+
+
+def setting_default(value: object) -> str:
+    if value in (None, "", (), False):
+        return "unset"
+    if isinstance(value, tuple):
+        return code(" ".join(str(item) for item in value))
+    return code(value)
+
+
+def settings_table(sources: Sources, descriptions: Mapping[str, Any], problems: Problems) -> str:
+    """One row per variable: a field of Settings is read where ``settings.<field>`` is; a former name
+    where its variable is; a variable the channels declare too is read in both places."""
+    reads = reads_of_settings(sources)
+    rows: dict[str, tuple[str, set[str], list[str]]] = {}  # variable -> (default, read in, meanings)
+    where: set[str] = set()
+    for variable, default, meaning, module_name, name in declared_variables(problems):
+        if name is not None:
+            where = {module_name} if module_name != "mcp_bridge.config.settings" else reads.get(name, set())
+            if not where:
+                problems.append(f"{module_name}: {variable} ({name}) is read nowhere (`settings.{name}`)")
+        if variable in rows:
+            shown, modules, meanings = rows[variable]
+            rows[variable] = (shown, modules | where, [*meanings, meaning])
+        else:
+            # A former name's own default is unset: unset, the variable's default holds.
+            rows[variable] = (setting_default(default if name else None), set(where), [meaning])
+    # Names made at run time (APPROVER_<NAME>_PASSWORD): acknowledged in the descriptions.
+    acknowledged = descriptions.get("environment_indirect") or {}
+    made = {entry["variable"]: place for place, entry in acknowledged.items() if isinstance(entry, dict)}
+    texts = described("environment", sorted(made), descriptions, problems)
+    for variable, place in made.items():
+        rows[variable] = ("unset", {place.split(":")[0]}, [texts[variable]])
+    return table(
+        ["variable", "default", "read in", "meaning"],
+        [
+            (code(variable), shown, ", ".join(code(m) for m in sorted(modules)), " ".join(meanings))
+            for variable, (shown, modules, meanings) in sorted(rows.items())
+        ],
+    )
+
+
+def check_reads_outside_settings(
+    sources: Sources, descriptions: Mapping[str, Any], problems: Problems
+) -> None:
+    """Nothing in mcp_bridge/ outside the settings modules and the channels reads the environment: no
+    ``os.environ`` or ``os.getenv``, and no read of a named variable from a mapping called env; a
+    mapping read by a name made at run time (a ``${VAR}`` of a file) is acknowledged in the
+    descriptions."""
+    for place in dict.fromkeys(environment_accesses(sources)):
+        problems.append(
+            f"{place} reads the process's environment: declare the variable in "
+            "mcp_bridge.config.settings.Settings and read it from there"
+        )
+    reads, indirect = environment_reads(sources, PACKAGE)
+    outside = [
+        read
+        for read in reads
+        if read.module not in SETTINGS_MODULES and not read.module.startswith("mcp_bridge.channels.")
+    ]
+    ignored = descriptions.get("environment_not_environment") or {}
+    for read in outside:
+        if read.name not in ignored:
+            problems.append(
+                f"{read.module}:{read.function} reads the environment variable {read.name}: declare it in "
+                "mcp_bridge.config.settings.Settings and read it from there"
+            )
+    for name in ignored:
+        if name not in {read.name for read in reads}:
+            problems.append(f"{DESCRIPTIONS.name}: environment_not_environment: the code reads no {name!r}")
+    unnamed = [
+        place
+        for place in indirect
+        if place.split(":")[0] not in SETTINGS_MODULES and not place.startswith("mcp_bridge.channels.")
+    ]
+    acknowledged = descriptions.get("environment_indirect") or {}
+    for place in dict.fromkeys(unnamed):
+        if place not in acknowledged:
+            problems.append(
+                f"{DESCRIPTIONS.name}: environment_indirect: {place} reads an environment variable whose "
+                "name the source does not spell out: say which, under that key"
+            )
+    for place in acknowledged:
+        if place not in unnamed:
+            problems.append(
+                f"{DESCRIPTIONS.name}: environment_indirect: {place} reads no such variable any more"
+            )
+
+
 def environment_page(descriptions: Mapping[str, Any], problems: Problems) -> str:
     sources = Sources(ROOT, [PACKAGE, EXAMPLE / "crm", EXAMPLE / "actions"])
-    plugin_reads, plugin_indirect = environment_reads(sources, PACKAGE)
+    check_reads_outside_settings(sources, descriptions, problems)
     example_reads: list[Read] = []
     example_indirect: list[str] = []
     for folder in (EXAMPLE / "crm", EXAMPLE / "actions"):
         more, unnamed = environment_reads(sources, folder)
         example_reads += more
         example_indirect += unnamed
-    for section, reads in (("environment", plugin_reads), ("example_environment", example_reads)):
-        ignored = descriptions.get(f"{section}_not_environment") or {}
-        for name in ignored:
-            if name not in {read.name for read in reads}:
-                problems.append(f"{DESCRIPTIONS.name}: {section}_not_environment: the code reads no {name!r}")
+    ignored = descriptions.get("example_environment_not_environment") or {}
+    for name in ignored:
+        if name not in {read.name for read in example_reads}:
+            problems.append(
+                f"{DESCRIPTIONS.name}: example_environment_not_environment: the code reads no {name!r}"
+            )
     return "".join(
         [
             "# Environment variables\n\n",
             HEADER,
-            "Every environment variable the plugin's code reads, found in its source: where it is read, and"
-            " the default written there (a value the code falls back to when the variable is unset). The "
-            "action server reads those of `mcp_bridge.action_server`, `mcp_bridge.auth`, "
-            "`mcp_bridge.approvals` and "
-            "the rest; the `mcp-bridge` command those of `mcp_bridge.cli`; the Rasa server's channels those"
-            " of `mcp_bridge.channels`. The variables `${VAR}` in `endpoints.yml` and `credentials.yml` "
-            "name are your own (see [endpoints.yml](endpoints.md)).\n\n",
-            environment_table(plugin_reads, plugin_indirect, "environment", descriptions, problems),
+            "Every environment variable the plugin reads, declared in one place: the fields of "
+            "`mcp_bridge.config.settings.Settings`, which the action server reads once at start and the "
+            "approval page and the `mcp-bridge` command read too, and, for the Rasa server's channels, "
+            "`mcp_bridge.channels._settings.ChannelEnvironment`. Each row gives the default (the value "
+            "when the variable is unset) and the modules that read the value. A value that cannot be used "
+            "(not a number, not positive) stops the process at start, naming the variable. A former name "
+            "is read when the variable it stands for is unset. The variables `${VAR}` in `endpoints.yml` "
+            "and `credentials.yml` name are your own (see [endpoints.yml](endpoints.md)).\n\n",
+            settings_table(sources, descriptions, problems),
             "\n## The example bot\n\n"
             "What the example CRM (`examples/crm_bot/crm/`: its REST API, its MCP server and the local "
             "tools that call it) reads; a bot of your own has its own. The example's `endpoints.yml` names "

@@ -8,7 +8,6 @@ The base classes are abstract, so rasa_sdk registers only the concrete actions.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -20,7 +19,7 @@ from rasa_sdk.executor import CollectingDispatcher
 from rasa_sdk.types import DomainDict
 
 from mcp_bridge.action_server.adapter import answers_typed, apply_decision, turn_from_tracker
-from mcp_bridge.action_server.build import executor, skill_files
+from mcp_bridge.action_server.build import executor, settings, skill_files
 from mcp_bridge.action_server.person_actions import sign_in_decision
 from mcp_bridge.auth.person import SignInRequiredError
 from mcp_bridge.confirmation.decisions import Decision, Turn
@@ -211,7 +210,7 @@ def __getattr__(name: str) -> type[SkillAction]:
     classes up here; the skill files it reads are the ones the main process read (``SKILLS_DIR``).
     """
     if name not in _BY_CLASS_NAME and not name.startswith("__"):
-        serve_skills(os.environ.get("SKILLS_DIR", "skills"))
+        serve_skills(settings().skills_dir)
     try:
         return _BY_CLASS_NAME[name]
     except KeyError:

@@ -26,7 +26,6 @@ picks, and a typed "yes" would never reach a text prompt.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +34,11 @@ from rasa_sdk import Tracker
 from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
-from mcp_bridge.action_server.build import DEVELOPMENT_FLAG
+from mcp_bridge.action_server.build import DEVELOPMENT_FLAG, settings
 from mcp_bridge.channels.proof import KEY_ENV, PROOF_KEY, ChannelKeys, Unvouched
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.decisions import Decision, Turn
-from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT, RESPONSES, TYPED_ANSWER_CHANNELS
+from mcp_bridge.contract import CONFIRMATION_LOOP, PENDING_SLOT, RESPONSES
 from mcp_bridge.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -64,13 +64,13 @@ class ChannelCheck:
     allow_unsigned: bool = False
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ChannelCheck:
+    def from_settings(cls, config: Settings) -> ChannelCheck:
         """From MCP_BRIDGE_CHANNEL_KEY, or MCP_BRIDGE_DEVELOPMENT (development only: messages without a
         channel's signature are taken as from nobody instead of refused, for ``rasa shell`` and Rasa's
         own channels); ConfigError when neither or both are set (a deployment with a channel key is no
         trial, and development mode must not leak into it)."""
-        development = env.get(DEVELOPMENT_FLAG) == "1"
-        raw = env.get(KEY_ENV)
+        development = config.development
+        raw = config.channel_key
         if raw and development:
             raise ConfigError(
                 f"environment variables {DEVELOPMENT_FLAG}=1 and {KEY_ENV} are both set: development mode "
@@ -113,7 +113,7 @@ _PROCESS_CHECK: list[ChannelCheck] = []
 def channel_check() -> ChannelCheck:
     """This process's check, from its environment (read once; :func:`warn_unsigned` says it at start)."""
     if not _PROCESS_CHECK:
-        _PROCESS_CHECK.append(ChannelCheck.from_env(os.environ))
+        _PROCESS_CHECK.append(ChannelCheck.from_settings(settings()))
     return _PROCESS_CHECK[0]
 
 
@@ -176,17 +176,11 @@ def whole_numbers(value: Any) -> Any:
     return value
 
 
-# Read once per process: the input channels where answers are typed.
-TYPED_CHANNELS_ENV = "MCP_BRIDGE_TYPED_ANSWER_CHANNELS"
-
-
-def answers_typed(input_channel: str | None, env: Mapping[str, str] | None = None) -> bool:
+def answers_typed(input_channel: str | None, channels: Sequence[str] | None = None) -> bool:
     """Whether a question asked on ``input_channel`` (the latest message's, as Rasa names it) is asked in
-    words with the answers to type instead of buttons: the channels of MCP_BRIDGE_TYPED_ANSWER_CHANNELS
-    (separated by commas or spaces; default ``cmdline``, what ``rasa shell`` sends)."""
-    env = os.environ if env is None else env
-    raw = env.get(TYPED_CHANNELS_ENV)
-    channels = raw.replace(",", " ").split() if raw is not None else TYPED_ANSWER_CHANNELS
+    words with the answers to type instead of buttons: on one of ``channels`` (default this process's
+    MCP_BRIDGE_TYPED_ANSWER_CHANNELS; unset, ``cmdline``, what ``rasa shell`` sends)."""
+    channels = settings().typed_answer_channels if channels is None else channels
     return input_channel is not None and input_channel in channels
 
 

@@ -1,22 +1,13 @@
-"""The one Executor of this action server, built from files and environment variables on first use.
+"""The one Executor of this action server, built from files and its settings on first use.
 
-ENDPOINTS (endpoints.yml), SKILLS_DIR (skills), DOMAIN (domain.yml, or a domain directory),
-AUDIT_LOG (var/audit.jsonl), AUDIT_KEY, AUDIT_EXTRA_KEYS and AUDIT_TO_LOG
-(:mod:`mcp_bridge.observability.audit`), MCP_BRIDGE_DATABASE (the action server's record, the calls held
-for a second approver and the people's tokens: a SQLite file, default var/mcp_bridge.sqlite3, or a
-postgresql:// URL every replica shares; :mod:`mcp_bridge.record.database`), CONFIRMATION_TTL_SECONDS
-(300), CONFIRMATION_SECRET (seals questions and permissions; unset, a key the record keeps, which a
-PostgreSQL database does not allow: replicas share the secret), CONFIRMATION_WORDS (a word file added
-to the reader's English defaults), MESSAGE_MAX_CHARS (5000: a longer message is refused unread),
-APPROVAL_TEXT_CHARACTERS (characters a text condition of a second approver's rule reads beside Latin
-letters, digits and punctuation: :mod:`mcp_bridge.approvals.textmatch`), APPROVAL_RUN_LEASE_SECONDS
-(300: how long a run of an approved call may go unrecorded before it counts as lost and is resumed;
-:mod:`mcp_bridge.approvals.second_approver`'s ``lost_run``); with a server that acts as the person,
-MCP_TOKEN_KEY (encrypts the people's tokens; required, long and random, the same on every replica).
+The settings (:class:`mcp_bridge.config.settings.Settings`: every variable, its default and what it does)
+are read from the environment once per process, by :func:`settings`, and handed to what needs them:
+the files (ENDPOINTS, SKILLS_DIR, DOMAIN), the plugin's database and its seal, the audit trail, the
+reader's words and limit, the second approver's lease and characters, the people's tokens' key.
 Local tools are whatever the bot registered with :func:`mcp_bridge.local_tool`.
 
-Everything is checked here, so the action server refuses to start on a bad file, naming the file,
-the place and the reason; ``mcp-bridge check`` runs the same checks offline.
+Everything is checked here, so the action server refuses to start on a bad file or value, naming the
+file or variable, the place and the reason; ``mcp-bridge check`` runs the same checks offline.
 """
 
 from __future__ import annotations
@@ -25,8 +16,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import os
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +26,7 @@ from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore, token_keys
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.decisions import ConfirmationPolicy
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.confirmation.gate import declared
@@ -44,12 +35,11 @@ from mcp_bridge.errors import ConfigError
 from mcp_bridge.mcp_client.runtime import MCPRuntime
 from mcp_bridge.observability import metrics, otel, tracing
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.reading.reader import DEFAULT_MAX_CHARS, ConfirmationReader
+from mcp_bridge.reading.reader import ConfirmationReader
 from mcp_bridge.reading.words import load_words
-from mcp_bridge.record.database import database_location, open_database
+from mcp_bridge.record.database import open_database
 from mcp_bridge.record.store import Record
 from mcp_bridge.sealing import Seal
-from mcp_bridge.server_questions import waiting_calls as waiting_calls
 from mcp_bridge.skills.files import (
     SkillFiles,
     check_questions_carry_no_buttons,
@@ -64,39 +54,46 @@ from mcp_bridge.tools.local import registered_local_tools
 log = logging.getLogger(__name__)
 
 
-def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = False) -> Executor:
-    """An executor from the files ``env`` names; raises ConfigError (file, place, reason).
+@functools.cache
+def settings() -> Settings:
+    """This process's settings, read from its environment once."""
+    return Settings.from_env()
+
+
+def build_executor(given: Settings | None = None, *, allow_unset: bool = False) -> Executor:
+    """An executor from the files and values of ``given`` (default: this process's :func:`settings`);
+    raises ConfigError (file or variable, place, reason).
 
     ``allow_unset`` is for the offline check only: an unset ``${VAR}`` in a server's url, token or
     api_key is then recorded on the server (which is never connected to) instead of refused, and the
     record is one of this process only (no file is written).
     """
-    env = os.environ if env is None else env
-    endpoints = env.get("ENDPOINTS", "endpoints.yml")
-    skills_dir = env.get("SKILLS_DIR", "skills")
-    domain = env.get("DOMAIN", "domain.yml")
-    servers = load_mcp_servers(endpoints, env, allow_unset=allow_unset)
+    config = settings() if given is None else given
+    domain = config.domain
+    servers = load_mcp_servers(config.endpoints, config.environ, allow_unset=allow_unset)
     check_meta_slots(servers, domain)
     responses = RESPONSES
     known_responses = domain_responses(domain)
     acts_as_person = any(server.acts_as_person for server in servers.values())
-    location = ":memory:" if allow_unset else database_location(env)
+    location = ":memory:" if allow_unset else config.database
     try:
         database = open_database(location)
     except Exception as exc:  # an unreadable file, a folder that cannot be made
         raise ConfigError(f"the plugin's database {location}: {type(exc).__name__}: {exc}") from None
     record = Record(database)
-    seal = confirmation_seal(env, record)
+    seal = confirmation_seal(config, record)
     person = None
     if acts_as_person and not allow_unset:
-        person = PersonOAuth(servers, TokenStore(database, token_keys(env)))  # refuses a missing or weak key
+        person = PersonOAuth(
+            servers, TokenStore(database, token_keys(config.token_key))
+        )  # refuses a missing or weak key
     needed = responses.for_every_bot() | (responses.for_acting_as_the_person() if acts_as_person else set())
     _check_responses(
         domain, needed - known_responses, "the executor needs these responses, which are missing"
     )
     local = registered_local_tools()
     skills = check_skills(
-        skill_files(skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
+        skill_files(config.skills_dir), local_tools=local, mcp_servers=servers, responses=known_responses
     )
     if any(c.allows_remembering for skill in skills.values() for c in skill.constraints.values()):
         _check_responses(
@@ -110,12 +107,12 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
         for tool in skill.constraints
         if (rule := declared(skill, tool)) is not None and rule.utter_for_confirmation
     }
-    policy = ConfirmationPolicy(ttl_seconds=_positive_float(env, "CONFIRMATION_TTL_SECONDS", 300.0))
+    policy = ConfirmationPolicy(ttl_seconds=config.confirmation_ttl_seconds)
     check_questions_carry_no_buttons(domain, questions)
-    reader = build_reader(env, policy)
+    reader = build_reader(config, policy)
     # Counted, turned into spans and (when configured) sent as OpenTelemetry log records, entry by entry.
-    audit = AuditLog.from_env(
-        env, observers=[metrics.count_confirmation, tracing.audit_span, otel.audit_record]
+    audit = AuditLog.from_settings(
+        config, observers=[metrics.count_confirmation, tracing.audit_span, otel.audit_record]
     )
     second_approvers = None
     if any(c.requires_approval_from for skill in skills.values() for c in skill.constraints.values()):
@@ -124,17 +121,13 @@ def build_executor(env: Mapping[str, str] | None = None, *, allow_unset: bool = 
             responses.for_approvals() - known_responses,
             "a skill requires a second approver, and these responses are missing",
         )
-        textmatch.declared_characters(env)  # APPROVAL_TEXT_CHARACTERS: refused at start when wrong
-        lease = _positive_float(env, "APPROVAL_RUN_LEASE_SECONDS", approvals.RUN_LEASE_SECONDS)
-        second_approvers = approvals.Approvals(ApprovalTable(database), audit, run_lease=lease)
+        textmatch.declare(config.approval_text_characters)  # refused at start when wrong
+        second_approvers = approvals.Approvals(
+            ApprovalTable(database), audit, run_lease=config.approval_run_lease_seconds
+        )
     runtime = MCPRuntime(servers, person_oauth=person)
-    runtime.waiting.wait_seconds = _positive_float(
-        env, "ELICITATION_WAIT_SECONDS", waiting_calls.WAIT_SECONDS
-    )
-    if "ELICITATION_MAX_WAITING" in env or "ELICITATION_MAX_HELD" not in env:
-        runtime.waiting.limit = _positive_int(env, "ELICITATION_MAX_WAITING", waiting_calls.MAX_WAITING)
-    else:  # the setting's name in release 0.2.0, still read when the new one is unset
-        runtime.waiting.limit = _positive_int(env, "ELICITATION_MAX_HELD", waiting_calls.MAX_WAITING)
+    runtime.waiting.wait_seconds = config.elicitation_wait_seconds
+    runtime.waiting.limit = config.elicitation_max_waiting
     built = Executor(
         skills,
         ToolBox(local, runtime, audit=audit),  # every call is an entry too
@@ -198,17 +191,17 @@ def executor() -> Executor:
     return build_executor()
 
 
-def build_reader(env: Mapping[str, str], policy: ConfirmationPolicy) -> ConfirmationReader:
+def build_reader(config: Settings, policy: ConfirmationPolicy) -> ConfirmationReader:
     """The reader of answers: the English words plus the word file CONFIRMATION_WORDS names, messages
     up to MESSAGE_MAX_CHARS, the policy's intents and confidences; ConfigError (file, place, reason)."""
-    extra_words = [env["CONFIRMATION_WORDS"]] if env.get("CONFIRMATION_WORDS") else []
+    extra_words = [config.confirmation_words] if config.confirmation_words else []
     return ConfirmationReader(
         load_words(*extra_words),
         affirm_intent=policy.affirm_intent,
         deny_intent=policy.deny_intent,
         min_confidence=policy.min_confidence,
         deny_margin=policy.deny_margin,
-        max_chars=_positive_int(env, "MESSAGE_MAX_CHARS", DEFAULT_MAX_CHARS),
+        max_chars=config.message_max_chars,
     )
 
 
@@ -219,7 +212,7 @@ def confirmation_reader() -> ConfirmationReader:
 
     Built once, from the same settings as the executor's reader, and nothing else: no endpoints, skills
     or database are read for it."""
-    return build_reader(os.environ, ConfirmationPolicy())
+    return build_reader(settings(), ConfirmationPolicy())
 
 
 # Development only, with a warning at every start: accept a short or placeholder CONFIRMATION_SECRET,
@@ -229,7 +222,7 @@ MIN_SECRET_BYTES = 32
 _PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
 
 
-def confirmation_seal(env: Mapping[str, str], record: Record | None = None) -> Seal:
+def confirmation_seal(config: Settings, record: Record | None = None) -> Seal:
     """The seal for CONFIRMATION_SECRET (and CONFIRMATION_EXTRA_SECRETS); refuses a short or
     placeholder secret (ConfigError).
 
@@ -241,8 +234,8 @@ def confirmation_seal(env: Mapping[str, str], record: Record | None = None) -> S
     replicas, needs the secret (a database writer could otherwise forge what the seal protects). Without
     a record (a test), a key for the returned seal alone.
     """
-    secret = env.get("CONFIRMATION_SECRET")
-    extra = [part.strip() for part in env.get("CONFIRMATION_EXTRA_SECRETS", "").split(",") if part.strip()]
+    secret = config.confirmation_secret
+    extra = config.confirmation_extra_secrets
     if not secret:
         if extra:
             raise ConfigError(
@@ -262,7 +255,7 @@ def confirmation_seal(env: Mapping[str, str], record: Record | None = None) -> S
     named += [(f"secret {n} of CONFIRMATION_EXTRA_SECRETS", s) for n, s in enumerate(extra, start=1)]
     for which, value in named:
         problem = weakness(value)
-        if problem and env.get(DEVELOPMENT_FLAG) == "1":
+        if problem and config.development:
             log.warning(
                 "%s %s; accepted only because %s=1 (never in production)", which, problem, DEVELOPMENT_FLAG
             )
@@ -296,30 +289,3 @@ def _now(work: Coroutine[Any, Any, _Result]) -> _Result:
 
 
 _Result = TypeVar("_Result")
-
-
-def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    return _positive(env, name, default, float, "a number")
-
-
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    return _positive(env, name, default, int, "a whole number")
-
-
-_Number = TypeVar("_Number", int, float)
-
-
-def _positive(
-    env: Mapping[str, str], name: str, default: _Number, kind: Callable[[str], _Number], what: str
-) -> _Number:
-    """The environment variable ``name`` as a positive finite ``kind``, or ``default`` when unset."""
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}: {raw!r} is not {what}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"environment variable {name}: must be a positive {what.removeprefix('a ')}")
-    return value

@@ -85,7 +85,7 @@ def build_server(args: argparse.Namespace) -> GrpcActionServer:
             "gRPC needs rasa-sdk 3.21 or newer (rasa_sdk.grpc_server), which this environment lacks; "
             "serve the actions over HTTP with `python -m rasa_sdk --actions actions`"
         ) from None
-    from mcp_bridge.action_server.build import executor
+    from mcp_bridge.action_server.build import executor, settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-8s %(name)s  - %(message)s")
     for noisy in ("httpx2", "httpcore2", "httpx", "httpcore", "mcp"):
@@ -97,8 +97,7 @@ def build_server(args: argparse.Namespace) -> GrpcActionServer:
     from mcp_bridge.action_server.adapter import channel_check, warn_unsigned
 
     warn_unsigned(channel_check())  # who sent each message: MCP_BRIDGE_CHANNEL_KEY
-    host = os.environ.get("ACTION_SERVER_HOST") or "127.0.0.1"
-    token = os.environ.get("ACTION_SERVER_TOKEN") or None
+    host, token = settings().action_server_host, settings().action_server_token
     credentials = None
     if args.ssl_certificate or args.ssl_keyfile:
         if not (args.ssl_certificate and args.ssl_keyfile):

@@ -13,24 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from urllib.parse import quote
 
 import aiohttp
+
+from mcp_bridge.action_server.build import settings
 
 log = logging.getLogger(__name__)
 
 
 def configured() -> bool:
     """RASA_URL and RASA_AUTH_TOKEN are set: conversations can be gone on with."""
-    return bool(os.environ.get("RASA_URL") and os.environ.get("RASA_AUTH_TOKEN"))
+    return bool(settings().rasa_url and settings().rasa_auth_token)
 
 
 async def trigger_intent(conversation: str, intent: str, entities: Mapping[str, str]) -> bool:
     """Trigger ``intent`` with ``entities`` in ``conversation``; False (logged) when Rasa cannot be
     asked or did not take it."""
-    rasa_url, token = os.environ.get("RASA_URL"), os.environ.get("RASA_AUTH_TOKEN")
+    rasa_url, token = settings().rasa_url, settings().rasa_auth_token
     if not rasa_url or not token:
         log.info("RASA_URL or RASA_AUTH_TOKEN not set, so conversation %s is not gone on with", conversation)
         return False

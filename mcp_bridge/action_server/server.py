@@ -49,7 +49,7 @@ import hmac
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -60,9 +60,10 @@ from sanic.response import HTTPResponse
 
 from mcp_bridge.action_server import approval_tell, rasa_api, sign_in
 from mcp_bridge.action_server.adapter import channel_check, warn_unsigned
-from mcp_bridge.action_server.build import DEVELOPMENT_FLAG, executor, weakness
+from mcp_bridge.action_server.build import DEVELOPMENT_FLAG, executor, settings, weakness
 from mcp_bridge.approvals.page import TELL_PATH
 from mcp_bridge.auth.person import CALLBACK_PATH
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability import metrics, otel, tracing
 
@@ -111,7 +112,12 @@ def refuse_grpc(argv: Sequence[str]) -> None:
 
 @hookimpl
 def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
-    in_worker = bool(os.environ.get("SANIC_WORKER_NAME"))
+    try:
+        config = settings()
+    except ConfigError as exc:
+        print(f"action server not started: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    in_worker = bool(config.worker_name)
     if in_worker and not logging.getLogger().handlers:
         # rasa_sdk configures logging in its main process only; a spawned worker starts bare.
         from rasa_sdk import utils
@@ -119,26 +125,26 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         utils.configure_colored_logging(None)
     for noisy in ("sanic.access", "httpx2", "httpcore2", "httpx", "httpcore", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    host = os.environ.get("ACTION_SERVER_HOST") or os.environ.get("SANIC_HOST") or "127.0.0.1"
-    token = os.environ.get("ACTION_SERVER_TOKEN") or None
+    host = config.action_server_host
+    token = config.action_server_token
     try:
-        check_deployment(os.environ, host)
+        check_deployment(config)
         executor()
         check = channel_check()
-        endpoints = os.environ.get("ENDPOINTS", "endpoints.yml")
+        endpoints = config.endpoints
         otel.collectors(endpoints)  # a bad metrics: or tracing: block stops the start, saying why
     except ConfigError as exc:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     os.environ["SANIC_HOST"] = host  # rasa_sdk reads it right after this hook
-    tell_token = os.environ.get("APPROVAL_TELL_TOKEN") or None
+    tell_token = config.approval_tell_token
     refusal = tell_refusal(tell_token)
     if refusal:
         print(f"action server not started: {refusal}", file=sys.stderr, flush=True)
         sys.exit(2)
     warn_unsigned(check)
     if host in LOOPBACK:
-        require_loopback_host(app, allowed_hosts(os.environ))
+        require_loopback_host(app, allowed_hosts(config))
     if token:
         require_token(app, token)
     runtime = executor().tools.runtime
@@ -156,7 +162,9 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
         # After rasa-sdk's own listener, which builds its tracer provider from endpoints.yml (3.21).
         tracing.configure(getattr(app.ctx, "tracer_provider", None))
         try:
-            started = otel.start(endpoints)
+            started = otel.start(
+                endpoints, audit_records=config.audit_otlp_logs, service_name=config.tracing_service_name
+            )
         except ConfigError as exc:
             log.error("mcp_bridge: OpenTelemetry not started: %s", exc)
             return
@@ -171,17 +179,17 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     app.register_listener(close_mcp_sessions, "after_server_stop")
 
 
-def check_deployment(env: Mapping[str, str], host: str) -> None:
+def check_deployment(config: Settings) -> None:
     """ConfigError when the action server's address, tokens and mode do not go together: an address
     other than loopback without ACTION_SERVER_TOKEN; a short or placeholder token; development mode
     (unsigned messages taken as from nobody) beside a token or an address other than loopback (beside a
-    channel key: :meth:`mcp_bridge.action_server.adapter.ChannelCheck.from_env`)."""
-    token = env.get("ACTION_SERVER_TOKEN") or None
+    channel key: :meth:`mcp_bridge.action_server.adapter.ChannelCheck.from_settings`)."""
+    host, token = config.action_server_host, config.action_server_token
     if not token and host not in LOOPBACK:
         raise ConfigError(PUBLIC_WITHOUT_TOKEN.format(host=host))
     for name, value in (
         ("ACTION_SERVER_TOKEN", token),
-        ("RASA_AUTH_TOKEN", env.get("RASA_AUTH_TOKEN")),
+        ("RASA_AUTH_TOKEN", config.rasa_auth_token),
     ):
         problem = weakness(value) if value else None
         if problem:
@@ -189,7 +197,7 @@ def check_deployment(env: Mapping[str, str], host: str) -> None:
                 f"environment variable {name} {problem}: anyone who guesses it gets in. Use at least 32 "
                 "random bytes, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
             )
-    if env.get(DEVELOPMENT_FLAG) == "1":
+    if config.development:
         beside = [
             reason
             for reason, present in (
@@ -220,11 +228,11 @@ def tell_refusal(tell_token: str | None) -> str | None:
     return None
 
 
-def allowed_hosts(env: Mapping[str, str]) -> frozenset[str]:
+def allowed_hosts(config: Settings) -> frozenset[str]:
     """The names a request's Host header may give a loopback action server (without the port)."""
     names = {"127.0.0.1", "localhost", "::1"}
-    names |= {n.lower() for n in env.get("ACTION_SERVER_ALLOWED_HOSTS", "").replace(",", " ").split()}
-    public = urlsplit(env.get("ACTION_SERVER_PUBLIC_URL", "")).hostname
+    names |= {name.lower() for name in config.action_server_allowed_hosts}
+    public = urlsplit(config.action_server_public_url or "").hostname
     if public:
         names.add(public.lower())
     return frozenset(names)

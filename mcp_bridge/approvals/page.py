@@ -63,7 +63,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import secrets
 import sys
@@ -83,10 +82,10 @@ from mcp_bridge.approvals.sessions import Session, Sessions, open_sessions
 from mcp_bridge.approvals.store import open_store
 from mcp_bridge.auth.browser import PageOrigin
 from mcp_bridge.config.envsubst import UnsetVariableError, expand
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.config.yamlfile import YAMLFileError, load_yaml
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditLog
-from mcp_bridge.record.database import database_location
 
 try:  # only for approvers who log in at an OpenID provider (the `approval-page` extra)
     import jwt
@@ -770,7 +769,11 @@ def run(args: argparse.Namespace) -> int:
             "approval page: give --actions-url, the action server's base URL: it tells the requester's "
             "conversation of a decision"
         )
-    env = os.environ
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        raise SystemExit(f"approval page: {exc}") from None
+    env = settings.environ
     held = [name for name in CONVERSATION_SECRETS if env.get(name)]
     if held:
         raise SystemExit(
@@ -778,7 +781,7 @@ def run(args: argparse.Namespace) -> int:
             "none of them (the action server tells conversations), and a process that holds one can "
             "write to any conversation: start it without"
         )
-    token = env.get("APPROVAL_TELL_TOKEN", "")
+    token = settings.approval_tell_token or ""
     if len(token) < MIN_KEY_CHARS:
         raise SystemExit(
             f"approval page: APPROVAL_TELL_TOKEN must be at least {MIN_KEY_CHARS} random characters (the "
@@ -796,7 +799,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(
                 "approval page: --oidc-issuer needs PyJWT: pip install 'rasa-mcp-bridge[approval-page]'"
             )
-        client_id, client_secret = env.get("OIDC_CLIENT_ID", ""), env.get("OIDC_CLIENT_SECRET", "")
+        client_id, client_secret = settings.oidc_client_id, settings.oidc_client_secret
         if not client_id or not client_secret:
             raise SystemExit("approval page: --oidc-issuer needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
         oidc = OIDCLogin(args.oidc_issuer, client_id, client_secret, f"{public}/callback")
@@ -805,15 +808,12 @@ def run(args: argparse.Namespace) -> int:
             "approval page: give --approvers: its people: say who is who (and, without --oidc-issuer, "
             "its approvers: who logs in with a password)"
         )
-    audit = AuditLog.from_env(env)  # the action server's trail, file and key
-    try:
-        database = database_location(env)
-    except ConfigError as exc:
-        raise SystemExit(f"approval page: {exc}") from None
+    audit = AuditLog.from_settings(settings)  # the action server's trail, file and key
+    database = settings.database
     approvals = Approvals(open_store(database), audit)
     approvers = ApproversFile(args.approvers, env, approvals, passwords=oidc is None)
     try:
-        store = open_sessions(env.get("APPROVAL_PAGE_SESSIONS"), database)
+        store = open_sessions(settings.approval_page_sessions, database)
     except ValueError as exc:
         raise SystemExit(f"approval page: {exc}") from None
     app = make_app(
@@ -822,7 +822,7 @@ def run(args: argparse.Namespace) -> int:
         ActionServerNotifier(args.actions_url, token),
         origin,
         Sessions(store, args.session_seconds),
-        key=env.get("APPROVAL_PAGE_KEY", ""),
+        key=settings.approval_page_key,
         oidc=oidc,
         sweep_seconds=args.sweep_seconds,
         retry_seconds=args.retry_seconds,

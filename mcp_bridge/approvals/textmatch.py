@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -201,11 +200,23 @@ def _declared(spec: str) -> Characters:
     return _DEFAULT | Characters.parse(spec, f"environment variable {ENV_VARIABLE}")
 
 
-def declared_characters(env: Mapping[str, str] | None = None) -> Characters:
-    """The characters a text may hold: the default ones and those :data:`ENV_VARIABLE` declares (read
-    from ``env``, default the process's environment). Raises ConfigError for a value it cannot read."""
-    env = os.environ if env is None else env
-    return _declared(env.get(ENV_VARIABLE, ""))
+def declared_characters(spec: str = "") -> Characters:
+    """The characters a text may hold: the default ones and those ``spec`` declares (the value of
+    :data:`ENV_VARIABLE`). Raises ConfigError for a value it cannot read."""
+    return _declared(spec)
+
+
+# What this process declares: set once at start (:func:`declare`) by the action server from its
+# settings; until then the default characters only.
+_PROCESS: list[Characters] = []
+
+
+def declare(spec: str) -> Characters:
+    """Make the characters ``spec`` declares this process's (what :func:`why_held` reads by default);
+    ConfigError for a value it cannot read, and nothing changes."""
+    characters = declared_characters(spec)
+    _PROCESS[:] = [characters]
+    return characters
 
 
 def _plain(text: str, table: Mapping[int, str] | None = None) -> str:
@@ -291,10 +302,10 @@ def forms(term: str) -> frozenset[str]:
 def why_held(text: str, terms: Iterable[str], characters: Characters | None = None) -> str | None:
     """Why ``text`` holds a call for a rule on ``terms`` (the module's rules, by name, with the first
     character that broke one as a code point, never the text), or None when it names none of them.
-    ``characters``: what the deployment declares (default: :func:`declared_characters`)."""
+    ``characters``: what the deployment declares (default: this process's, :func:`declare`)."""
     if len(text) > MAX_TEXT_CHARS:
         return f"too_long: a text over {MAX_TEXT_CHARS} characters is held unread"
-    characters = declared_characters() if characters is None else characters
+    characters = (_PROCESS[0] if _PROCESS else _DEFAULT) if characters is None else characters
     data = _data()
     for char in dict.fromkeys(text):  # each distinct character once, in the order of the text
         if ord(char) in data.ignorable:

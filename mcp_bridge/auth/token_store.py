@@ -85,13 +85,13 @@ class Keys:
             return None
 
 
-def token_keys(env: Mapping[str, str]) -> Keys:
-    """The keys for ``MCP_TOKEN_KEY``; refuses a missing, short or placeholder one (ConfigError).
+def token_keys(secret: str | None) -> Keys:
+    """The keys for ``secret``, the value of ``MCP_TOKEN_KEY``; refuses a missing, short or placeholder
+    one (ConfigError).
 
     Whoever has it can read every stored token and forge a sign-in: it must be long and random, and
     the same on every replica (one replica reads what another stored).
     """
-    secret = env.get(KEY_VARIABLE)
     advice = (
         "Use at least 32 random bytes, e.g. the output of "
         "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, the same on every replica"

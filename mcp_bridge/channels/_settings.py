@@ -4,12 +4,16 @@ Rasa expands an unquoted ``${VAR}`` in credentials.yml itself (and refuses to st
 unset) and leaves a quoted ``"${VAR}"`` alone, as in endpoints.yml. Secrets are written quoted, so
 that ``rasa shell`` and other commands that read the file without serving these channels do not need
 them, and expanded here, where an unset or weak one stops the server with the channel and key named.
+The one variable the channels read of their own is declared in :class:`ChannelEnvironment`, as the
+plugin's are in :class:`mcp_bridge.config.settings.Settings` (which the channels may not import), and
+listed with them on the environment reference page.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mcp_bridge.channels.proof import KEY_ENV, ChannelKeys
@@ -30,6 +34,29 @@ def printable_id(value: Any, limit: int = MAX_ID_CHARS) -> str | None:
     if isinstance(value, str) and 0 < len(value) <= limit and value.isprintable():
         return value
     return None
+
+
+@dataclass(frozen=True)
+class ChannelEnvironment:
+    """What the channels read from the Rasa server's environment besides credentials.yml's ``${VAR}``s:
+    one field per variable, its name and meaning in the field's metadata."""
+
+    channel_key: str | None = field(
+        default=None,
+        metadata={
+            "variable": KEY_ENV,
+            "meaning": "On the Rasa server, the channels sign with it when credentials.yml gives a "
+            "channel no `channel_key`.",
+        },
+    )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ChannelEnvironment:
+        """The variables ``env`` holds (default: this process's environment, read now); a blank value
+        is unset."""
+        env = os.environ if env is None else env
+        given = {spec.name: env.get(spec.metadata["variable"]) or None for spec in fields(cls)}
+        return cls(**given)
 
 
 class Settings:
@@ -74,8 +101,13 @@ class Settings:
     def channel_keys(self, key: str = "channel_key") -> ChannelKeys:
         """The keys this channel signs its proofs with (:mod:`mcp_bridge.channels.proof`): the setting,
         or the environment variable the action servers read too (never echoed in an error)."""
-        raw = self.values.get(key, f"${{{KEY_ENV}}}")
-        value = self._expanded(key, raw)
+        if self.values.get(key) is None:
+            from_environment = ChannelEnvironment.from_env().channel_key
+            if from_environment is None:
+                raise self.error(key, f"the environment variable {KEY_ENV} is not set")
+            value: Any = from_environment
+        else:
+            value = self._expanded(key, self.values[key])
         if not isinstance(value, str):
             raise self.error(key, "a string is required")
         try:

@@ -10,12 +10,12 @@ that was edited or follows a removed one, 2 when the trail or the keys cannot be
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from mcp_bridge.cli.command import add_command
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditKeys, verify
 
@@ -37,14 +37,16 @@ def register(commands: Any, summary: str) -> None:
         "path",
         nargs="?",
         type=Path,
-        default=Path(os.environ.get("AUDIT_LOG") or "var/audit.jsonl"),
+        default=None,
         help="the trail (default: $AUDIT_LOG, else var/audit.jsonl)",
     )
 
 
 def run_verify(args: argparse.Namespace) -> int:
     try:
-        keys = AuditKeys.from_env(os.environ)
+        settings = Settings.from_env()
+        keys = AuditKeys.from_settings(settings)
+        args.path = args.path or Path(settings.audit_log or Settings.audit_log)
         found = verify(args.path, keys)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

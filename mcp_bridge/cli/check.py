@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import os
 import secrets
 import sys
 from collections.abc import Iterable, Mapping
@@ -46,6 +45,7 @@ from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.cli.tools import as_operator, before_sign_in, with_operator
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
@@ -198,14 +198,13 @@ def _names(value: Any) -> set[str]:
 
 
 async def check_live(
-    executor: Executor, env: Mapping[str, str] | None = None
+    executor: Executor, operator_token: str | None
 ) -> tuple[list[str], int, list[ServerDescription], list[str]]:
     """Problems found at the MCP servers (file, place, reason each), how many tools were checked,
     what each server reached is (protocol revision, auth, capabilities), and what is said of each
     server that acts as the person and could not be listed (no operator's token: see cli.tools)."""
     runtime = executor.tools.runtime
     assert runtime is not None
-    env = os.environ if env is None else env
     problems: list[str] = []
     checked = 0
     unreachable: set[str] = set()
@@ -223,7 +222,7 @@ async def check_live(
                 asks = runtime
                 try:
                     if config.acts_as_person:
-                        operator = as_operator(config, env)
+                        operator = as_operator(config, operator_token)
                         if operator is None:
                             not_listed[server] = await before_sign_in(config)
                             continue
@@ -325,7 +324,8 @@ def _declared(skill: Skill, tool: str) -> bool:
 async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
     """Run the checks for the bot in ``bot``; the summary line and a line per skill, or ConfigError
     with the first problem (every skill's line when a skill does not load)."""
-    env = bot_environment(bot, os.environ)
+    env = bot_environment(bot, Settings.from_env().environ)
+    config = Settings.from_env(env)
     load_bot(bot, package)
     report, every_one_loads = skill_report(env, bot)
     if not every_one_loads:
@@ -336,14 +336,14 @@ async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) 
 
     # Offline, a server's url or secret may come from a variable that only the action server's
     # environment sets (CI has no such value): the file's shape is checked, the variable listed.
-    executor = build_executor(env, allow_unset=not live)
+    executor = build_executor(config, allow_unset=not live)
     try:
-        check_domain(env["DOMAIN"], executor.skills)
+        check_domain(config.domain, executor.skills)
         checked = 0
         described: list[ServerDescription] = []
         not_listed: list[str] = []
         if live:
-            problems, checked, described, not_listed = await check_live(executor)
+            problems, checked, described, not_listed = await check_live(executor, config.operator_token)
             if problems:
                 raise ConfigError("\n".join(problems))
     finally:

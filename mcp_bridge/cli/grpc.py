@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any
 
 from mcp_bridge.cli.command import actions_package, add_command
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 
 
@@ -42,9 +42,10 @@ def register(commands: Any, summary: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.port = args.port or int(os.environ.get("ACTION_SERVER_PORT") or 5055)
-    args.endpoints = args.endpoints or os.environ.get("ENDPOINTS", "endpoints.yml")
     try:
+        settings = Settings.from_env()
+        args.port = args.port or settings.action_server_port
+        args.endpoints = args.endpoints or settings.endpoints
         from mcp_bridge.action_server.grpc import build_server
 
         server = build_server(args)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from mcp_types import Tool
 from mcp_bridge.auth.person import authorization_server
 from mcp_bridge.cli.command import add_command, bot_folder
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError, ToolCallError
 from mcp_bridge.mcp_client.runtime import MCPRuntime, ServerDescription
 
@@ -41,9 +41,10 @@ HEADERS = ("name", "read-only", "destructive", "idempotent", "output schema", "d
 def server_config(server: str, bot: Path) -> MCPServerConfig:
     if server.startswith(("http://", "https://")):
         return MCPServerConfig(name=server, url=server, type=server.split(":", 1)[0])
-    endpoints = os.environ.get("ENDPOINTS") or str(bot / "endpoints.yml")
+    settings = Settings.from_env()
+    endpoints = settings.endpoints if settings.explicitly("ENDPOINTS") else str(bot / "endpoints.yml")
     # Only the server asked about must be usable: another one's unset token is no concern here.
-    servers = load_mcp_servers(endpoints, allow_unset=True)
+    servers = load_mcp_servers(endpoints, settings.environ, allow_unset=True)
     if server not in servers:
         known = ", ".join(sorted(servers)) or "none"
         raise ConfigError(f"{endpoints}: mcp_servers: no server named {server!r} (servers: {known})")
@@ -69,10 +70,9 @@ async def list_tools(config: MCPServerConfig) -> tuple[ServerDescription, list[T
         await runtime.aclose()
 
 
-def as_operator(config: MCPServerConfig, env: Mapping[str, str]) -> MCPServerConfig | None:
-    """A server that acts as the person, reached with the operator's token (MCP_OPERATOR_TOKEN) in
-    place of a person's; None when no operator's token is given."""
-    token = env.get(OPERATOR_TOKEN) or None
+def as_operator(config: MCPServerConfig, token: str | None) -> MCPServerConfig | None:
+    """A server that acts as the person, reached with the operator's token (``token``, from
+    MCP_OPERATOR_TOKEN) in place of a person's; None when no operator's token is given."""
     return replace(config, oauth=None, api_key=None, token=token) if token else None
 
 
@@ -124,7 +124,8 @@ def table(tools: Sequence[Tool], width: int = 60) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         config = server_config(args.server, Path(args.dir).resolve())
-        operator = as_operator(config, os.environ) if config.acts_as_person else None
+        settings = Settings.from_env()
+        operator = as_operator(config, settings.operator_token) if config.acts_as_person else None
         if config.acts_as_person and operator is None:
             print("\n".join(asyncio.run(before_sign_in(config))))
             return 0

@@ -57,7 +57,6 @@ records which variables are missing, and such a server is never connected to.
 from __future__ import annotations
 
 import math
-import os
 import re
 import string
 from collections.abc import Collection, Mapping, Sequence
@@ -67,6 +66,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mcp_bridge.config.envsubst import expand, required_variables, unset_variables
+from mcp_bridge.config.settings import process_environment
 from mcp_bridge.config.yamlfile import load_yaml
 from mcp_bridge.errors import ConfigError
 
@@ -291,7 +291,7 @@ def parse_mcp_servers(
 ) -> dict[str, MCPServerConfig]:
     """The servers of an ``mcp_servers`` list from ``source``; with ``mantle``, as Rasa Pro Mantle
     reads its ``integrations.yml``."""
-    env = os.environ if env is None else env
+    env = process_environment() if env is None else env
     if entries is None:
         return {}
     if not isinstance(entries, list):

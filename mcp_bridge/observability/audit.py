@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.question import AskedCall, Question
 
@@ -130,11 +131,11 @@ class AuditKeys:
         self._by_id.update({_key_id(key): key for key in self.keys})
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AuditKeys:
+    def from_settings(cls, settings: Settings) -> AuditKeys:
         """AUDIT_KEY (signs) and AUDIT_EXTRA_KEYS (former keys); ConfigError for a short one, unless
         MCP_BRIDGE_DEVELOPMENT=1. Neither set: the public key (:attr:`configured` False)."""
-        main = env.get("AUDIT_KEY", "")
-        extra = [part.strip() for part in env.get("AUDIT_EXTRA_KEYS", "").split(",") if part.strip()]
+        main = settings.audit_key
+        extra = settings.audit_extra_keys
         if not main:
             if extra:
                 raise ConfigError(
@@ -145,7 +146,7 @@ class AuditKeys:
         named = [("AUDIT_KEY", main)] + [(f"key {n} of AUDIT_EXTRA_KEYS", k) for n, k in enumerate(extra, 1)]
         for which, value in named:
             size = len(value.encode())
-            if size < MIN_KEY_BYTES and env.get("MCP_BRIDGE_DEVELOPMENT") != "1":
+            if size < MIN_KEY_BYTES and not settings.development:
                 raise ConfigError(
                     f"environment variable {which} is {size} bytes long, shorter than {MIN_KEY_BYTES}: "
                     "anyone could find the digests' values by trying keys. Use at least 32 random bytes, "
@@ -255,18 +256,18 @@ class AuditLog:
             self._check_mode()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], *, observers: Iterable[AuditObserver] = ()) -> AuditLog:
+    def from_settings(cls, settings: Settings, *, observers: Iterable[AuditObserver] = ()) -> AuditLog:
         """The trail the environment names: AUDIT_LOG (var/audit.jsonl; empty: none), AUDIT_KEY,
         AUDIT_EXTRA_KEYS, AUDIT_TO_LOG."""
-        keys = AuditKeys.from_env(env)
-        path = env.get("AUDIT_LOG", "var/audit.jsonl")
+        keys = AuditKeys.from_settings(settings)
+        path = settings.audit_log
         if path and not keys.configured:
             log.warning(
                 "AUDIT_KEY is not set: the audit trail's digests and chain use a public key, so they "
                 "tell accidental damage only, and a short argument can be found from its digest. Set "
                 "AUDIT_KEY (at least 32 random bytes, the same on every replica)"
             )
-        return cls(path or None, observers=observers, keys=keys, to_log=env.get("AUDIT_TO_LOG") == "1")
+        return cls(path or None, observers=observers, keys=keys, to_log=settings.audit_to_log)
 
     def _check_mode(self) -> None:
         assert self.path is not None

@@ -26,7 +26,6 @@ provider is made and no exporter runs.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,22 +172,22 @@ def _collector(path: Path, key: str, block: Any) -> Collector | None:
     )
 
 
-def start(endpoints: str | Path, env: Mapping[str, str] | None = None) -> list[str]:
-    """Start what endpoints.yml and the environment ask for (``metrics_offered``, ``audit_records``);
-    what was started, in words, for the log."""
-    env = os.environ if env is None else env
+def start(endpoints: str | Path, *, audit_records: bool, service_name: str) -> list[str]:
+    """Start what endpoints.yml asks for (``metrics_offered``) and, when ``audit_records``
+    (AUDIT_OTLP_LOGS=1), the audit entries as log records; the telemetry carries ``service_name``
+    (RASA_SDK_TRACING_SERVICE_NAME). What was started, in words, for the log."""
     tracing, metrics, interval = collectors(endpoints)
     started = []
     if metrics is not None:
-        configure_metrics(_meter_provider(metrics, interval))
+        configure_metrics(_meter_provider(metrics, interval, service_name))
         started.append(f"metrics by OTLP to {metrics.endpoint} every {interval:g} s")
-    if env.get("AUDIT_OTLP_LOGS") == "1":
+    if audit_records:
         if tracing is None:
             raise ConfigError(
                 f"{endpoints}: AUDIT_OTLP_LOGS=1 sends audit entries to the collector of the tracing: "
                 "block, and there is none"
             )
-        configure_logs(_logger_provider(tracing))
+        configure_logs(_logger_provider(tracing, service_name))
         started.append(f"audit entries as log records by OTLP to {tracing.endpoint}")
     return started
 
@@ -201,10 +200,10 @@ def _credentials(collector: Collector) -> Any:
     return grpc.ssl_channel_credentials(root_certificates=Path(collector.root_certificates).read_bytes())
 
 
-def _resource() -> Any:
+def _resource(service_name: str) -> Any:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
-    return Resource.create({SERVICE_NAME: os.environ.get("RASA_SDK_TRACING_SERVICE_NAME", "rasa_sdk")})
+    return Resource.create({SERVICE_NAME: service_name})
 
 
 def _missing(what: str) -> ConfigError:
@@ -214,7 +213,7 @@ def _missing(what: str) -> ConfigError:
     )
 
 
-def _meter_provider(collector: Collector, interval: float) -> Any:
+def _meter_provider(collector: Collector, interval: float, service_name: str) -> Any:
     try:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
@@ -225,12 +224,12 @@ def _meter_provider(collector: Collector, interval: float) -> Any:
         endpoint=collector.endpoint, insecure=collector.insecure, credentials=_credentials(collector)
     )
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=interval * 1000)
-    provider = MeterProvider(resource=_resource(), metric_readers=[reader])
+    provider = MeterProvider(resource=_resource(service_name), metric_readers=[reader])
     _state.providers.append(provider)
     return provider
 
 
-def _logger_provider(collector: Collector) -> Any:
+def _logger_provider(collector: Collector, service_name: str) -> Any:
     try:
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
         from opentelemetry.sdk._logs import LoggerProvider
@@ -240,7 +239,7 @@ def _logger_provider(collector: Collector) -> Any:
     exporter = OTLPLogExporter(
         endpoint=collector.endpoint, insecure=collector.insecure, credentials=_credentials(collector)
     )
-    provider = LoggerProvider(resource=_resource())
+    provider = LoggerProvider(resource=_resource(service_name))
     provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     _state.providers.append(provider)
     return provider

@@ -1,10 +1,10 @@
 """The plugin's one database: SQLite in a file by default, PostgreSQL for replicas; the same SQL on both.
 
-``MCP_BRIDGE_DATABASE`` (:func:`database_location`) is a file path (default ``var/mcp_bridge.sqlite3``)
-or a ``postgresql://`` URL (asyncpg, the ``postgres`` extra). Statements are written with ``?``
-placeholders; on PostgreSQL they become ``$1, $2, ...``. Every change that must happen once
-(a question answered, a message used, an approval taken) is one conditional ``UPDATE ... RETURNING``
-inside a :meth:`Database.transaction`, so the database decides which of two replicas wins.
+``MCP_BRIDGE_DATABASE`` (:attr:`mcp_bridge.config.settings.Settings.database`) is a file path (default
+``var/mcp_bridge.sqlite3``) or a ``postgresql://`` URL (asyncpg, the ``postgres`` extra). Statements
+are written with ``?`` placeholders; on PostgreSQL they become ``$1, $2, ...``. Every change that must
+happen once (a question answered, a message used, an approval taken) is one conditional ``UPDATE ...
+RETURNING`` inside a :meth:`Database.transaction`, so the database decides which of two replicas wins.
 
 SQLite: one connection per database object, used by one statement or transaction at a time; the file is
 created owner-only (0600) before SQLite opens it, in WAL mode (readers never wait for the writer) with
@@ -26,26 +26,19 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from mcp_bridge.errors import ConfigError
-
 __all__ = [
-    "DATABASE_ENV",
-    "DEFAULT_LOCATION",
     "Database",
     "PostgresDatabase",
     "SQLiteDatabase",
     "Tx",
-    "database_location",
     "open_database",
 ]
 
-DATABASE_ENV = "MCP_BRIDGE_DATABASE"
-DEFAULT_LOCATION = "var/mcp_bridge.sqlite3"
 # How long a statement waits for another process's write lock before it fails.
 LOCK_WAIT_SECONDS = 10.0
 
@@ -80,24 +73,6 @@ class Database(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-def database_location(env: Mapping[str, str]) -> str:
-    """Where the plugin's database is: ``MCP_BRIDGE_DATABASE``, else the one of the former settings that
-    is set, else :data:`DEFAULT_LOCATION`; ConfigError when the former two name different places."""
-    if env.get(DATABASE_ENV):
-        return env[DATABASE_ENV]
-    named = (
-        ("APPROVALS_DATABASE", env.get("APPROVALS_DATABASE")),
-        ("MCP_TOKEN_STORE", env.get("MCP_TOKEN_STORE")),
-    )
-    former = {name: value for name, value in named if value}
-    if len(set(former.values())) > 1:
-        raise ConfigError(
-            f"environment variables {' and '.join(former)} name different databases; since 0.4.0 the "
-            f"approvals, the people's tokens and the action server's record share one: set {DATABASE_ENV}"
-        )
-    return next(iter(former.values()), DEFAULT_LOCATION)
 
 
 def open_database(location: str) -> Database:

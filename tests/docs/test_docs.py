@@ -63,9 +63,9 @@ def test_the_committed_reference_pages_are_what_the_code_says(copy: Path) -> Non
 
 def test_a_setting_whose_default_changed_fails_the_check(copy: Path) -> None:
     change(
-        copy / "mcp_bridge" / "action_server" / "build.py",
-        '"CONFIRMATION_TTL_SECONDS", 300.0)',
-        '"CONFIRMATION_TTL_SECONDS", 600.0)',
+        copy / "mcp_bridge" / "config" / "settings.py",
+        '"CONFIRMATION_TTL_SECONDS",\n        300.0,',
+        '"CONFIRMATION_TTL_SECONDS",\n        600.0,',
     )
     result = run_check(copy)
     assert result.returncode == 1
@@ -75,15 +75,51 @@ def test_a_setting_whose_default_changed_fails_the_check(copy: Path) -> None:
     assert any("CONFIRMATION_TTL_SECONDS" in line and "`600.0`" in line for line in changed if line[0] == "+")
 
 
-def test_a_variable_the_descriptions_lack_fails_the_check(copy: Path) -> None:
+def test_a_setting_without_a_meaning_fails_the_check(copy: Path) -> None:
     change(
-        copy / "mcp_bridge" / "action_server" / "build.py",
-        'domain = env.get("DOMAIN", "domain.yml")',
-        'domain = env.get("DOMAIN", "domain.yml")\n    env.get("MCP_BRIDGE_NEW_SETTING", "7")',
+        copy / "mcp_bridge" / "config" / "settings.py",
+        '"The bot\'s domain, a file or a domain directory."',
+        '""',
     )
     result = run_check(copy)
     assert result.returncode == 1
-    assert "environment: 'MCP_BRIDGE_NEW_SETTING' has no description" in result.stderr
+    assert "Settings.domain: no meaning in its metadata" in result.stderr
+
+
+def test_a_setting_nothing_reads_fails_the_check(copy: Path) -> None:
+    change(copy / "mcp_bridge" / "cli" / "tools.py", "settings.operator_token", "None")
+    change(copy / "mcp_bridge" / "cli" / "check.py", "config.operator_token", "None")
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert "MCP_OPERATOR_TOKEN (operator_token) is read nowhere" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new", "said"),
+    [
+        (
+            "action_server/build.py",
+            "    domain = config.domain\n",
+            '    domain = config.domain\n    os.environ.get("MCP_BRIDGE_NEW_SETTING", "7")\n',
+            "mcp_bridge.action_server.build:build_executor reads the process's environment",
+        ),
+        (
+            "observability/audit.py",
+            "        keys = AuditKeys.from_settings(settings)\n",
+            "        keys = AuditKeys.from_settings(settings)\n        env = dict(settings.environ)\n"
+            '        env.get("AUDIT_KEY")\n',
+            "mcp_bridge.observability.audit:from_settings reads the environment variable AUDIT_KEY",
+        ),
+    ],
+)
+def test_a_read_of_the_environment_outside_the_settings_fails_the_check(
+    copy: Path, module: str, old: str, new: str, said: str
+) -> None:
+    """Only mcp_bridge/config/settings.py (and the channels, in Rasa's process) read the environment."""
+    change(copy / "mcp_bridge" / module, old, new)
+    result = run_check(copy)
+    assert result.returncode == 1
+    assert said in result.stderr
 
 
 def test_a_new_key_of_a_skill_file_fails_the_check(copy: Path) -> None:

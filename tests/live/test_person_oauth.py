@@ -563,14 +563,14 @@ async def test_disconnect_removes_and_revokes_the_token(stack: Stack, closing: l
 
 
 def test_a_missing_short_or_placeholder_key_is_refused() -> None:
-    for env, reason in (
-        ({}, "MCP_TOKEN_KEY is not set"),
-        ({"MCP_TOKEN_KEY": "short"}, "is 5 bytes long, shorter than 32"),
-        ({"MCP_TOKEN_KEY": "change-me-please-change-me-please-0123"}, "looks like a placeholder"),
+    for secret, reason in (
+        (None, "MCP_TOKEN_KEY is not set"),
+        ("short", "is 5 bytes long, shorter than 32"),
+        ("change-me-please-change-me-please-0123", "looks like a placeholder"),
     ):
         with pytest.raises(ConfigError, match=reason):
-            token_keys(env)
-    assert isinstance(token_keys({"MCP_TOKEN_KEY": KEY}), Keys)
+            token_keys(secret)
+    assert isinstance(token_keys(KEY), Keys)
 
 
 async def test_the_store_on_postgresql_is_shared_encrypted_and_takes_a_sign_in_once(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mcp_bridge.action_server.adapter import whole_numbers
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.sealing import ENVELOPE_VERSION, Seal
 
 RECORD = {"skill": "notes", "arguments": {"contact_id": 7, "text": "héllo \ud800"}, "asked_at": 1733.25}
@@ -84,14 +85,18 @@ def test_the_extra_secrets_open_what_they_sealed_and_each_secret_must_be_strong(
     from mcp_bridge.errors import ConfigError
 
     old, new = "Zq4-old-but-random-Xw81mT0pLr2sKv9bN3", "Hy7-new and random, with spaces Qe52nD4"
-    ring = confirmation_seal({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f" {old} ,"})
+    ring = confirmation_seal(
+        Settings.from_env({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f" {old} ,"})
+    )
     before = Seal(old.encode()).seal("question", RECORD, "c1")
     assert ring.open("question", before, "c1") == RECORD
     assert Seal(new.encode()).open("question", ring.seal("question", RECORD, "c1"), "c1") == RECORD
     with pytest.raises(
         ConfigError, match="secret 2 of CONFIRMATION_EXTRA_SECRETS is 5 bytes long"
     ) as refused:
-        confirmation_seal({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f"{old},short"})
+        confirmation_seal(
+            Settings.from_env({"CONFIRMATION_SECRET": new, "CONFIRMATION_EXTRA_SECRETS": f"{old},short"})
+        )
     assert new not in str(refused.value) and old not in str(refused.value)
     with pytest.raises(ConfigError, match="CONFIRMATION_SECRET is not"):
-        confirmation_seal({"CONFIRMATION_EXTRA_SECRETS": old})
+        confirmation_seal(Settings.from_env({"CONFIRMATION_EXTRA_SECRETS": old}))

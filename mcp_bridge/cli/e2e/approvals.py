@@ -16,7 +16,6 @@ that needs a script or a second factor cannot be driven (use a password login fo
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,9 +43,9 @@ def _variable(name: str) -> str:
     return "APPROVER_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_PASSWORD"
 
 
-def password_for(name: str, folder: Path | None, env: Mapping[str, str] | None = None) -> str:
-    """``name``'s password: ``APPROVER_<NAME>_PASSWORD``, else ``<folder>/approver_<name>_password``."""
-    env = os.environ if env is None else env
+def password_for(name: str, folder: Path | None, env: Mapping[str, str]) -> str:
+    """``name``'s password: ``APPROVER_<NAME>_PASSWORD`` in ``env`` (the environment), else
+    ``<folder>/approver_<name>_password``."""
     variable = _variable(name)
     if env.get(variable):
         return env[variable]

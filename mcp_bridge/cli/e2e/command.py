@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from mcp_bridge.cli.e2e.approvals import ApproverError, password_for
 from mcp_bridge.cli.e2e.cases import CaseFileError, load_paths
 from mcp_bridge.cli.e2e.report import text_report, write_junit
 from mcp_bridge.cli.e2e.runner import RunnerError, Target, audit_warning, run_cases
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import AuditKeys
 
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rasa-token",
-        default=os.environ.get("RASA_AUTH_TOKEN"),
+        default=None,
         help="Rasa's --auth-token, if any (default: $RASA_AUTH_TOKEN, else the `rasa_token` of --state)",
     )
     parser.add_argument(
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audit",
         type=Path,
-        default=Path(os.environ.get("AUDIT_LOG", "var/audit.jsonl")),
+        default=None,
         help="the action server's audit trail (its AUDIT_LOG), read for tool_called / no_tool_called "
         "(default: $AUDIT_LOG or var/audit.jsonl)",
     )
@@ -76,32 +76,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """0 when every case passed, 1 when one failed, 2 when the cases or options are unusable."""
     try:
+        settings = Settings.from_env()
+        audit_keys = AuditKeys.from_settings(settings)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
         cases = load_paths(args.paths)
     except CaseFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        rest_token = _rest_token(args.rest_token_file)
+        rest_token = _rest_token(args.rest_token_file, settings)
     except OSError as exc:
         print(f"error: --rest-token-file: {exc.strerror or exc}", file=sys.stderr)
         return 2
     approvers = sorted({step.value for case in cases for step in case.steps if step.kind == "approval"})
     folder = args.approver_passwords or args.state.resolve().parent.parent
     try:
-        passwords = {name: password_for(name, folder) for name in approvers}
+        passwords = {name: password_for(name, folder, settings.environ) for name in approvers}
     except ApproverError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        audit_keys = AuditKeys.from_env(os.environ)
-    except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     target = Target(
         rasa_url=args.rasa_url or _rasa_from_state(args.state) or "http://127.0.0.1:5005",
-        rasa_token=args.rasa_token or _from_state(args.state, "rasa_token"),
+        rasa_token=args.rasa_token or settings.rasa_auth_token or _from_state(args.state, "rasa_token"),
         rest_token=rest_token or _from_state(args.state, "rest_token"),
-        audit_log=args.audit,
+        audit_log=args.audit or Path(settings.audit_log),
         timeout=args.timeout,
         approval_page=args.approval_page or _service_url(args.state, "approval_page"),
         approver_passwords=passwords,
@@ -119,10 +120,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(result.passed for result in results) else 1
 
 
-def _rest_token(path: Path | None) -> str | None:
+def _rest_token(path: Path | None, settings: Settings) -> str | None:
     if path is not None:
         return path.read_text(encoding="utf-8").strip() or None
-    return os.environ.get("REST_CHANNEL_TOKEN") or None
+    return settings.rest_channel_token
 
 
 def _from_state(state: Path, key: str) -> str | None:

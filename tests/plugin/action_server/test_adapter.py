@@ -6,6 +6,7 @@ from rasa_sdk.events import ActionExecutionRejected, ActiveLoop, SlotSet
 from rasa_sdk.executor import CollectingDispatcher
 
 from mcp_bridge.action_server.adapter import answers_typed, apply_decision, typed_answers
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.decisions import Decision, Say
 from mcp_bridge.contract import CONFIRMATION_LOOP, LIST_BUTTONS, PENDING_SLOT, RESPONSES, YES_NO_BUTTONS
 
@@ -90,8 +91,11 @@ def test_where_the_channel_shows_no_buttons_a_question_is_followed_by_the_answer
 
 
 def test_rasa_shell_answers_by_typing_and_the_list_of_such_channels_is_a_setting() -> None:
-    assert answers_typed("cmdline", {}) is True
-    assert answers_typed("socketio", {}) is False and answers_typed(None, {}) is False
-    setting = {"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": "cmdline, twilio"}
+    def channels(env: dict[str, str]) -> tuple[str, ...]:
+        return Settings.from_env(env).typed_answer_channels
+
+    assert answers_typed("cmdline", channels({})) is True
+    assert answers_typed("socketio", channels({})) is False and answers_typed(None, channels({})) is False
+    setting = channels({"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": "cmdline, twilio"})
     assert answers_typed("twilio", setting) is True and answers_typed("socketio", setting) is False
-    assert answers_typed("cmdline", {"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": ""}) is False
+    assert answers_typed("cmdline", channels({"MCP_BRIDGE_TYPED_ANSWER_CHANNELS": ""})) is False

@@ -16,8 +16,10 @@ from mcp_bridge.reading.answers import Yes
 @pytest.fixture
 def fresh_reader() -> Iterator[None]:
     build.confirmation_reader.cache_clear()
+    build.settings.cache_clear()
     yield
     build.confirmation_reader.cache_clear()
+    build.settings.cache_clear()
 
 
 def test_the_bots_reader_is_built_from_the_word_file_and_limit_alone(

@@ -18,6 +18,7 @@ import pytest
 from mcp_bridge.action_server.build import build_executor
 from mcp_bridge.approvals import second_approver as approvals
 from mcp_bridge.approvals import textmatch
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.config.yamlfile import load_yaml
 from mcp_bridge.confirmation.gate import Ask, Confirmed, Gate, Hold, Reached
 from mcp_bridge.errors import ConfigError
@@ -228,17 +229,17 @@ def test_enough_spellings_and_innocent_notes() -> None:
 def test_a_hangul_filler_is_held_even_where_hangul_is_declared(label: str) -> None:
     hangul = textmatch.Characters.parse("U+1100-U+11FF U+3130-U+318F U+AC00-U+D7A3 U+FFA0-U+FFDC", "test")
     why = textmatch.why_held(
-        f"Dana{FILLERS[label]} called", ["refund"], textmatch.declared_characters({}) | hangul
+        f"Dana{FILLERS[label]} called", ["refund"], textmatch.declared_characters() | hangul
     )
     assert why is not None and why.startswith("invisible:") and label in why
 
 
 def test_a_declared_script_is_read_and_its_look_alikes_still_found() -> None:
-    cherokee = textmatch.declared_characters({textmatch.ENV_VARIABLE: "U+13A0-U+13FF U+AB70-U+ABBF"})
+    cherokee = textmatch.declared_characters("U+13A0-U+13FF U+AB70-U+ABBF")
     # Declared, so not held for being there; the small letter is read as the Latin one it looks like.
     assert textmatch.why_held("\u13a0\u13a1 called", ["refund"], cherokee) is None
     assert textmatch.why_held("\uab71efund", ["refund"], cherokee) == "names: the text names 'refund'"
-    greek = textmatch.declared_characters({textmatch.ENV_VARIABLE: "U+0370..U+03FF, U+1F00-U+1FFF"})
+    greek = textmatch.declared_characters("U+0370..U+03FF, U+1F00-U+1FFF")
     assert textmatch.why_held("\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5", ["refund"], greek) is None
     assert textmatch.why_held("\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5", ["refund"]) is not None
 
@@ -255,7 +256,7 @@ def test_a_declared_script_is_read_and_its_look_alikes_still_found() -> None:
 )
 def test_a_wrong_declaration_is_a_clear_config_error(value: str, says: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        textmatch.declared_characters({textmatch.ENV_VARIABLE: value})
+        textmatch.declared_characters(value)
     assert str(refused.value).startswith(f"environment variable {textmatch.ENV_VARIABLE}: ")
     assert says in str(refused.value)
 
@@ -275,9 +276,23 @@ def example_environment(tmp_path: Path) -> dict[str, str]:
 
 def test_the_action_server_refuses_to_start_with_a_wrong_declaration(tmp_path: Path) -> None:
     env = example_environment(tmp_path)
-    build_executor(env, allow_unset=True)  # the example as it is starts
+    build_executor(Settings.from_env(env), allow_unset=True)  # the example as it is starts
     with pytest.raises(ConfigError, match=textmatch.ENV_VARIABLE):
-        build_executor({**env, textmatch.ENV_VARIABLE: "Cyrillic"}, allow_unset=True)
+        build_executor(Settings.from_env({**env, textmatch.ENV_VARIABLE: "Cyrillic"}), allow_unset=True)
+
+
+def test_the_action_server_declares_its_characters_for_the_rules_it_holds_calls_by(tmp_path: Path) -> None:
+    """What APPROVAL_TEXT_CHARACTERS declares is what a rule reads, read once when the action server is
+    built (the example's log_interaction skill has a second approver's rule)."""
+    greek = "\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5"
+    env = example_environment(tmp_path)
+    try:
+        build_executor(Settings.from_env({**env, textmatch.ENV_VARIABLE: "U+0370-U+03FF"}), allow_unset=True)
+        assert textmatch.why_held(greek, ["refund"]) is None
+        build_executor(Settings.from_env(env), allow_unset=True)
+        assert (textmatch.why_held(greek, ["refund"]) or "").startswith("undeclared:")
+    finally:
+        textmatch.declare("")
 
 
 async def test_the_audit_says_why_a_call_waits_and_never_the_text(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from rasa_sdk import Tracker
 from mcp_bridge.action_server.adapter import ChannelCheck, turn_from_tracker
 from mcp_bridge.channels import USER_KEY
 from mcp_bridge.channels.proof import PROOF_KEY, TAG_CHARS, ChannelKeys, Unvouched, Vouched
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 
 KEY = "a-channel-key-that-is-long-enough-0123456789"
@@ -89,12 +90,12 @@ def test_a_long_placeholder_key_is_refused_without_echoing_it(placeholder: str) 
 
 def test_the_action_server_needs_the_key_unless_in_development() -> None:
     with pytest.raises(ConfigError, match="MCP_BRIDGE_CHANNEL_KEY is not set"):
-        ChannelCheck.from_env({})
+        ChannelCheck.from_settings(Settings.from_env({}))
     with pytest.raises(ConfigError, match="MCP_BRIDGE_CHANNEL_KEY: key 1 is 5 characters"):
-        ChannelCheck.from_env({"MCP_BRIDGE_CHANNEL_KEY": "short"})
-    development = ChannelCheck.from_env({"MCP_BRIDGE_DEVELOPMENT": "1"})
+        ChannelCheck.from_settings(Settings.from_env({"MCP_BRIDGE_CHANNEL_KEY": "short"}))
+    development = ChannelCheck.from_settings(Settings.from_env({"MCP_BRIDGE_DEVELOPMENT": "1"}))
     assert development.keys is None and development.allow_unsigned
-    strict = ChannelCheck.from_env({"MCP_BRIDGE_CHANNEL_KEY": KEY})
+    strict = ChannelCheck.from_settings(Settings.from_env({"MCP_BRIDGE_CHANNEL_KEY": KEY}))
     assert strict.keys is not None and not strict.allow_unsigned
 
 

@@ -387,6 +387,7 @@ def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
     settings: dict[str, str], expected: tuple[float, int] | str
 ) -> None:
     from mcp_bridge.action_server.build import build_executor
+    from mcp_bridge.config.settings import Settings
     from mcp_bridge.errors import ConfigError
 
     bot = procs.EXAMPLE_BOT
@@ -401,9 +402,9 @@ def test_the_waiting_calls_limits_are_read_at_start_and_a_bad_one_stops_it(
     }
     if isinstance(expected, str):
         with pytest.raises(ConfigError, match=expected):
-            build_executor(env)
+            build_executor(Settings.from_env(env))
         return
-    waiting = build_executor(env).tools.runtime.waiting
+    waiting = build_executor(Settings.from_env(env)).tools.runtime.waiting
     assert (waiting.wait_seconds, waiting.limit) == expected
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mcp_bridge.cli.e2e.calls import CallLog
+from mcp_bridge.config.settings import Settings
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.observability.audit import (
     RESULT_MAX_CHARS,
@@ -34,7 +35,9 @@ NOTE = "Dana asked about the VAT rate on invoice 4471"
 
 
 def _keys(*values: str) -> AuditKeys:
-    return AuditKeys.from_env({"AUDIT_KEY": values[0], "AUDIT_EXTRA_KEYS": ",".join(values[1:])})
+    return AuditKeys.from_settings(
+        Settings.from_env({"AUDIT_KEY": values[0], "AUDIT_EXTRA_KEYS": ",".join(values[1:])})
+    )
 
 
 def _write(path: Path, keys: AuditKeys, count: int = 6) -> list[str]:
@@ -109,10 +112,10 @@ def test_a_rotated_key_still_matches_and_verifies_older_entries(tmp_path: Path) 
 
 def test_a_short_key_is_refused_and_extra_keys_need_a_main_one() -> None:
     with pytest.raises(ConfigError, match="AUDIT_KEY is 5 bytes long, shorter than 32"):
-        AuditKeys.from_env({"AUDIT_KEY": "short"})
+        AuditKeys.from_settings(Settings.from_env({"AUDIT_KEY": "short"}))
     with pytest.raises(ConfigError, match="AUDIT_EXTRA_KEYS is set but AUDIT_KEY is not"):
-        AuditKeys.from_env({"AUDIT_EXTRA_KEYS": KEY})
-    assert not AuditKeys.from_env({}).configured
+        AuditKeys.from_settings(Settings.from_env({"AUDIT_EXTRA_KEYS": KEY}))
+    assert not AuditKeys.from_settings(Settings.from_env({})).configured
 
 
 def test_entries_stay_out_of_the_process_log_unless_asked(
@@ -125,7 +128,9 @@ def test_entries_stay_out_of_the_process_log_unless_asked(
         decision="asked", skill="s", tool="t", marker="entry-two"
     )
     assert "entry-two" in caplog.text
-    trail = AuditLog.from_env({"AUDIT_LOG": str(tmp_path / "c.jsonl"), "AUDIT_KEY": KEY})
+    trail = AuditLog.from_settings(
+        Settings.from_env({"AUDIT_LOG": str(tmp_path / "c.jsonl"), "AUDIT_KEY": KEY})
+    )
     trail.record(decision="asked", skill="s", tool="t", marker="entry-three")
     assert "entry-three" not in caplog.text
 

@@ -105,11 +105,11 @@ def test_endpoints_yml_says_where_they_go(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match="AUDIT_OTLP_LOGS=1 sends audit entries to the collector of the tracing"
     ):
-        otel.start(endpoints, {"AUDIT_OTLP_LOGS": "1"})
+        otel.start(endpoints, audit_records=True, service_name="rasa_sdk")
 
 
 def test_nothing_is_made_when_nothing_is_asked_for(tmp_path: Path) -> None:
     endpoints = tmp_path / "endpoints.yml"
     endpoints.write_text("tracing: {type: otlp, endpoint: 127.0.0.1:4317, insecure: true}\n")
-    assert otel.start(endpoints, {}) == []
+    assert otel.start(endpoints, audit_records=False, service_name="rasa_sdk") == []
     assert otel._state.providers == [] and otel._state.instruments is None and otel._state.logger is None

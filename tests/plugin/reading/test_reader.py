@@ -347,6 +347,7 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
     value: str | None, expected: int | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mcp_bridge.action_server.build import build_executor
+    from mcp_bridge.config.settings import Settings
 
     repo = Path(__file__).resolve().parents[3] / "examples" / "crm_bot"
     env = {
@@ -360,10 +361,10 @@ def test_the_bot_owner_sets_the_limit_with_message_max_chars(
     if value is not None:
         env["MESSAGE_MAX_CHARS"] = value
     if isinstance(expected, int):
-        assert build_executor(env).reader.max_chars == expected
+        assert build_executor(Settings.from_env(env)).reader.max_chars == expected
     else:
         with pytest.raises(ConfigError, match=expected):
-            build_executor(env)
+            build_executor(Settings.from_env(env))
 
 
 # -- answers to a question about several calls ------------------------------------------------
