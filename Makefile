@@ -57,7 +57,7 @@ The stages of make test, each on its own
   make rasa-test         rasa test on the example bot's test stories ($(BOT)/tests/test_*.yml)
   make pytest            the whole pytest suite on rasa-sdk 3.21 / Python 3.13, two processes
   make pytest-sdk36      the plugin's suite and the action server's own live tests on rasa-sdk 3.6 / Python 3.10
-  make pytest-pro        the plugin's suite in Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12)
+  make pytest-pro        the plugin's suite where mcp 1.30 changes it, in Rasa Pro 3.21's environment (.venv-pro, Python 3.12)
   make proof             the live end-to-end proof over local and MCP tools
   make proof-sdk36       the live proof with the action server on rasa-sdk 3.6 / Python 3.10
   make proof-pro         the live proof with the action server in Rasa Pro 3.21's environment
@@ -246,22 +246,26 @@ pytest-sdk36: setup train services
 	@echo "==> pytest (rasa-sdk 3.6, Python 3.10): the plugin's suite and the action server's own live tests"
 	@$(VENV_OLD)/bin/pytest -q $(PYTEST_PARALLEL) $(SDK36_TESTS)
 
-# Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12) runs what mcp 1.30 changes: the plugin's
-# suite (a test of a server that speaks only 2026-07-28, which mcp 1.30 cannot, is skipped saying so,
-# and the refusal is tested instead), the example bot's actions and local tools, and acting as the
+# Rasa Pro 3.21's environment (.venv-pro: mcp 1.30, Python 3.12; rasa-sdk 3.21.0, pydantic, aiohttp, sanic
+# and the rest at .venv's versions) runs what
+# mcp 1.30 changes: the plugin's suite but for the packages no call goes through the mcp SDK in
+# (action_server, approvals, channels, reading, record: the same code on the same pins as make pytest; a
+# test of a server that speaks only 2026-07-28, which mcp 1.30 cannot, is skipped saying so, and the
+# refusal is tested instead), the example bot's actions and local tools, and acting as the
 # person over OAuth through the action server (the SDK's OAuth helpers differ at 1.30). Not here:
 # test_packaging's three checks of the built wheel, which read the same wheel in every environment with
 # build tools Rasa Pro's environment does not carry (they run in make pytest and make package); and the
 # action server's own live tests and faults (confirmation/test_faults_action_server.py: its restarts and
 # kills), which rasa-sdk and Python change, not mcp (make pytest, pytest-sdk36; make proof-pro runs the
 # action server in this environment through whole conversations).
-PRO_TESTS := tests/plugin tests/example/test_executor_crm.py tests/example/test_forms.py \
+PRO_TESTS := $(addprefix tests/plugin/,auth cli config confirmation mcp_client observability server_questions skills tools \
+	test_layers.py test_packaging.py) tests/example/test_executor_crm.py tests/example/test_forms.py \
 	tests/example/test_crm_tools.py tests/live/test_person_oauth.py
 ACTION_SERVER_FAULTS := tests/plugin/confirmation/test_faults_action_server.py
 PRO_WHEEL_CHECKS := test_twine_and_check_wheel_contents_pass test_the_wheels_metadata_is_complete \
 	test_the_wheel_ships_mcp_bridge_with_its_data_files_and_nothing_else
 pytest-pro: setup services
-	@echo "==> pytest (Rasa Pro 3.21's environment: mcp 1.30, Python 3.12): the plugin's suite, the bot's actions, OAuth as the person"
+	@echo "==> pytest (Rasa Pro 3.21's environment: mcp 1.30, Python 3.12): the plugin's tests through the mcp SDK, the bot's actions, OAuth as the person"
 	@$(VENV_PRO)/bin/pytest -q $(PYTEST_PARALLEL) $(addprefix --deselect tests/plugin/test_packaging.py::,$(PRO_WHEEL_CHECKS)) \
 		--ignore=$(ACTION_SERVER_FAULTS) $(PRO_TESTS)
 
@@ -285,17 +289,28 @@ rasa-test: train
 # make test: the set-up first, in two lanes at once (each lane one make, its targets one after another):
 # the three venvs that install the plugin from this checkout (each builds it under build/, so never two at
 # once), and beside them Rasa's venv and the model, the trace backend, the npm packages, Chromium and the
-# services. Then the stages, one after another.
+# services. Then the quick checks and the whole pytest suite, alone; then two lanes again: the suites
+# and proofs of the other environments and the cluster test, and beside them the stages that mostly
+# install and build (the image, the adoption tests' fresh venvs, the package), whose output is kept in
+# var/test-beside.log and printed when both lanes are done.
 SETUP_PLUGIN := $(VENV)/.installed $(VENV_OLD)/.installed $(VENV_PRO)/.installed
 SETUP_BESIDE := $(VENV_RASA)/.installed train $(VENV_TRACES)/.installed $(WEB_DEPS) $(AUTH_DEPS) $(EVERYTHING_DEPS) \
 	$(CONFORMANCE_DEPS) $(HELM_DEPS) $(CHROMIUM) services
-STAGES := lint typecheck walk docs validate rasa-test pytest pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro \
-	cluster-test container-test adoption adoption-sdk36 package
+STAGES_FIRST := lint typecheck walk docs validate rasa-test pytest
+STAGES_THEN := pytest-sdk36 pytest-pro proof proof-sdk36 proof-pro cluster-test
+STAGES_BESIDE := container-test adoption adoption-sdk36 package
 test:
 	@$(MAKE) -s --no-print-directory $(SETUP_PLUGIN) & plugin=$$!; \
 	$(MAKE) -s --no-print-directory $(SETUP_BESIDE); beside=$$?; \
 	wait $$plugin && [ $$beside = 0 ]
-	@$(MAKE) --no-print-directory $(STAGES)
+	@$(MAKE) --no-print-directory $(STAGES_FIRST)
+	@mkdir -p var && echo "==> beside the stages below: $(STAGES_BESIDE) (var/test-beside.log)"; \
+	$(MAKE) --no-print-directory $(STAGES_BESIDE) >var/test-beside.log 2>&1 & beside=$$!; \
+	$(MAKE) --no-print-directory $(STAGES_THEN); then=$$?; \
+	wait $$beside; beside=$$?; \
+	echo "==> what ran beside (var/test-beside.log):"; cat var/test-beside.log; \
+	echo "==> $(STAGES_THEN): $$([ $$then = 0 ] && echo passed || echo FAILED); $(STAGES_BESIDE): $$([ $$beside = 0 ] && echo passed || echo FAILED)"; \
+	[ $$then = 0 ] && [ $$beside = 0 ]
 
 # Only what chatting needs: the action server's environment, Rasa's, the model, and the authorization
 # server's npm packages (the example's MCP server is an OAuth protected resource). Not .venv-sdk36,
@@ -389,13 +404,16 @@ container-test: setup train services
 # setuptools that constraints/venv.txt pins, so no build environment is downloaded; `twine check` and
 # `check-wheel-contents` read them, and the wheel goes into a fresh venv without a constraints file, so
 # rasa-sdk and every other dependency resolve to the newest release the declared ranges allow. The
-# plugin's suite (tests/plugin, but for the action server's restarts and kills, which make pytest and
-# pytest-sdk36 run at both ends of rasa-sdk and the adoption tests run from the wheel) then runs there,
-# from a copy of the checkout without mcp_bridge/, so that what it imports is the installed wheel
-# (test_packaging.py checks it, from MCP_BRIDGE_DIST); the copy is taken with the package's source, so
-# the tests are those of the code in the wheel.
+# plugin's tests then run there, for each dependency the packages that use it (PACKAGE_TESTS: rasa-sdk in
+# action_server/, the mcp SDK in mcp_client/ and tools/, pydantic in skills/ and config/, cryptography in
+# auth/, asyncpg in record/, the executor over all of them; the rest of the suite runs on the same
+# code in make pytest), from a copy of the checkout without mcp_bridge/, so that what they import is the
+# installed wheel (test_packaging.py checks it, from MCP_BRIDGE_DIST); the copy is taken with the
+# package's source, so the tests are those of the code in the wheel.
 # All under var/package/, made anew each time.
 PACKAGE := var/package
+PACKAGE_TESTS := $(addprefix tests/plugin/,action_server auth config mcp_client record skills tools test_packaging.py \
+	test_sealing.py test_layers.py confirmation/test_executor.py confirmation/test_faults.py)
 PACKAGE_SOURCE := mcp_bridge pyproject.toml README.md LICENSE CHANGELOG.md MANIFEST.in
 .PHONY: package
 package: $(VENV)/.installed
@@ -419,9 +437,9 @@ package: $(VENV)/.installed
 	@$(PACKAGE)/venv/bin/python -m pip check
 	@$(PACKAGE)/venv/bin/python -c 'import importlib.metadata as m; \
 		print("    resolved:", ", ".join(f"{d} {m.version(d)}" for d in ("rasa-sdk", "mcp", "pydantic", "aiohttp", "cryptography")))'
-	@echo "==> package: the plugin's suite (tests/plugin) against the installed wheel"
+	@echo "==> package: the plugin's tests of each dependency against the installed wheel"
 	@cd $(PACKAGE)/tree && MCP_BRIDGE_DIST=$(CURDIR)/$(PACKAGE)/dist ../venv/bin/pytest -q $(PYTEST_PARALLEL) -p no:cacheprovider \
-		--ignore=$(ACTION_SERVER_FAULTS) tests/plugin
+		$(PACKAGE_TESTS)
 
 # The docs site (mkdocs with the Material theme, pinned in constraints/venv.txt: the `docs` extra).
 # The reference pages are generated from the code (scripts/docs_reference.py); --check fails when a
