@@ -28,8 +28,9 @@ This module is the only one that does anything on import: the library it serves
 """
 
 import sys
+from typing import Any
 
-from mcp_bridge.action_server import server
+from mcp_bridge.action_server import actions, server
 from mcp_bridge.action_server.actions import (
     ApprovalDecided,
     ConfirmTool,
@@ -44,6 +45,22 @@ from mcp_bridge.action_server.build import build_executor, executor, settings
 from mcp_bridge.action_server.person_actions import AccountInUse, DisconnectPerson, ResumeAfterSignIn
 from mcp_bridge.contract import CONFIRMATION_LOOP
 from mcp_bridge.errors import ConfigError
+
+# A worker process (ACTION_SERVER_SANIC_WORKERS, an auto-reload) gets rasa_sdk's action registry by
+# unpickling it, which imports the modules its classes name: they name this one, so a worker imports
+# the bot's line too, and its hook (the token check, the start-up checks) runs there as well.
+for _served in (ApprovalDecided, ConfirmTool, DenyTool, RevokePermissions, AccountInUse, DisconnectPerson):
+    _served.__module__ = __name__
+ResumeAfterSignIn.__module__ = __name__
+actions.SERVED_FROM = __name__
+
+
+def __getattr__(name: str) -> Any:
+    """A skill's action class, by its class name (a worker unpickling the registry asks here)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(actions, name)
+
 
 server.install()
 try:

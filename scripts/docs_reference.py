@@ -595,8 +595,9 @@ SETTINGS_MODULES = {
     "mcp_bridge.config.settings": "Settings",
     "mcp_bridge.channels._settings": "ChannelEnvironment",
 }
-# What a module calls the settings it reads a field of: ``settings.x``, ``config.x``, ``settings().x``.
-SETTINGS_NAMES = {"settings", "config"}
+# What a module calls the settings it reads a field of: ``settings.x``, ``config.x``, ``settings().x``,
+# ``Settings.from_env().x``.
+SETTINGS_NAMES = {"settings", "config", "from_env"}
 
 
 def reads_of_settings(sources: Sources) -> dict[str, set[str]]:

@@ -171,6 +171,11 @@ _SKILL_ACTIONS: dict[str, type[SkillAction]] = {}
 _BY_CLASS_NAME: dict[str, type[SkillAction]] = {}
 
 
+# The module a skill's action class names: the one a worker process imports to unpickle it
+# (mcp_bridge.rasa sets itself, so that a worker imports the bot's line and its hook).
+SERVED_FROM = __name__
+
+
 def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
     """Define one action class per skill file of ``skills_dir`` (its ``action:``, default
     ``action_<skill>``), from the files as :func:`mcp_bridge.action_server.build.skill_files` read them.
@@ -186,7 +191,7 @@ def serve_skills(skills_dir: str | Path) -> dict[str, type[SkillAction]]:
         if isinstance(parsed, ConfigError) or parsed.action_name in _SKILL_ACTIONS:
             continue
         action, class_name = parsed.action_name, _class_name(parsed.action_name)
-        attributes = {"action_name": action, "skill_id": parsed.skill, "__module__": __name__}
+        attributes = {"action_name": action, "skill_id": parsed.skill, "__module__": SERVED_FROM}
         cls = type(class_name, (SkillAction,), {**attributes, "__qualname__": class_name})
         _SKILL_ACTIONS[action] = _BY_CLASS_NAME[class_name] = cls
     return dict(_SKILL_ACTIONS)

@@ -117,7 +117,9 @@ def attach_sanic_app_extensions(app: Sanic[Any, Any]) -> None:
     except ConfigError as exc:
         print(f"action server not started: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
-    in_worker = bool(config.worker_name)
+    # Sanic names a worker (SANIC_WORKER_NAME) after the imports that first read this process's settings
+    # (`import mcp_bridge.rasa`, in the worker too), so whether this is a worker is read again here.
+    in_worker = bool(Settings.from_env().worker_name)
     if in_worker and not logging.getLogger().handlers:
         # rasa_sdk configures logging in its main process only; a spawned worker starts bare.
         from rasa_sdk import utils

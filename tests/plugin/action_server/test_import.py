@@ -86,3 +86,37 @@ def test_the_library_registers_nothing_and_the_bots_line_registers_the_hook_and_
     assert SKILL_ACTIONS <= set(after["actions"])
     # The plugin's own actions are served either way (their classes are the library's).
     assert {CONFIRMATION_LOOP, DENY_ACTION, APPROVAL_ACTION, REVOKE_ACTION} <= set(after["actions"])
+
+
+# A worker process (ACTION_SERVER_SANIC_WORKERS > 1, an auto-reload) gets rasa_sdk's action registry by
+# unpickling it: the modules it imports for that must include the bot's line, or the hook (the token
+# check, the start-up checks) never runs in the worker.
+WORKER_PROBE = """
+import json, pickle, re, sys
+
+sys.path.insert(0, sys.argv[1])
+from rasa_sdk.executor import ActionExecutor
+
+executor = ActionExecutor()
+executor.register_package("actions")
+data = pickle.dumps(executor)
+print(json.dumps(sorted({m.decode() for m in re.findall(rb"mcp_bridge[.\\w]*", data)})))
+"""
+
+
+def test_a_worker_unpickling_the_registry_imports_the_bots_line(tmp_path: Path) -> None:
+    """A bot whose actions are all the plugin's (Rasa's starter bot after the guide): its registry names
+    only ``mcp_bridge.rasa``, never the library beneath it (whose import registers no hook)."""
+    (tmp_path / "actions").mkdir()
+    (tmp_path / "actions" / "__init__.py").write_text("import mcp_bridge.rasa  # noqa: F401\n")
+    env = {**procs.child_env(), "SKILLS_DIR": str(SKILLS), "MCP_BRIDGE_DEVELOPMENT": "1"}
+    found = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(found.stdout.strip().splitlines()[-1]) == ["mcp_bridge.rasa"], found.stderr[-2000:]
