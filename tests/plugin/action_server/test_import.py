@@ -9,10 +9,13 @@ manager would call, and the actions its executor registers from every ``Action``
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from mcp_bridge.contract import APPROVAL_ACTION, CONFIRMATION_LOOP, DENY_ACTION, REVOKE_ACTION
 from tests.support import procs
@@ -104,6 +107,10 @@ print(json.dumps(sorted({m.decode() for m in re.findall(rb"mcp_bridge[.\\w]*", d
 """
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in importlib.metadata.version("rasa-sdk").split(".")[:2]) < (3, 21),
+    reason="rasa-sdk before 3.21 serves from one process and never pickles its registry",
+)
 def test_a_worker_unpickling_the_registry_imports_the_bots_line(tmp_path: Path) -> None:
     """A bot whose actions are all the plugin's (Rasa's starter bot after the guide): its registry names
     only ``mcp_bridge.rasa``, never the library beneath it (whose import registers no hook)."""
