@@ -16,12 +16,14 @@ removes both.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from devstack.services import HOST, ServiceProcess, free_port
@@ -277,6 +279,22 @@ class Postgres:
         if not self.sql([f"SELECT 1 FROM pg_database WHERE datname = '{name}'"]).strip():
             self.sql([f"CREATE DATABASE {name} OWNER {owner}"])
         return self.url(name, owner, password)
+
+
+@contextlib.contextmanager
+def scratch_postgres(prefix: str) -> Iterator[Postgres]:
+    """A PostgreSQL server of its own for a test module, started, and its data folder removed after. Not
+    under pytest's tmp_path: as root the server runs as `postgres`, which must reach the folder."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
+    service = server.service()
+    try:
+        service.start()
+        yield server
+    finally:
+        service.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def redis_server(

@@ -8,7 +8,6 @@ both; an expired session opens nothing; the store holds no cookie value that wou
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import tempfile
 import uuid
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.engines import Postgres, redis_server
+from devstack.engines import Postgres, redis_server, scratch_postgres
 from mcp_bridge.approvals.sessions import Sessions, open_sessions
 
 PASSWORD = "redis-password-for-the-sessions-test"
@@ -25,16 +24,8 @@ PASSWORD = "redis-password-for-the-sessions-test"
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
-    folder = Path(tempfile.mkdtemp(prefix="page-sessions-pg-"))
-    folder.chmod(0o755)
-    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
-    service = server.service()
-    try:
-        service.start()
+    with scratch_postgres("page-sessions-pg-") as server:
         yield server
-    finally:
-        service.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

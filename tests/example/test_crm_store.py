@@ -11,10 +11,7 @@ one note.
 from __future__ import annotations
 
 import asyncio
-import secrets
-import shutil
 import sqlite3
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
@@ -26,7 +23,7 @@ from crm.errors import ConflictError, NotFoundError, ValidationError
 from crm.pg_store import PostgresStore
 from crm.store import DEMO_CONTACTS, CRMStore, SQLiteStore
 
-from devstack.engines import Postgres
+from devstack.engines import Postgres, scratch_postgres
 from tests.support import procs
 from tests.support.crm_api import crm_json
 
@@ -36,17 +33,8 @@ DANA = "dana@example.com"
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
     """A PostgreSQL server of this module's own; its data folder is removed afterwards."""
-    # Not under pytest's tmp_path: as root the server runs as `postgres`, which must reach it.
-    folder = Path(tempfile.mkdtemp(prefix="crm-pg-"))
-    folder.chmod(0o755)
-    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
-    service = server.service()
-    try:
-        service.start()
+    with scratch_postgres("crm-pg-") as server:
         yield server
-    finally:
-        service.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _new_pg_database(postgres: Postgres) -> str:

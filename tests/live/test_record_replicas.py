@@ -10,9 +10,7 @@ rounds, each a fresh question answered by two concurrent ``/webhook`` posts of t
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from devstack.engines import Postgres
+from devstack.engines import Postgres, scratch_postgres
 from tests.support import procs
 from tests.support.conversation import notes_for
 from tests.support.rasa_calls import FakeTracker, call_action, said
@@ -36,16 +34,8 @@ MCP_TOKEN = "record-replicas-mcp-token-6Jd9Qw2Lr8Xk"
 def postgres() -> Iterator[Postgres]:
     if not shutil.which("pg_ctlcluster") and not Path("/usr/lib/postgresql").exists():
         pytest.fail("PostgreSQL is not installed: `make services` installs it")
-    folder = Path(tempfile.mkdtemp(prefix="record-pg-"))
-    folder.chmod(0o755)
-    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
-    service = server.service()
-    try:
-        service.start()
+    with scratch_postgres("record-pg-") as server:
         yield server
-    finally:
-        service.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_same_yes_at_two_replicas_at_once_runs_the_call_once(

@@ -9,16 +9,13 @@ expiring or taking one request at the same moment change it once.
 from __future__ import annotations
 
 import asyncio
-import secrets
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from devstack.engines import Postgres
+from devstack.engines import Postgres, scratch_postgres
 from mcp_bridge.approvals.second_approver import ApprovalRequest, ApprovalStore
 from mcp_bridge.approvals.store import open_store
 from mcp_bridge.record.database import PostgresDatabase, SQLiteDatabase
@@ -29,16 +26,8 @@ LEASE = 30.0
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
-    folder = Path(tempfile.mkdtemp(prefix="approvals-pg-"))
-    folder.chmod(0o755)
-    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
-    service = server.service()
-    try:
-        service.start()
+    with scratch_postgres("approvals-pg-") as server:
         yield server
-    finally:
-        service.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -11,10 +11,7 @@ loop instead of failing or blocking it.
 from __future__ import annotations
 
 import asyncio
-import secrets
-import shutil
 import sqlite3
-import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.engines import Postgres
+from devstack.engines import Postgres, scratch_postgres
 from mcp_bridge.record.database import SQLiteDatabase, open_database
 from mcp_bridge.record.schema import MIGRATIONS
 from mcp_bridge.record.store import Message, NotMade, Record
@@ -34,16 +31,8 @@ DANA = "rest:dana"
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
-    folder = Path(tempfile.mkdtemp(prefix="record-pg-"))
-    folder.chmod(0o755)
-    server = Postgres(folder / "data", secrets.token_urlsafe(16), durable=False)
-    service = server.service()
-    try:
-        service.start()
+    with scratch_postgres("record-pg-") as server:
         yield server
-    finally:
-        service.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
