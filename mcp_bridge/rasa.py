@@ -49,10 +49,18 @@ from mcp_bridge.errors import ConfigError
 # A worker process (ACTION_SERVER_SANIC_WORKERS, an auto-reload) gets rasa_sdk's action registry by
 # unpickling it, which imports the modules its classes name: they name this one, so a worker imports
 # the bot's line too, and its hook (the token check, the start-up checks) runs there as well.
-for _served in (ApprovalDecided, ConfirmTool, DenyTool, RevokePermissions, AccountInUse, DisconnectPerson):
+_SERVED = (
+    ApprovalDecided,
+    ConfirmTool,
+    DenyTool,
+    RevokePermissions,
+    AccountInUse,
+    DisconnectPerson,
+    ResumeAfterSignIn,
+)
+for _served in _SERVED:
     _served.__module__ = __name__
-ResumeAfterSignIn.__module__ = __name__
-actions.SERVED_FROM = __name__
+actions.SERVED_FROM = __name__  # and each skill's action class, defined by serve_skills below
 
 
 def __getattr__(name: str) -> Any:

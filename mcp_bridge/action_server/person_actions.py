@@ -19,6 +19,7 @@ this chat shows it, so only the person in it can go on from the link.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import Any
 
@@ -123,9 +124,21 @@ class ResumeAfterSignIn(Action):
         )
 
 
-class AccountInUse(Action):
+class _AboutThePersonsSignIns(Action, ABC):
+    """An action about the person's own sign-ins: says nothing of anyone when the channel names nobody or
+    no server acts as the person, and that the answer is unavailable when the token store fails.
+    Abstract, so rasa_sdk registers only the concrete actions (``inspect.isabstract``)."""
+
+    @property
+    @abstractmethod
+    def action_name(self) -> str: ...
+
     def name(self) -> str:
-        return ACCOUNT_ACTION
+        return self.action_name
+
+    @abstractmethod
+    async def answer(self, person: PersonOAuth, user: str) -> tuple[str, dict[str, str]]:
+        """The response to say, and its variables."""
 
     async def run(
         self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
@@ -136,41 +149,36 @@ class AccountInUse(Action):
             dispatcher.utter_message(response=RESPONSES.nobody_to_act_as)
             return []
         try:
-            accounts = await person.accounts(turn.user)
+            response, variables = await self.answer(person, turn.user)
         except Exception:
-            log.exception("%s failed in conversation %s", ACCOUNT_ACTION, turn.conversation_id)
-            dispatcher.utter_message(response=RESPONSES.tool_unavailable)
-            return []
+            log.exception("%s failed in conversation %s", self.action_name, turn.conversation_id)
+            response, variables = RESPONSES.tool_unavailable, {}
+        dispatcher.utter_message(response=response, **variables)
+        return []
+
+
+class AccountInUse(_AboutThePersonsSignIns):
+    """Which account each server acts as for the person."""
+
+    action_name = ACCOUNT_ACTION
+
+    async def answer(self, person: PersonOAuth, user: str) -> tuple[str, dict[str, str]]:
+        accounts = await person.accounts(user)
         if not accounts:
-            dispatcher.utter_message(response=RESPONSES.signed_in_nowhere)
-            return []
+            return RESPONSES.signed_in_nowhere, {}
         named = [
             f"{server} as {account or 'an account it did not name'}" for server, account in accounts.items()
         ]
-        dispatcher.utter_message(response=RESPONSES.signed_in_as, accounts=", ".join(named))
-        return []
+        return RESPONSES.signed_in_as, {"accounts": ", ".join(named)}
 
 
-class DisconnectPerson(Action):
-    def name(self) -> str:
-        return DISCONNECT_ACTION
+class DisconnectPerson(_AboutThePersonsSignIns):
+    """The person signed out of every server that acts as them (tokens removed and revoked)."""
 
-    async def run(
-        self, dispatcher: CollectingDispatcher, tracker: Tracker, domain: DomainDict
-    ) -> list[dict[str, Any]]:
-        turn = turn_from_tracker(tracker)
-        person = person_oauth()
-        if turn.user is None or person is None:
-            dispatcher.utter_message(response=RESPONSES.nobody_to_act_as)
-            return []
-        try:
-            removed = await person.disconnect(turn.user)
-        except Exception:
-            log.exception("%s failed in conversation %s", DISCONNECT_ACTION, turn.conversation_id)
-            dispatcher.utter_message(response=RESPONSES.tool_unavailable)
-            return []
+    action_name = DISCONNECT_ACTION
+
+    async def answer(self, person: PersonOAuth, user: str) -> tuple[str, dict[str, str]]:
+        removed = await person.disconnect(user)
         if removed:
-            dispatcher.utter_message(response=RESPONSES.disconnected, servers=", ".join(removed))
-        else:
-            dispatcher.utter_message(response=RESPONSES.not_connected)
-        return []
+            return RESPONSES.disconnected, {"servers": ", ".join(removed)}
+        return RESPONSES.not_connected, {}
