@@ -25,6 +25,7 @@ from mcp_bridge.approvals import textmatch
 from mcp_bridge.approvals.store import ApprovalTable
 from mcp_bridge.auth.person import PersonOAuth
 from mcp_bridge.auth.token_store import TokenStore, token_keys
+from mcp_bridge.config.random_values import looks_like_a_placeholder
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
 from mcp_bridge.config.settings import Settings
 from mcp_bridge.confirmation.decisions import ConfirmationPolicy
@@ -219,7 +220,6 @@ def confirmation_reader() -> ConfirmationReader:
 # and messages no channel signed as from nobody (mcp_bridge.action_server.adapter.ChannelCheck).
 DEVELOPMENT_FLAG = "MCP_BRIDGE_DEVELOPMENT"
 MIN_SECRET_BYTES = 32
-_PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
 
 
 def confirmation_seal(config: Settings, record: Record | None = None) -> Seal:
@@ -274,8 +274,7 @@ def weakness(secret: str) -> str | None:
     size = len(secret.encode())
     if size < MIN_SECRET_BYTES:
         return f"is {size} bytes long, shorter than {MIN_SECRET_BYTES}"
-    lowered = secret.lower()
-    if any(word in lowered for word in _PLACEHOLDERS) or len(set(secret)) < 8:
+    if looks_like_a_placeholder(secret):
         return "looks like a placeholder, not a random value"
     return None
 

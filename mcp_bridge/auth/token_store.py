@@ -32,13 +32,13 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from mcp_bridge.config.random_values import looks_like_a_placeholder
 from mcp_bridge.errors import ConfigError
 from mcp_bridge.record.database import Database, open_database
 from mcp_bridge.release_0_3 import TokenRows
 
 KEY_VARIABLE = "MCP_TOKEN_KEY"
 MIN_KEY_BYTES = 32
-_PLACEHOLDERS = ("change", "placeholder", "example", "replace", "your-secret", "your_secret", "secret-here")
 # A ciphertext bound to its row: "v2." and the base64 of the 12-byte nonce and AES-GCM's output.
 _BOUND = "v2."
 
@@ -105,7 +105,7 @@ def token_keys(secret: str | None) -> Keys:
     size = len(secret.encode())
     if size < MIN_KEY_BYTES:
         weakness = f"is {size} bytes long, shorter than {MIN_KEY_BYTES}"
-    elif any(word in secret.lower() for word in _PLACEHOLDERS) or len(set(secret)) < 8:
+    elif looks_like_a_placeholder(secret):
         weakness = "looks like a placeholder, not a random value"
     else:
         return Keys.from_secret(secret.encode())

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_bridge.channels import USER_KEY
+from mcp_bridge.config.random_values import looks_like_a_placeholder
 
 __all__ = [
     "KEY_ENV",
@@ -58,16 +59,6 @@ PROOF_KEY = "mcp_bridge_proof"
 # The environment variable that holds the key (or keys) on the Rasa server and the action servers.
 KEY_ENV = "MCP_BRIDGE_CHANNEL_KEY"
 MIN_KEY_CHARS = 32
-# Words of a value copied from an example instead of drawn at random (a long "replace-me-..." too).
-_PLACEHOLDER_WORDS = (
-    "change",
-    "placeholder",
-    "example",
-    "replace",
-    "your-secret",
-    "your_secret",
-    "secret-here",
-)
 # A proof is a few hundred characters; anything much longer is refused unread.
 MAX_PROOF_CHARS = 2048
 _VERSION = "v1"
@@ -129,8 +120,7 @@ class ChannelKeys:
                     f"key {number} is {len(key)} characters long, shorter than {MIN_KEY_CHARS}: use a "
                     "random value, e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
                 )
-            lowered = key.lower()
-            if any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(key)) < 8:
+            if looks_like_a_placeholder(key):
                 raise ValueError(
                     f"key {number} looks like a placeholder, not a random value: use one, e.g. "
                     "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"

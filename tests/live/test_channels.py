@@ -85,6 +85,7 @@ def test_the_channels_import_in_rasas_environment_without_the_plugins_dependenci
         "mcp_bridge.channels.twilio",  # SMS and WhatsApp
         "mcp_bridge.config",  # its __init__ is a docstring
         "mcp_bridge.config.envsubst",  # the ${VAR} rule endpoints.yml uses too (standard library only)
+        "mcp_bridge.config.random_values",  # a key that is a placeholder (standard library only)
     ]
 
 
