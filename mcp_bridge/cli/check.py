@@ -45,7 +45,7 @@ from mcp_bridge.cli.command import actions_package, add_command, bot_folder
 from mcp_bridge.cli.init import domain_location
 from mcp_bridge.cli.tools import as_operator, before_sign_in, with_operator
 from mcp_bridge.config.servers import MCPServerConfig, load_mcp_servers
-from mcp_bridge.config.settings import Settings
+from mcp_bridge.config.settings import Settings, process_environment
 from mcp_bridge.confirmation.executor import Executor
 from mcp_bridge.contract import (
     APPROVAL_ACTION,
@@ -324,7 +324,7 @@ def _declared(skill: Skill, tool: str) -> bool:
 async def check_bot(bot: Path, *, package: str = "actions", live: bool = False) -> str:
     """Run the checks for the bot in ``bot``; the summary line and a line per skill, or ConfigError
     with the first problem (every skill's line when a skill does not load)."""
-    env = bot_environment(bot, Settings.from_env().environ)
+    env = bot_environment(bot, process_environment())
     config = Settings.from_env(env)
     load_bot(bot, package)
     report, every_one_loads = skill_report(env, bot)
